@@ -1,0 +1,203 @@
+"""Time windows for ``--steps`` and ``--window``: which wall-clock span to keep.
+
+``--steps A:B`` is resolved on ONE reference rank: a streaming pass over its file
+collects only the step table (step number -> extent), never the events, and the
+window runs from the start of ``ProfilerStep#A`` to the end of ``ProfilerStep#B``.
+Step numbers count per rank (profilers that started at different times number the
+same training step differently), which is why one rank is the reference.
+
+A step's extent is the union of every ``X`` event named exactly ``ProfilerStep#N``
+in the file, whatever its category: the CPU ``user_annotation`` and, in GPU traces,
+the ``gpu_user_annotation`` copy that Kineto writes on the GPU timeline, so that a
+window ending with step B also covers the device work step B launched.
+
+All times here are exact integers in nanoseconds: ``ts``/``dur`` are microseconds
+with three decimals, converted by :func:`us_to_ns` without float rounding errors.
+"""
+from __future__ import annotations
+
+import math
+import re
+from decimal import ROUND_CEILING, ROUND_FLOOR, ROUND_HALF_EVEN, Decimal
+from typing import Dict, Optional, Tuple, Union
+
+import ijson
+
+from .errors import InputError, UsageError
+from .selection import compress_ranges
+from .sources import PathLike, open_trace
+
+Number = Union[int, float, Decimal]
+
+#: Below this magnitude ``round(float_us * 1000)`` is exact for any value written
+#: with three decimals (the float's error times 1000 stays under half a nanosecond
+#: and ns values below 2**53 are exact floats); above it Decimal is used.
+FLOAT_FAST_LIMIT = 2.0 ** 43
+
+_STEP_NAME_RE = re.compile(r"ProfilerStep#([0-9]+)", re.ASCII)
+_THOUSAND = Decimal(1000)
+_MILLION = Decimal(1_000_000)
+
+
+def us_to_ns(value: Number) -> int:
+    """Microseconds (int, float or Decimal, as a JSON parser returns them) to
+    integer nanoseconds, exactly for any value written with up to 3 decimals.
+
+    Ints are multiplied exactly; floats below 2**43 us use ``round(v * 1000)``,
+    larger ones go through ``Decimal(repr(v))`` (the shortest decimal that
+    round-trips, i.e. the number as written in the JSON). Sub-nanosecond digits
+    are rounded half-to-even. Raises TypeError for non-numbers (bool included)
+    and ValueError for NaN and infinities.
+    """
+    if isinstance(value, bool):
+        raise TypeError("us_to_ns: bool is not a time")
+    if isinstance(value, int):
+        return value * 1000
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"us_to_ns: {value!r} is not a finite time")
+        if -FLOAT_FAST_LIMIT < value < FLOAT_FAST_LIMIT:
+            return round(value * 1000)
+        value = Decimal(repr(value))
+    if isinstance(value, Decimal):
+        if not value.is_finite():
+            raise ValueError(f"us_to_ns: {value!r} is not a finite time")
+        return int((value * _THOUSAND).to_integral_value(rounding=ROUND_HALF_EVEN))
+    raise TypeError(f"us_to_ns: expected int, float or Decimal, got {type(value).__name__}")
+
+
+def _ms_to_ns(value: Number, rounding: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float, Decimal)):
+        raise TypeError(f"expected a number of milliseconds, got {type(value).__name__}")
+    if isinstance(value, int):
+        return value * 1_000_000
+    d = Decimal(repr(value)) if isinstance(value, float) else value
+    if not d.is_finite():
+        raise UsageError(f"--window bound {value!r} ms is not finite")
+    return int((d * _MILLION).to_integral_value(rounding=rounding))
+
+
+def window_from_ms(first_event_abs_ns: int, start_ms: Number, end_ms: Number) -> Tuple[int, int]:
+    """Convert ``--window START_MS:END_MS`` (milliseconds relative to the merged
+    trace's first event at ``first_event_abs_ns``) to absolute epoch ns
+    ``(start_ns, end_ns)``. Sub-nanosecond bounds round outwards (start down,
+    end up), so the window never loses an event it names.
+
+    Raises UsageError when a bound is negative or not finite, or start >= end.
+    """
+    start_ns = _ms_to_ns(start_ms, ROUND_FLOOR)
+    end_ns = _ms_to_ns(end_ms, ROUND_CEILING)
+    if start_ns < 0 or end_ns < 0:
+        raise UsageError(f"--window {start_ms}:{end_ms}: bounds must not be negative")
+    if not start_ns < end_ns:
+        raise UsageError(f"--window {start_ms}:{end_ms}: start is not before end")
+    return first_event_abs_ns + start_ns, first_event_abs_ns + end_ns
+
+
+def _json_error_line(e: Exception) -> str:
+    """The first line of an ijson error (yajl's message can be bytes, multi-line)."""
+    detail = e.args[0] if e.args else ""
+    if isinstance(detail, bytes):
+        detail = detail.decode("utf-8", "replace")
+    lines = str(detail).strip().splitlines()
+    return lines[0] if lines else type(e).__name__
+
+
+def _step_table(path: PathLike, *, strict: bool = True) -> Dict[int, Tuple[int, int]]:
+    """Stream ``path`` once; return ``{step: (start_ns, end_ns)}`` relative to the
+    file's own time base (i.e. ``ts`` x 1000). Only the table is kept in memory.
+
+    A JSON error raises InputError; with ``strict=False`` the pass stops there and
+    the steps seen so far are returned (for truncated files of killed jobs).
+    """
+    table: Dict[int, Tuple[int, int]] = {}
+    reader = open_trace(path)
+    try:
+        try:
+            for ev in ijson.items(reader, "traceEvents.item", use_float=True):
+                if not isinstance(ev, dict) or ev.get("ph") != "X":
+                    continue
+                name = ev.get("name")
+                if not isinstance(name, str) or not name.startswith("ProfilerStep#"):
+                    continue
+                m = _STEP_NAME_RE.fullmatch(name)
+                if m is None:
+                    continue
+                try:
+                    start = us_to_ns(ev.get("ts"))
+                    dur = ev.get("dur", 0)
+                    dur_ns = us_to_ns(dur) if dur is not None else 0
+                except (TypeError, ValueError):
+                    continue  # a step without a usable time cannot bound a window
+                end = start + max(dur_ns, 0)
+                step = int(m.group(1))
+                old = table.get(step)
+                if old is not None:
+                    start, end = min(start, old[0]), max(end, old[1])
+                table[step] = (start, end)
+        except ijson.JSONError as e:
+            if strict:
+                raise InputError(
+                    str(path),
+                    f"invalid JSON while looking for ProfilerStep events: {_json_error_line(e)}",
+                    offset=reader.offset,
+                    hint="the offset is where reading stopped; the error is shortly before it",
+                ) from None
+    finally:
+        reader.close()
+    return table
+
+
+def list_steps(path: PathLike, *, strict: bool = True) -> Dict[int, Tuple[float, float]]:
+    """``{step: (start_us, end_us)}`` for every ``ProfilerStep#N`` in ``path``, in the
+    file's own relative microseconds (``ts`` as written), sorted by step number.
+    Raises InputError if the file is not valid JSON (unless ``strict=False``)."""
+    table = _step_table(path, strict=strict)
+    return {s: (table[s][0] / 1000, table[s][1] / 1000) for s in sorted(table)}
+
+
+def find_step_window(
+    path: PathLike,
+    base_time_ns: Optional[int],
+    first_step: int,
+    last_step: int,
+    *,
+    rank: Optional[int] = None,
+    strict: bool = True,
+) -> Tuple[int, int]:
+    """Absolute epoch ns ``(start, end)`` from the start of ``ProfilerStep#first_step``
+    to the end (ts + dur) of ``ProfilerStep#last_step`` in the trace at ``path``,
+    whose time base is ``base_time_ns`` (its ``baseTimeNanoseconds``; 0 or None for
+    PyTorch <= 2.3 files whose ts is absolute epoch us).
+
+    ``rank`` only improves the error message. Raises UsageError when
+    ``first_step > last_step``, a step is negative, or a step is missing (the message
+    lists the steps present, e.g. ``steps present: 2-4``); InputError when the file
+    cannot be read or parsed.
+    """
+    for s in (first_step, last_step):
+        if isinstance(s, bool) or not isinstance(s, int):
+            raise UsageError(f"step numbers must be integers, got {s!r}")
+        if s < 0:
+            raise UsageError(f"step numbers cannot be negative, got {s}")
+    if first_step > last_step:
+        raise UsageError(f"--steps {first_step}:{last_step}: first step is after last step")
+    base = int(base_time_ns or 0)
+    table = _step_table(path, strict=strict)
+    missing = [s for s in dict.fromkeys((first_step, last_step)) if s not in table]
+    if missing:
+        where = f"on rank {rank} ({path})" if rank is not None else f"in {path}"
+        present = compress_ranges(table) if table else "none (no ProfilerStep#N events)"
+        what = f"step {missing[0]}" if len(missing) == 1 else f"steps {missing[0]} and {missing[1]}"
+        raise UsageError(f"{what} not found {where}; steps present: {present}")
+    start = table[first_step][0]
+    end = table[last_step][1]
+    if end < start:
+        raise InputError(
+            str(path),
+            f"ProfilerStep#{last_step} ends before ProfilerStep#{first_step} starts",
+        )
+    return base + start, base + end
+
+
+__all__ = ["us_to_ns", "window_from_ms", "list_steps", "find_step_window", "FLOAT_FAST_LIMIT"]
