@@ -109,8 +109,13 @@ class TraceReader(io.RawIOBase):
     ``offset`` reports decompressed bytes delivered (for error positions).
     """
 
-    def __init__(self, path: PathLike, compression: Optional[str] = None) -> None:
+    def __init__(
+        self, path: PathLike, compression: Optional[str] = None, keep_tail: int = 0
+    ) -> None:
         self.path = str(path)
+        self.keep_tail = keep_tail
+        self._tail: List[bytes] = []
+        self._tail_len = 0
         try:
             self._file = open(path, "rb")
         except OSError as e:
@@ -143,7 +148,16 @@ class TraceReader(io.RawIOBase):
                 problem = f"{kind} stream ends early (truncated file)"
             raise InputError(self.path, problem, offset=self.offset) from None
         self.offset += len(data)
+        if self.keep_tail and data:
+            self._tail.append(data)
+            self._tail_len += len(data)
+            while len(self._tail) > 1 and self._tail_len - len(self._tail[0]) >= self.keep_tail:
+                self._tail_len -= len(self._tail.pop(0))
         return data
+
+    def tail(self) -> bytes:
+        """The last ``keep_tail`` bytes delivered so far (for the trailer keys)."""
+        return b"".join(self._tail)[-self.keep_tail :] if self.keep_tail else b""
 
     def readinto(self, b) -> int:  # type: ignore[override]
         data = self.read(len(b))

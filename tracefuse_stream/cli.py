@@ -1,0 +1,151 @@
+"""Command line: ``python -m tracefuse_stream {merge,info,verify} ...`` (also ``tracefuse``).
+
+Every error is one line on stderr naming the file, and an exit code from
+``errors`` (0 ok, 1 input error, 2 usage, 3 output error, 4 merged with salvage,
+5 verify found errors, 130 interrupted) — never a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import List, Optional, Sequence
+
+from . import __version__
+from .errors import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_SALVAGED,
+    EXIT_USAGE,
+    TraceFuseError,
+)
+
+
+def _csv(s: str) -> List[str]:
+    return [x.strip() for x in s.split(",") if x.strip()]
+
+
+def _add_input_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("inputs", nargs="+", metavar="INPUT", help="trace files and/or directories of *.json[.gz|.zst]")
+    p.add_argument(
+        "--rank-from", choices=["auto", "order"], default="auto",
+        help="auto: distributedInfo.rank, else position in the input list; order: always the position",
+    )
+    p.add_argument("--ranks", metavar="SPEC", help="merge only these ranks, e.g. 0,8,16-23,32-63:8")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="tracefuse",
+        description="Merge per-rank PyTorch profiler traces into one Perfetto trace, streaming.",
+    )
+    ap.add_argument("--version", action="version", version=f"tracefuse-stream {__version__}")
+    sub = ap.add_subparsers(dest="command", metavar="COMMAND")
+
+    m = sub.add_parser("merge", help="merge rank traces into one file")
+    _add_input_args(m)
+    m.add_argument("-o", "--output", default="merged_trace.json.gz",
+                   help="output file; .json, .json.gz or .json.zst; '-' for stdout (default: %(default)s)")
+    m.add_argument("--force", action="store_true", help="overwrite an existing output (never an input)")
+    m.add_argument("--include-pyfunc", action="store_true", help="keep python_function events (dropped by default)")
+    m.add_argument("--keep-cat", type=_csv, metavar="CATS", help="keep only these categories (comma separated)")
+    m.add_argument("--drop-cat", type=_csv, metavar="CATS", help="drop these categories (comma separated)")
+    m.add_argument("--name", metavar="REGEX", help="keep only events whose name matches REGEX")
+    m.add_argument("-j", "--jobs", type=int, default=0,
+                   help="worker processes (default: usable cores; 1 = no workers)")
+    m.add_argument("--salvage", action="store_true",
+                   help="merge what can be read from broken inputs instead of failing")
+    m.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no summary")
+    m.add_argument("--json-summary", action="store_true", help="print the summary as JSON on stdout")
+
+    i = sub.add_parser("info", help="per-rank facts about the inputs (streams them, writes nothing)")
+    _add_input_args(i)
+    i.add_argument("--json", action="store_true", help="machine-readable output")
+
+    v = sub.add_parser("verify", help="check that a merged trace will render right in Perfetto")
+    v.add_argument("args", nargs=argparse.REMAINDER)
+    return ap
+
+
+def _ranks(spec: Optional[str]) -> Optional[List[int]]:
+    if spec is None:
+        return None
+    from .selection import parse_rank_spec
+
+    return parse_rank_spec(spec)
+
+
+def cmd_merge(a: argparse.Namespace) -> int:
+    from .merge import merge
+
+    show_progress = not a.quiet and sys.stderr.isatty()
+    summary = merge(
+        a.inputs,
+        a.output,
+        rank_from=a.rank_from,
+        ranks=_ranks(a.ranks),
+        include_pyfunc=a.include_pyfunc,
+        keep_cat=a.keep_cat,
+        drop_cat=a.drop_cat,
+        name_regex=a.name,
+        jobs=a.jobs,
+        force=a.force,
+        progress=show_progress,
+        salvage=a.salvage,
+    )
+    if a.json_summary:
+        print(json.dumps(summary.to_dict(), indent=2, default=str))
+    elif not a.quiet:
+        print(summary.format_text(), file=sys.stderr if a.output == "-" else sys.stdout)
+    salvaged = any(r.salvage for r in summary.ranks)
+    return EXIT_SALVAGED if salvaged else EXIT_OK
+
+
+def cmd_info(a: argparse.Namespace) -> int:
+    from .info import format_info, scan_rank
+    from .plan import plan_inputs
+
+    plans = plan_inputs(a.inputs, rank_from=a.rank_from, ranks=_ranks(a.ranks))
+    rows = [scan_rank(p) for p in plans]
+    if a.json:
+        print(json.dumps([r.to_dict() for r in rows], indent=2))
+    else:
+        print(format_info(rows))
+    return EXIT_OK
+
+
+def cmd_verify(a: argparse.Namespace) -> int:
+    try:
+        from .verify import main as verify_main
+    except ImportError:  # pragma: no cover
+        print("tracefuse: verify is not available in this build", file=sys.stderr)
+        return EXIT_USAGE
+    return verify_main(a.args)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = build_parser()
+    a = ap.parse_args(argv)
+    if a.command is None:
+        ap.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        if a.command == "merge":
+            return cmd_merge(a)
+        if a.command == "info":
+            return cmd_info(a)
+        if a.command == "verify":
+            return cmd_verify(a)
+    except TraceFuseError as e:
+        print(f"tracefuse: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("tracefuse: interrupted; no output written", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # stdout closed (e.g. piped into head)
+        return EXIT_OK
+    return EXIT_USAGE
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""Process names and sort order for the merged trace.
+
+Perfetto ignores ``process_labels`` and orders processes by ``process_sort_index``
+(int32), so a merged trace needs one ``process_name`` per output process that says
+which rank and device it is, and sort indexes that put rank 0 first and each rank's
+CPU before its GPUs. Kineto's own sort indexes (the OS pid, 16777216+device,
+536870912 for "Spans") would interleave ranks.
+
+Metadata is emitted at the end of each rank's section, only for processes that kept
+at least one event, so filtering never leaves empty named tracks behind.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Dict, Iterator, List, Optional
+
+from .rewrite import PID_DEVICE_LIMIT, RankRewriter
+
+Event = Dict[str, Any]
+
+SORT_STRIDE = 1000
+SORT_GPU = 100
+SORT_OTHER = 900
+PROCESS_META = frozenset({"process_name", "process_labels", "process_sort_index"})
+_GPU_LABEL = re.compile(r"\bGPU\s*(\d+)\b")
+
+
+def _describe(pid: Any, labels: Optional[str], gpu_like: bool) -> tuple:
+    """``(kind, device)``: kind is "CPU", "GPU" or "OTHER"."""
+    if isinstance(pid, str):
+        return "OTHER", None
+    if labels:
+        m = _GPU_LABEL.search(labels)
+        if m and "Counters" not in labels:
+            return "GPU", int(m.group(1))
+        if "CPU" in labels:
+            return "CPU", None
+    if gpu_like and type(pid) is int and 0 <= pid < PID_DEVICE_LIMIT:
+        return "GPU", pid
+    if type(pid) is int and pid < 0:
+        return "OTHER", None
+    return "CPU", None
+
+
+def rank_metadata(rw: RankRewriter) -> Iterator[Event]:
+    """Yield the metadata events of one finished rank (rewritten and generated)."""
+    r = rw.rank
+    names: Dict[Any, str] = {}
+    labels: Dict[Any, str] = {}
+    for ev in rw.metadata:
+        n = ev.get("name")
+        a = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+        if n == "process_name" and isinstance(a.get("name"), str):
+            names[ev.get("pid")] = a["name"]
+        elif n == "process_labels" and isinstance(a.get("labels"), str):
+            labels[ev.get("pid")] = a["labels"]
+    kept = set(rw.pid_first_ts)
+    cpu_order = 0
+    other_order = 0
+    for orig in rw.pid_order:
+        out = rw.pids[orig]
+        if out not in kept:
+            continue
+        kind, dev = _describe(orig, labels.get(orig), out in rw.pid_gpu_like)
+        orig_name = names.get(orig)
+        if kind == "GPU":
+            title = f"RANK {r} - GPU {dev}"
+            sort = SORT_GPU + min(int(dev), SORT_OTHER - SORT_GPU - 1)
+            detail = f"pid {orig}"
+        elif kind == "CPU":
+            title = f"RANK {r} - CPU"
+            sort = min(cpu_order, SORT_GPU - 1)
+            cpu_order += 1
+            detail = f"{orig_name}, pid {orig}" if orig_name else f"pid {orig}"
+        else:
+            title = f"RANK {r} - {orig if isinstance(orig, str) and orig else repr(orig)}"
+            sort = min(SORT_OTHER + other_order, SORT_STRIDE - 1)
+            other_order += 1
+            detail = f"pid {orig!r}" if isinstance(orig, str) else f"pid {orig}"
+        ts = rw.pid_first_ts[out]
+        base = {"ph": "M", "ts": ts, "pid": out, "tid": 0}
+        yield {**base, "name": "process_name", "args": {"name": f"{title} ({detail})", "rank": r}}
+        lab = labels.get(orig)
+        yield {
+            **base,
+            "name": "process_labels",
+            "args": {"labels": f"rank {r}" + (f", {lab}" if lab else ""), "rank": r},
+        }
+        yield {**base, "name": "process_sort_index", "args": {"sort_index": r * SORT_STRIDE + sort, "rank": r}}
+    named_threads = set()
+    for ev in rw.metadata:
+        if ev.get("name") in PROCESS_META:
+            continue
+        pid = ev.get("pid") if ev.get("pid") is not None else "<missing pid>"
+        out = rw.pids.get(pid)
+        if out is None or out not in kept:
+            continue
+        m = rw.rewrite_metadata(ev)
+        if m.get("name") == "thread_name":
+            named_threads.add((m["pid"], m.get("tid")))
+        yield m
+    for (pid, tid), orig in rw.synth_tids.items():
+        if pid in kept and (pid, tid) not in named_threads:
+            yield {
+                "ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+                "ts": rw.pid_first_ts[pid], "args": {"name": str(orig), "rank": r},
+            }

@@ -1,0 +1,373 @@
+"""Orchestration: plan every rank, stream ranks (serially or in worker processes)
+into fragments, splice them in rank order into one atomic output.
+
+Workers never send events to the parent: each writes its rank's compressed fragment
+to disk and returns a small :class:`~tracefuse_stream.stream.RankResult`. The
+parent splices fragments strictly in rank order, so ``jobs=N`` output is byte-for-
+byte the ``jobs=1`` output whatever order workers finish in.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import sys
+import time
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
+
+from . import __version__
+from .errors import Interrupted, OutputError, TraceFuseError, UsageError
+from .filters import EventFilter
+from .plan import InputSpec, RankPlan, plan_inputs, world_size_warnings
+from .rewrite import dumps_exact
+from .stream import RankResult, RankTask, stream_rank
+from .writer import AtomicOutput, FragmentDir, Splicer, codec_for, piece_of
+
+Event = Dict[str, Any]
+SIZE_WARN_BYTES = 1 << 30
+
+
+@dataclass
+class RankSummary:
+    """Per-rank numbers reported after a merge."""
+
+    rank: int
+    path: str
+    events_in: int
+    events_out: int
+    dropped: int
+    shift_ns: int
+    exact_numbers: bool
+    seconds: float
+    salvage: Optional[Dict[str, Any]] = None
+
+
+@dataclass
+class MergeSummary:
+    """What a merge did: per-rank counts, sizes, speed and warnings."""
+
+    output: str
+    ranks: List[RankSummary]
+    base_time_ns: int
+    bytes_in: int
+    bytes_out: int
+    json_bytes: int
+    seconds: float
+    jobs: int
+    warnings: List[str] = field(default_factory=list)
+
+    @property
+    def events_in(self) -> int:
+        return sum(r.events_in for r in self.ranks)
+
+    @property
+    def events_out(self) -> int:
+        return sum(r.events_out for r in self.ranks)
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes_in / 1e6 / self.seconds if self.seconds > 0 else 0.0
+
+    def to_dict(self) -> Dict[str, Any]:
+        d = asdict(self)
+        d["events_in"] = self.events_in
+        d["events_out"] = self.events_out
+        d["mb_per_s"] = self.mb_per_s
+        return d
+
+    def format_text(self) -> str:
+        lines = [
+            f"{'rank':>6} {'events in':>12} {'events out':>12} {'dropped':>10} {'shift us':>14}  file",
+        ]
+        for r in self.ranks:
+            extra = f"  [salvaged: {r.salvage}]" if r.salvage else ""
+            lines.append(
+                f"{r.rank:>6} {r.events_in:>12,} {r.events_out:>12,} {r.dropped:>10,} "
+                f"{r.shift_ns / 1000:>14,.3f}  {r.path}{extra}"
+            )
+        lines.append(
+            f"merged {len(self.ranks)} rank(s): {self.events_in:,} events in, {self.events_out:,} out; "
+            f"{self.bytes_in / 1e6:,.1f} MB in -> {self.output} {self.bytes_out / 1e6:,.1f} MB "
+            f"({self.json_bytes / 1e6:,.1f} MB JSON) in {self.seconds:.1f} s, {self.mb_per_s:,.1f} MB/s, "
+            f"{self.jobs} job(s)"
+        )
+        for w in self.warnings:
+            lines.append(f"warning: {w}")
+        return "\n".join(lines)
+
+
+def _size_warning(json_bytes: int) -> Optional[str]:
+    if json_bytes <= SIZE_WARN_BYTES:
+        return None
+    return (
+        f"the merged JSON is {json_bytes / 1e9:.1f} GB uncompressed: the Perfetto UI in a browser "
+        "struggles beyond ~1-2 GB. Smaller: drop python_function (the default; check "
+        "--include-pyfunc), --steps A:B, --ranks, --keep-cat/--drop-cat; or open it with the "
+        "native trace_processor (trace_processor --httpd FILE) and connect the UI to it."
+    )
+
+
+def _make_filter(
+    include_pyfunc: bool,
+    keep_cat: Optional[Sequence[str]],
+    drop_cat: Optional[Sequence[str]],
+    name_regex: Optional[str],
+    filter_fn: Optional[Callable[[Event], bool]],
+) -> EventFilter:
+    import re
+
+    if name_regex is not None:
+        try:
+            re.compile(name_regex)
+        except re.error as e:
+            raise UsageError(f"--name {name_regex!r} is not a valid regular expression: {e}") from None
+    return EventFilter(
+        include_pyfunc=include_pyfunc,
+        keep_cat=frozenset(keep_cat) if keep_cat else None,
+        drop_cat=frozenset(drop_cat or ()),
+        name_regex=name_regex,
+        fn=filter_fn,
+    )
+
+
+class _Progress:
+    """Bytes-read progress bar on stderr (tqdm), only for a terminal and not --quiet."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.bar = None
+        if enabled:
+            try:
+                from tqdm import tqdm
+
+                self.bar = tqdm(
+                    total=total, unit="B", unit_scale=True, unit_divisor=1024,
+                    desc="merging", file=sys.stderr, leave=False, dynamic_ncols=True,
+                )
+            except Exception:  # pragma: no cover - progress is best effort
+                self.bar = None
+
+    def __call__(self, n: int) -> None:
+        if self.bar is not None and n > 0:
+            self.bar.update(n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _head(base_ns: int) -> bytes:
+    return (
+        b'{"schemaVersion":1,"displayTimeUnit":"ms","baseTimeNanoseconds":%d,"traceEvents":[\n'
+        % base_ns
+    )
+
+
+def _tail(meta: Dict[str, Any]) -> bytes:
+    return b'\n],"tracefuse":' + dumps_exact(meta) + b"}\n"
+
+
+def _rank_header(plan: RankPlan, res: RankResult) -> Dict[str, Any]:
+    return {
+        "rank": plan.rank,
+        "rank_from": plan.rank_source,
+        "source": os.path.abspath(plan.path),
+        "compression": plan.compression,
+        "base_time_ns": plan.base_time_ns,
+        "shift_ns": plan.shift_ns,
+        "shift_us": plan.shift_ns / 1000,
+        "align": plan.align,
+        "header": res.header,
+        "pids": res.pid_map,
+        "events_in": res.events_in,
+        "events_out": res.events_out,
+        "dropped": res.dropped,
+        "exact_numbers": res.exact_numbers,
+        "salvage": res.salvage,
+    }
+
+
+def _run_in_process(task: RankTask, counter: Any, slot: int) -> RankResult:
+    """Worker entry point: stream one rank, reporting bytes read in a shared array."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides and cleans up
+
+    def progress(n: int) -> None:
+        with counter.get_lock():
+            counter[slot] += n
+
+    return stream_rank(task, progress)
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (affinity-aware)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover
+        return max(1, os.cpu_count() or 1)
+
+
+class _TermAsInterrupt:
+    """Turn SIGTERM into an exception in the parent so the same cleanup runs."""
+
+    def __enter__(self) -> "_TermAsInterrupt":
+        self.prev = None
+        try:
+            self.prev = signal.signal(signal.SIGTERM, self._handler)
+        except ValueError:  # not the main thread
+            self.prev = None
+        return self
+
+    @staticmethod
+    def _handler(signum: int, frame: Any) -> None:
+        raise Interrupted("terminated (SIGTERM); no output written")
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.prev is not None:
+            signal.signal(signal.SIGTERM, self.prev)
+
+
+def merge(
+    inputs: InputSpec,
+    output: str = "merged_trace.json.gz",
+    *,
+    rank_from: str = "auto",
+    ranks: Optional[Sequence[int]] = None,
+    include_pyfunc: bool = False,
+    keep_cat: Optional[Sequence[str]] = None,
+    drop_cat: Optional[Sequence[str]] = None,
+    name_regex: Optional[str] = None,
+    filter_fn: Optional[Callable[[Event], bool]] = None,
+    jobs: Optional[int] = 1,
+    force: bool = False,
+    progress: bool = False,
+    salvage: bool = False,
+) -> MergeSummary:
+    """Merge per-rank traces into ``output`` and return what was done.
+
+    ``inputs``: files and/or directories (rank = ``distributedInfo.rank``, else list
+    position; ``rank_from="order"`` forces position) or a ``{rank: path}`` mapping.
+    ``output``: ``.json``, ``.json.gz`` or ``.json.zst`` (by extension), or ``"-"``
+    for stdout. ``jobs``: worker processes (``None`` = usable cores; 1 = in process).
+    Raises :class:`~tracefuse_stream.errors.TraceFuseError` subclasses on bad input
+    or output; no file is left under ``output`` then.
+    """
+    t0 = time.perf_counter()
+    flt = _make_filter(include_pyfunc, keep_cat, drop_cat, name_regex, filter_fn)
+    plans = plan_inputs(inputs, rank_from=rank_from, ranks=ranks)
+    warnings = world_size_warnings(plans)
+    codec = "plain" if output == "-" else codec_for(str(output))
+    n_jobs = usable_cores() if jobs is None or jobs <= 0 else int(jobs)
+    n_jobs = max(1, min(n_jobs, len(plans)))
+    base_ns = min(((p.base_time_ns or 0) - p.shift_ns for p in plans), default=0)
+    out = AtomicOutput(str(output), force=force, inputs=[p.path for p in plans])
+    frags = FragmentDir(out.frag_parent)
+    bar = _Progress(sum(p.size_bytes for p in plans), progress)
+    results: List[RankResult] = []
+    try:
+        with _TermAsInterrupt():
+            assert out.file is not None
+            splicer = Splicer(out.file, codec)
+            splicer.add(piece_of(codec, _head(base_ns)))
+            sep = piece_of(codec, b",\n")
+            tasks = [
+                RankTask(p, flt, codec, frags.file_for(p.rank), salvage) for p in plans
+            ]
+            wrote_any = False
+            for res in _results_in_order(tasks, n_jobs, bar):
+                if not res.piece.empty:
+                    if wrote_any:
+                        splicer.add(sep)
+                    splicer.add(res.piece)
+                    wrote_any = True
+                if res.piece.path:
+                    try:
+                        os.unlink(res.piece.path)
+                    except OSError:
+                        pass
+                results.append(res)
+            meta = {
+                "tool": "tracefuse-stream",
+                "version": __version__,
+                "base_time_ns": base_ns,
+                "ranks_merged": [p.rank for p in plans],
+                "filters": flt.to_header(),
+                "ranks": {str(p.rank): _rank_header(p, r) for p, r in zip(plans, results)},
+            }
+            splicer.add(piece_of(codec, _tail(meta)))
+            splicer.finish()
+            out.commit()
+    except KeyboardInterrupt:
+        out.abort()
+        raise Interrupted("interrupted (SIGINT); no output written") from None
+    except BaseException:
+        out.abort()
+        raise
+    finally:
+        bar.close()
+        frags.close()
+    json_bytes = splicer.length
+    if json_bytes > SIZE_WARN_BYTES:
+        warnings.append(_size_warning(json_bytes) or "")
+    summary = MergeSummary(
+        output=str(output),
+        ranks=[
+            RankSummary(
+                rank=r.rank, path=r.path, events_in=r.events_in, events_out=r.events_out,
+                dropped=r.dropped, shift_ns=p.shift_ns, exact_numbers=r.exact_numbers,
+                seconds=r.seconds, salvage=r.salvage,
+            )
+            for p, r in zip(plans, results)
+        ],
+        base_time_ns=base_ns,
+        bytes_in=sum(p.size_bytes for p in plans),
+        bytes_out=splicer.size,
+        json_bytes=json_bytes,
+        seconds=time.perf_counter() - t0,
+        jobs=n_jobs,
+        warnings=warnings,
+    )
+    return summary
+
+
+def _results_in_order(tasks: List[RankTask], jobs: int, bar: _Progress):
+    """Yield each task's result in task (rank) order, running up to ``jobs`` at once."""
+    if jobs <= 1:
+        for t in tasks:
+            yield stream_rank(t, bar)
+        return
+    ctx = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+    counter = ctx.Array("q", len(tasks))
+    seen = [0] * len(tasks)
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx)
+    futures: List[Future] = []
+    try:
+        futures = [pool.submit(_run_in_process, t, counter, i) for i, t in enumerate(tasks)]
+        for fut in futures:
+            while True:
+                try:
+                    res = fut.result(timeout=0.25)
+                    break
+                except FutureTimeout:
+                    pass
+                finally:
+                    for i in range(len(tasks)):
+                        v = counter[i]
+                        if v != seen[i]:
+                            bar(v - seen[i])
+                            seen[i] = v
+            yield res
+    except BaseException:
+        for f in futures:
+            f.cancel()
+        procs = list(getattr(pool, "_processes", {}).values())
+        for p in procs:
+            try:
+                p.terminate()
+            except Exception:
+                pass
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)

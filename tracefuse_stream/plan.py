@@ -1,0 +1,333 @@
+"""The planning pass: per-rank facts needed before any event is streamed.
+
+For each input file this reads only the top-level keys *before* ``traceEvents``
+(ijson, stopping at the event array) and, when the rank or the base time is not
+among them, the keys *after* it (from the file's tail, see ``trailer``). From that
+it decides the rank of every file, the common output base
+``B = min(baseTimeNanoseconds)`` and each rank's exact time shift in nanoseconds.
+Nothing here holds events; the cost is a header parse per file plus, for the older
+"base after events" layout, one decompression of the file.
+"""
+from __future__ import annotations
+
+import collections
+import os
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import ijson
+from ijson.common import ObjectBuilder
+
+from .errors import InputError, UsageError
+from .sources import READ_SIZE, TraceReader, find_inputs, input_size
+from .trailer import find_trailer
+
+TAIL_WINDOW = 16 << 20
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+@dataclass
+class RankPlan:
+    """Everything the streaming pass of one rank needs to know up front."""
+
+    path: str
+    position: int
+    compression: str
+    size_bytes: int
+    layout: str  # "object" ({"traceEvents": [...]}) or "array" (bare [...])
+    header: Dict[str, Any]  # top-level keys before traceEvents (+ trailer once known)
+    trailer_known: bool
+    rank: int = -1
+    rank_source: str = "order"  # "distributedInfo", "order", "explicit"
+    base_time_ns: Optional[int] = None
+    shift_ns: int = 0
+    align: Optional[Dict[str, Any]] = None
+    problems: List[str] = field(default_factory=list)
+
+    @property
+    def world_size(self) -> Optional[int]:
+        di = self.header.get("distributedInfo")
+        if isinstance(di, dict) and isinstance(di.get("world_size"), int):
+            return di["world_size"]
+        return None
+
+    @property
+    def host_name(self) -> Optional[str]:
+        h = self.header.get("host_name")
+        return h if isinstance(h, str) else None
+
+    @property
+    def dist_rank(self) -> Optional[int]:
+        di = self.header.get("distributedInfo")
+        if isinstance(di, dict):
+            r = di.get("rank")
+            if isinstance(r, int) and not isinstance(r, bool) and r >= 0:
+                return r
+        return None
+
+
+def read_header(path: PathLike) -> Tuple[str, Dict[str, Any], bool]:
+    """Parse the top-level keys before ``traceEvents``.
+
+    Returns ``(layout, header, saw_events)``. ``saw_events`` is False when the object
+    ended without a ``traceEvents`` key (not a trace).
+    """
+    reader = TraceReader(path)
+    header: Dict[str, Any] = {}
+    try:
+        events = ijson.parse(reader, use_float=False, buf_size=1 << 16)
+        try:
+            first = next(events)
+        except StopIteration:
+            raise InputError(str(path), "file is empty") from None
+        if first[1] == "start_array":
+            return "array", header, True
+        if first[1] != "start_map":
+            raise InputError(str(path), "not a trace: top level is not a JSON object or array")
+        for prefix, ev, val in events:
+            if ev == "map_key":
+                if val == "traceEvents":
+                    nxt = next(events)
+                    if nxt[1] != "start_array":
+                        raise InputError(str(path), "traceEvents is not an array", offset=reader.offset)
+                    return "object", header, True
+                builder = ObjectBuilder()
+                depth = 0
+                for _p, e, v in events:
+                    builder.event(e, v)
+                    if e in ("start_map", "start_array"):
+                        depth += 1
+                    elif e in ("end_map", "end_array"):
+                        depth -= 1
+                    if depth == 0:
+                        break
+                header[val] = builder.value
+            elif ev == "end_map":
+                return "object", header, False
+        raise InputError(str(path), "file ends inside the header (truncated)", offset=reader.offset)
+    except ijson.JSONError as e:
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if not reader.offset and not header:
+            raise InputError(str(path), f"not JSON ({msg})", offset=0) from None
+        raise InputError(
+            str(path), f"invalid JSON in the header: {msg}", offset=reader.offset,
+            hint="use --salvage to merge what can be read",
+        ) from None
+    finally:
+        reader.close()
+
+
+def read_tail(path: PathLike, window: int = TAIL_WINDOW) -> Tuple[bytes, bool]:
+    """The last ``window`` decompressed bytes of the file, and whether that is all of it.
+
+    Plain files are read by seeking; compressed ones are decompressed in a stream,
+    keeping only the last ``window`` bytes (flat memory).
+    """
+    reader = TraceReader(path)
+    try:
+        if reader.compression == "plain":
+            size = os.path.getsize(path)
+            with open(path, "rb") as f:
+                f.seek(max(0, size - window))
+                return f.read(), size <= window
+        chunks: "collections.deque[bytes]" = collections.deque()
+        kept = 0
+        total = 0
+        while True:
+            chunk = reader.read(READ_SIZE)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            kept += len(chunk)
+            total += len(chunk)
+            while chunks and kept - len(chunks[0]) >= window:
+                kept -= len(chunks.popleft())
+        data = b"".join(chunks)
+        return data[-window:], total <= window
+    finally:
+        reader.close()
+
+
+def _coerce_base(path: str, value: Any) -> Optional[int]:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise InputError(path, f"baseTimeNanoseconds is not an integer: {value!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, (float, Decimal)) and value == int(value):
+        return int(value)
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    raise InputError(path, f"baseTimeNanoseconds is not an integer: {value!r}")
+
+
+def complete_trailer(plan: RankPlan, trailer: Optional[Dict[str, Any]]) -> None:
+    """Merge the keys found after ``traceEvents`` into the plan's header."""
+    if trailer is None:
+        return
+    for k, v in trailer.items():
+        plan.header.setdefault(k, v)
+    plan.trailer_known = True
+
+
+def plan_file(path: PathLike, position: int, *, need_trailer: bool = False) -> RankPlan:
+    """Header pass for one file (and the tail when its base or rank is not in the header)."""
+    p = str(path)
+    layout, header, saw_events = read_header(path)
+    if not saw_events:
+        raise InputError(p, "not a trace: the JSON object has no traceEvents key")
+    reader_comp = TraceReader(path)
+    comp = reader_comp.compression
+    reader_comp.close()
+    plan = RankPlan(
+        path=p,
+        position=position,
+        compression=comp,
+        size_bytes=input_size(path),
+        layout=layout,
+        header=header,
+        trailer_known=layout == "array",
+    )
+    if layout == "object" and (
+        need_trailer or "baseTimeNanoseconds" not in header or "distributedInfo" not in header
+    ):
+        load_trailer(plan)
+    return plan
+
+
+def load_trailer(plan: RankPlan) -> None:
+    """Read the keys after the events from the file's tail (strict: must be complete)."""
+    if plan.trailer_known:
+        return
+    tail, _whole = read_tail(plan.path)
+    trailer = find_trailer(tail)
+    if trailer is None:
+        plan.problems.append("truncated")
+        raise InputError(
+            plan.path,
+            "file is truncated: it does not end with the end of a complete trace object",
+            offset=None,
+            hint="use --salvage to merge the complete events it has",
+        )
+    complete_trailer(plan, trailer)
+
+
+def assign_ranks(
+    plans: List[RankPlan], rank_from: str = "auto"
+) -> None:
+    """Give every plan its rank: ``distributedInfo.rank`` (``auto``) else list position.
+
+    Two files with the same rank are an error naming both files.
+    """
+    if rank_from not in ("auto", "order"):
+        raise UsageError(f"--rank-from must be 'auto' or 'order', not {rank_from!r}")
+    for p in plans:
+        if p.rank_source == "explicit":
+            continue
+        r = p.dist_rank if rank_from == "auto" else None
+        if r is not None:
+            p.rank, p.rank_source = r, "distributedInfo"
+        else:
+            p.rank, p.rank_source = p.position, "order"
+    seen: Dict[int, RankPlan] = {}
+    for p in plans:
+        if p.rank in seen:
+            other = seen[p.rank]
+            raise UsageError(
+                f"rank {p.rank} appears twice: {other.path} ({other.rank_source}) and "
+                f"{p.path} ({p.rank_source}); use --rank-from order to number files by "
+                f"their position instead"
+            )
+        seen[p.rank] = p
+
+
+def world_size_warnings(plans: Sequence[RankPlan]) -> List[str]:
+    """Warn when files disagree on ``distributedInfo.world_size``."""
+    sizes: Dict[int, List[str]] = {}
+    for p in plans:
+        if p.world_size is not None:
+            sizes.setdefault(p.world_size, []).append(p.path)
+    if len(sizes) <= 1:
+        return []
+    desc = "; ".join(f"world_size {k} in {len(v)} file(s), e.g. {v[0]}" for k, v in sorted(sizes.items()))
+    return [f"inputs disagree on distributedInfo.world_size: {desc}"]
+
+
+def assign_shifts(plans: Sequence[RankPlan]) -> int:
+    """Compute the output base ``B`` and each rank's exact shift ``base_r - B`` in ns.
+
+    A rank without ``baseTimeNanoseconds`` (PyTorch <= 2.3) has absolute epoch
+    microsecond timestamps, i.e. base 0.
+    """
+    for p in plans:
+        p.base_time_ns = _coerce_base(p.path, p.header.get("baseTimeNanoseconds"))
+    bases = [p.base_time_ns or 0 for p in plans]
+    out_base = min(bases) if bases else 0
+    for p, b in zip(plans, bases):
+        p.shift_ns = b - out_base
+    return out_base
+
+
+InputSpec = Union[Sequence[PathLike], Mapping[int, PathLike]]
+
+
+def plan_inputs(
+    inputs: InputSpec,
+    *,
+    rank_from: str = "auto",
+    ranks: Optional[Sequence[int]] = None,
+) -> List[RankPlan]:
+    """Plan every input: find files, read headers, assign ranks, select ``ranks``.
+
+    ``inputs`` is a list of files/directories (rank = distributedInfo.rank or list
+    position) or a ``{rank: path}`` mapping (explicit ranks). Returns the selected
+    plans sorted by rank, with shifts assigned.
+    """
+    plans: List[RankPlan] = []
+    if isinstance(inputs, Mapping):
+        for pos, (r, path) in enumerate(sorted(inputs.items())):
+            if not isinstance(r, int) or r < 0:
+                raise UsageError(f"rank keys must be non-negative integers, not {r!r}")
+            if not Path(path).is_file():
+                find_inputs([path])  # raises the right error
+                raise InputError(str(path), "not a regular file")
+            p = plan_file(path, pos)
+            p.rank, p.rank_source = r, "explicit"
+            plans.append(p)
+    else:
+        if isinstance(inputs, (str, os.PathLike)):
+            inputs = [inputs]
+        files = find_inputs(list(inputs))
+        if not files:
+            raise UsageError("no input files given")
+        plans = [plan_file(f, i) for i, f in enumerate(files)]
+    assign_ranks(plans, rank_from)
+    plans.sort(key=lambda p: p.rank)
+    if ranks is not None:
+        wanted = set(ranks)
+        have = {p.rank for p in plans}
+        missing = sorted(wanted - have)
+        if missing:
+            raise UsageError(
+                f"--ranks asks for rank(s) {_compress(missing)} but the inputs have ranks {_compress(sorted(have))}"
+            )
+        plans = [p for p in plans if p.rank in wanted]
+    assign_shifts(plans)
+    return plans
+
+
+def _compress(nums: Sequence[int]) -> str:
+    """``[0,1,2,5]`` -> ``"0-2,5"`` for readable messages."""
+    out: List[str] = []
+    i = 0
+    while i < len(nums):
+        j = i
+        while j + 1 < len(nums) and nums[j + 1] == nums[j] + 1:
+            j += 1
+        out.append(str(nums[i]) if i == j else f"{nums[i]}-{nums[j]}")
+        i = j + 1
+    return ",".join(out)

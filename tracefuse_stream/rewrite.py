@@ -1,0 +1,342 @@
+"""The per-event rewrite rules: pids, tids, flow/link ids, timestamps, rank tag.
+
+Pure and per rank: a :class:`RankRewriter` holds only small tables (pids, odd tids)
+and constants, never events. The rules, and why (see docs/OUTPUT_FORMAT.md):
+
+* **pid** — Perfetto keeps pids as uint32 and merges equal *string* pids across
+  files, and every rank of a container job can have the same OS pid. So every
+  (rank, original pid) gets its own integer: ``(r+1)*10000 + p`` for small integer
+  pids ``0 <= p < 5000`` (GPU device indices keep their number in the last digits),
+  ``(r+1)*10000 + 5000 + i`` for all others in order of first appearance.
+  ``rank = pid // 10000 - 1``; valid for ranks up to 214,746.
+* **tid** — a thread is (pid, tid) in Perfetto, so tids need no rank part; only
+  values Perfetto would turn into 0 are changed: negative ints become their absolute
+  value (what newer PyTorch writes), strings/floats/out-of-range become
+  ``1_000_000_000 + i`` and keep their original text as the thread name.
+* **flow ids and link args** — Perfetto binds flows by (cat, name, id) across the
+  whole file, and every rank counts ids from 1. ``id``, ``args.correlation`` and
+  ``args["External id"]`` become ``r * 2**32 + id`` (exact integers < 2**53 for ids
+  < 2**32 and ranks < 2**21), which keeps ``ac2g id == correlation``. Original:
+  ``id % 2**32``.
+* **ts** — shifted by exactly ``shift_ns`` nanoseconds with decimal arithmetic, so
+  no precision is lost; unshifted ranks keep the parsed value untouched.
+"""
+from __future__ import annotations
+
+from decimal import Decimal, localcontext
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+
+import orjson
+
+from .errors import InputError
+from .filters import EventFilter
+
+Event = Dict[str, Any]
+
+PID_STRIDE = 10000
+PID_DEVICE_LIMIT = 5000
+MAX_RANK = (2**31 - 1) // PID_STRIDE - 1  # 214746
+ID_BITS = 32
+ID_LIMIT = 1 << ID_BITS
+MAX_ID_RANK = (1 << (53 - ID_BITS)) - 1
+SYNTH_TID_BASE = 1_000_000_000
+UINT32 = 1 << 32
+LINK_ARGS = ("correlation", "External id")
+GPU_CATS = frozenset(
+    {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "Kernel", "Memcpy", "Memset"}
+)
+
+
+def output_pid(rank: int, slot: int) -> int:
+    """The output pid for slot ``slot`` of ``rank`` (see module docstring)."""
+    return (rank + 1) * PID_STRIDE + slot
+
+
+def rank_of_pid(pid: int) -> int:
+    """Inverse of the pid rule: the rank an output pid belongs to."""
+    return pid // PID_STRIDE - 1
+
+
+def original_id(out_id: int) -> Tuple[int, int]:
+    """``(rank, original id)`` of a rewritten flow/correlation id."""
+    return out_id >> ID_BITS, out_id & (ID_LIMIT - 1)
+
+
+def us_to_ns(value: Any) -> int:
+    """Exact integer nanoseconds of a microsecond value (int, float or Decimal).
+
+    Floats are taken at their shortest decimal repr, which is the text Kineto wrote
+    for any ts below 2**43 us (ulp < 1 ns there).
+    """
+    if type(value) is int:
+        return value * 1000
+    if type(value) is float:
+        d = Decimal(repr(value))
+    elif isinstance(value, Decimal):
+        d = value
+    else:
+        raise TypeError(f"not a number: {value!r}")
+    return int((d * 1000).to_integral_value())
+
+
+def _plain(d: Decimal) -> bytes:
+    s = format(d, "f")
+    if "." in s:
+        s = s.rstrip("0").rstrip(".")
+    if s in ("", "-", "-0"):
+        s = "0"
+    return s.encode()
+
+
+class TimeShifter:
+    """Adds an exact number of nanoseconds to microsecond timestamps.
+
+    Integer results stay JSON integers; anything else is written as an exact decimal
+    (``orjson.Fragment``) instead of a float that could round.
+    """
+
+    def __init__(self, shift_ns: int) -> None:
+        self.shift_ns = shift_ns
+        self.identity = shift_ns == 0
+        self._int_us = shift_ns // 1000 if shift_ns % 1000 == 0 else None
+        self._dshift = Decimal(shift_ns) / 1000
+
+    def __call__(self, ts: Any) -> Any:
+        if self.identity:
+            return ts
+        t = type(ts)
+        if t is int:
+            if self._int_us is not None:
+                return ts + self._int_us
+            d = Decimal(ts)
+        elif t is float:
+            r = repr(ts)
+            if r in ("nan", "inf", "-inf"):
+                raise ValueError(f"timestamp is {r}")
+            d = Decimal(r)
+        elif isinstance(ts, Decimal):
+            d = ts
+        elif isinstance(ts, orjson.Fragment):
+            raise TypeError("already shifted")
+        else:
+            raise ValueError(f"timestamp is not a number: {ts!r}")
+        with localcontext() as ctx:
+            ctx.prec = 60
+            return orjson.Fragment(_plain(d + self._dshift))
+
+
+class RankRewriter:
+    """Rewrites the events of one rank in place, keeping small per-rank tables.
+
+    ``feed(event)`` returns the rewritten event, or ``None`` when the event is
+    dropped by the filter or is metadata (metadata is buffered for ``labels``).
+    """
+
+    def __init__(
+        self,
+        rank: int,
+        shift_ns: int,
+        flt: EventFilter,
+        base_time_ns: int = 0,
+        path: str = "",
+    ) -> None:
+        if rank < 0 or rank > MAX_RANK:
+            raise InputError(path, f"rank {rank} is outside 0..{MAX_RANK}, the range the pid rule supports")
+        if rank > MAX_ID_RANK:
+            raise InputError(path, f"rank {rank} is above {MAX_ID_RANK}: rewritten flow ids would exceed 2**53")
+        self.rank = rank
+        self.path = path
+        self.filter = flt
+        self.shift = TimeShifter(shift_ns)
+        self.abs_base_ns = base_time_ns
+        self.pid_base = (rank + 1) * PID_STRIDE
+        self.id_off = rank << ID_BITS
+        self.pids: Dict[Any, int] = {}
+        self.pid_order: List[Any] = []
+        self.next_slot = PID_DEVICE_LIMIT
+        self.tids: Dict[Any, int] = {}
+        self.synth_tids: Dict[Tuple[int, int], Any] = {}  # (out pid, out tid) -> original
+        self.pid_first_ts: Dict[int, Any] = {}
+        self.pid_gpu_like: Set[int] = set()
+        self.metadata: List[Event] = []
+        self.events_in = 0
+        self.events_out = 0
+        self.dropped = 0
+        self.index = -1
+        self._window = flt.window_ns is not None
+
+    # -- tables ---------------------------------------------------------------
+    def map_pid(self, pid: Any) -> int:
+        """The output pid of original ``pid`` (allocating a slot on first sight)."""
+        out = self.pids.get(pid)
+        if out is not None:
+            return out
+        if type(pid) is int and 0 <= pid < PID_DEVICE_LIMIT:
+            out = self.pid_base + pid
+        else:
+            if pid is None:
+                pid = "<missing pid>"
+                got = self.pids.get(pid)
+                if got is not None:
+                    return got
+            if self.next_slot >= PID_STRIDE:
+                raise InputError(
+                    self.path,
+                    f"more than {PID_STRIDE - PID_DEVICE_LIMIT} distinct non-device pids in one rank",
+                    event_index=self.index,
+                )
+            out = self.pid_base + self.next_slot
+            self.next_slot += 1
+        self.pids[pid] = out
+        self.pid_order.append(pid)
+        return out
+
+    def map_tid(self, out_pid: int, tid: Any) -> Any:
+        """Valid uint32 tids stay; negatives -> abs; anything else -> synthetic."""
+        if type(tid) is int:
+            if 0 <= tid < UINT32:
+                return tid
+            if -UINT32 < tid < 0:
+                return -tid
+        key = (type(tid).__name__, tid if not isinstance(tid, (dict, list)) else repr(tid))
+        out = self.tids.get(key)
+        if out is None:
+            out = SYNTH_TID_BASE + len(self.tids)
+            self.tids[key] = out
+        self.synth_tids.setdefault((out_pid, out), tid)
+        return out
+
+    def map_id(self, value: Any, what: str) -> int:
+        """``rank * 2**32 + id`` for an integer id in 0..2**32-1 (hex strings allowed)."""
+        v = value
+        if type(v) is not int:
+            if isinstance(v, bool):
+                raise self._bad_id(value, what)
+            if isinstance(v, str):
+                try:
+                    v = int(v, 16)
+                except ValueError:
+                    raise self._bad_id(value, what) from None
+            elif isinstance(v, (float, Decimal)) and v == v and v == int(v):
+                v = int(v)
+            else:
+                raise self._bad_id(value, what)
+        if not 0 <= v < ID_LIMIT:
+            raise self._bad_id(value, what)
+        return self.id_off + v
+
+    def _bad_id(self, value: Any, what: str) -> InputError:
+        return InputError(
+            self.path,
+            f"{what} {value!r} is not an integer in 0..2**32-1, so it cannot be made unique across ranks",
+            event_index=self.index,
+            hint="use --salvage to drop such events",
+        )
+
+    # -- the hot path -----------------------------------------------------------
+    def feed(self, ev: Event) -> Optional[Event]:
+        """Rewrite ``ev`` in place; ``None`` when it is dropped or buffered."""
+        self.index += 1
+        self.events_in += 1
+        if type(ev) is not dict:
+            raise InputError(self.path, f"event is not a JSON object: {ev!r:.60}", event_index=self.index)
+        ph = ev.get("ph")
+        if ph == "M":
+            self.metadata.append(ev)
+            return None
+        if not self.filter.keep(ev):
+            self.dropped += 1
+            return None
+        ts = ev.get("ts")
+        if self._window:
+            if ts is None:
+                self.dropped += 1
+                return None
+            start = self.abs_base_ns + us_to_ns(ts)
+            dur = ev.get("dur")
+            if not self.filter.in_window(start, us_to_ns(dur) if ph == "X" and dur is not None else 0):
+                self.dropped += 1
+                return None
+        pid = self.map_pid(ev.get("pid"))
+        ev["pid"] = pid
+        tid = ev.get("tid")
+        if type(tid) is not int or not 0 <= tid < UINT32:
+            ev["tid"] = self.map_tid(pid, tid)
+        if ts is not None and not self.shift.identity:
+            try:
+                ev["ts"] = self.shift(ts)
+            except (ValueError, TypeError) as e:
+                raise InputError(self.path, f"bad ts: {e}", event_index=self.index) from None
+        if pid not in self.pid_first_ts:
+            self.pid_first_ts[pid] = ev.get("ts", 0)
+        if "id" in ev:
+            ev["id"] = self.map_id(ev["id"], "flow id")
+        if "bind_id" in ev:
+            ev["bind_id"] = self.map_id(ev["bind_id"], "bind_id")
+        args = ev.get("args")
+        if type(args) is dict:
+            for key in LINK_ARGS:
+                v = args.get(key)
+                if v is not None:
+                    args[key] = self.map_id(v, f"args[{key!r}]")
+            args["rank"] = self.rank
+        elif args is None:
+            ev["args"] = {"rank": self.rank}
+        else:
+            raise InputError(self.path, "event args is not an object", event_index=self.index)
+        if ev.get("cat") in GPU_CATS:
+            self.pid_gpu_like.add(pid)
+        self.events_out += 1
+        return ev
+
+    def rewrite_metadata(self, ev: Event) -> Event:
+        """Remap pid/tid/ts of a buffered metadata event (pid must be known)."""
+        pid = self.pids[ev.get("pid") if ev.get("pid") is not None else "<missing pid>"]
+        out = dict(ev)
+        out["pid"] = pid
+        tid = ev.get("tid")
+        if "tid" in ev and (type(tid) is not int or not 0 <= tid < UINT32):
+            out["tid"] = self.map_tid(pid, tid)
+        if ev.get("ts") is not None and not self.shift.identity:
+            out["ts"] = self.shift(ev["ts"])
+        args = ev.get("args")
+        out["args"] = dict(args) if type(args) is dict else {}
+        out["args"]["rank"] = self.rank
+        return out
+
+    def pid_map(self) -> List[List[Any]]:
+        """``[[original pid, output pid], ...]`` in order of first appearance."""
+        return [[p, self.pids[p]] for p in self.pid_order]
+
+
+def default_number(obj: Any) -> Any:
+    """orjson ``default=``: write Decimals (exact mode) with their original digits."""
+    if isinstance(obj, Decimal):
+        if not obj.is_finite():
+            raise TypeError(f"{obj} is not valid JSON")
+        return orjson.Fragment(str(obj).encode())
+    raise TypeError(f"cannot serialise {type(obj).__name__}")
+
+
+def big_ints_to_fragments(obj: Any) -> Any:
+    """Replace integers beyond 64 bits (which orjson refuses) by exact fragments."""
+    if type(obj) is int:
+        if not -(1 << 63) <= obj < (1 << 64):
+            return orjson.Fragment(str(obj).encode())
+        return obj
+    if type(obj) is dict:
+        return {k: big_ints_to_fragments(v) for k, v in obj.items()}
+    if type(obj) is list:
+        return [big_ints_to_fragments(v) for v in obj]
+    return obj
+
+
+def dumps_exact(ev: Any) -> bytes:
+    """Serialise with exact numbers: Decimals and >64-bit ints keep every digit."""
+    try:
+        return orjson.dumps(ev, default=default_number)
+    except orjson.JSONEncodeError:
+        return orjson.dumps(big_ints_to_fragments(ev), default=default_number)
+
+
+Dumps = Callable[[Any], bytes]

@@ -1,0 +1,170 @@
+"""The streaming pass of one rank: read -> rewrite -> write a fragment.
+
+ijson parses the rank's file incrementally into events; ``RankRewriter`` rewrites
+each in place; orjson serialises it straight into a compressed fragment. Memory per
+rank is the parser buffer, one output buffer (~1 MB) and the rewriter's small
+tables, however large the file.
+
+Numbers: the fast path parses floats as binary doubles (exact for Kineto's
+microsecond timestamps below 2**43, i.e. relative to a base). Two inputs need exact
+decimals instead, and get them by parsing with ``use_float=False``: ranks with
+absolute epoch timestamps (no base, PyTorch <= 2.3), and files with integers beyond
+int64 (2026 Kineto's uint64 ``Comms Id``), on which yajl's fast path stops with
+"integer overflow" — the rank is then redone in exact mode, every digit kept.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional
+
+import ijson
+import orjson
+
+from .errors import InputError
+from .filters import EventFilter
+from .labels import rank_metadata
+from .plan import TAIL_WINDOW, RankPlan, complete_trailer
+from .rewrite import RankRewriter, dumps_exact
+from .sources import TraceReader
+from .trailer import find_trailer
+from .writer import FLUSH_BYTES, Piece, PieceWriter
+
+PARSE_BUF = 1 << 18
+PROGRESS_EVERY = 1 << 22
+
+
+@dataclass
+class RankTask:
+    """What a worker needs to stream one rank (picklable)."""
+
+    plan: RankPlan
+    flt: EventFilter
+    codec: str
+    fragment_path: Optional[str]
+    salvage: bool = False
+
+
+@dataclass
+class RankResult:
+    """Small per-rank outcome returned to the parent (never events)."""
+
+    rank: int
+    path: str
+    piece: Piece
+    events_in: int
+    events_out: int
+    dropped: int
+    metadata_out: int
+    header: Dict[str, Any]
+    pid_map: List[List[Any]]
+    exact_numbers: bool
+    bytes_in: int
+    seconds: float
+    salvage: Optional[Dict[str, Any]] = None
+    warnings: List[str] = field(default_factory=list)
+
+
+class _NeedExact(Exception):
+    """The fast number path hit an integer beyond int64: redo in exact mode."""
+
+
+def _json_problem(e: Exception) -> str:
+    lines = [ln for ln in str(e).splitlines() if ln.strip()]
+    msg = lines[0] if lines else type(e).__name__
+    if "premature EOF" in msg or "Incomplete JSON" in msg:
+        return "file ends in the middle of the events (truncated)"
+    return f"invalid JSON: {msg.strip()}"
+
+
+def stream_rank(task: RankTask, progress: Optional[Callable[[int], None]] = None) -> RankResult:
+    """Stream one rank into a fragment; retried in exact-number mode when needed."""
+    exact = task.plan.base_time_ns is None
+    try:
+        return _stream_once(task, exact, progress)
+    except _NeedExact:
+        return _stream_once(task, True, progress)
+
+
+def _stream_once(
+    task: RankTask, exact: bool, progress: Optional[Callable[[int], None]]
+) -> RankResult:
+    t0 = time.perf_counter()
+    plan = task.plan
+    need_tail = not plan.trailer_known
+    reader = TraceReader(plan.path, plan.compression, keep_tail=TAIL_WINDOW if need_tail else 0)
+    rw = RankRewriter(plan.rank, plan.shift_ns, task.flt, plan.base_time_ns or 0, plan.path)
+    w = PieceWriter(task.codec, task.fragment_path)
+    dumps: Callable[[Any], bytes] = dumps_exact if exact else orjson.dumps
+    prefix = "traceEvents.item" if plan.layout == "object" else "item"
+    buf = bytearray()
+    sep = b",\n"
+    first = True
+    last_report = 0
+    meta_out = 0
+    ok = False
+    try:
+        try:
+            for ev in ijson.items(reader, prefix, use_float=not exact, buf_size=PARSE_BUF):
+                out = rw.feed(ev)
+                if out is None:
+                    continue
+                if first:
+                    first = False
+                else:
+                    buf += sep
+                buf += dumps(out)
+                if len(buf) >= FLUSH_BYTES:
+                    w.write(buf)
+                    buf.clear()
+                    if progress is not None:
+                        raw = reader.tell_raw()
+                        if raw - last_report >= PROGRESS_EVERY:
+                            progress(raw - last_report)
+                            last_report = raw
+        except ijson.JSONError as e:
+            if not exact and "integer overflow" in str(e):
+                raise _NeedExact() from None
+            raise InputError(
+                plan.path,
+                _json_problem(e),
+                offset=reader.offset,
+                event_index=rw.index + 1,
+                hint="use --salvage to keep the complete events before it",
+            ) from None
+        except orjson.JSONEncodeError as e:
+            raise InputError(plan.path, f"event cannot be written as strict JSON: {e}", event_index=rw.index) from None
+        for m in rank_metadata(rw):
+            if first:
+                first = False
+            else:
+                buf += sep
+            buf += dumps(m)
+            meta_out += 1
+        w.write(buf)
+        buf.clear()
+        if need_tail:
+            complete_trailer(plan, find_trailer(reader.tail()))
+        piece = w.finish()
+        ok = True
+    finally:
+        raw_total = reader.tell_raw()
+        reader.close()
+        if not ok:
+            w.abort()
+    if progress is not None and raw_total > last_report:
+        progress(raw_total - last_report)
+    return RankResult(
+        rank=plan.rank,
+        path=plan.path,
+        piece=piece,
+        events_in=rw.events_in,
+        events_out=rw.events_out + meta_out,
+        dropped=rw.dropped,
+        metadata_out=meta_out,
+        header=plan.header,
+        pid_map=rw.pid_map(),
+        exact_numbers=exact,
+        bytes_in=plan.size_bytes,
+        seconds=time.perf_counter() - t0,
+    )
