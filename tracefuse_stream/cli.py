@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import List, Optional, Sequence
 
 from . import __version__
 from .errors import (
+    EXIT_INTERNAL,
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_SALVAGED,
@@ -144,6 +146,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # stdout closed (e.g. piped into head)
         return EXIT_OK
+    except Exception as e:  # a bug of ours: still one line, traceback on request
+        if os.environ.get("TRACEFUSE_DEBUG"):
+            raise
+        print(
+            f"tracefuse: internal error: {type(e).__name__}: {e} "
+            "(set TRACEFUSE_DEBUG=1 for a traceback, and please report it)",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL
     return EXIT_USAGE
 
 

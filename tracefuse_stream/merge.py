@@ -190,9 +190,21 @@ def _rank_header(plan: RankPlan, res: RankResult) -> Dict[str, Any]:
     }
 
 
-def _run_in_process(task: RankTask, counter: Any, slot: int) -> RankResult:
+_WORKER_COUNTER: Any = None
+
+
+def _init_worker(counter: Any) -> None:
+    """Worker set-up: the shared progress array, default SIGTERM, ignore SIGINT
+    (the parent decides what an interrupt means and cleans up)."""
+    global _WORKER_COUNTER
+    _WORKER_COUNTER = counter
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _run_in_process(task: RankTask, slot: int) -> RankResult:
     """Worker entry point: stream one rank, reporting bytes read in a shared array."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides and cleans up
+    counter = _WORKER_COUNTER
 
     def progress(n: int) -> None:
         with counter.get_lock():
@@ -341,10 +353,12 @@ def _results_in_order(tasks: List[RankTask], jobs: int, bar: _Progress):
     ctx = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
     counter = ctx.Array("q", len(tasks))
     seen = [0] * len(tasks)
-    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx)
+    pool = ProcessPoolExecutor(
+        max_workers=jobs, mp_context=ctx, initializer=_init_worker, initargs=(counter,)
+    )
     futures: List[Future] = []
     try:
-        futures = [pool.submit(_run_in_process, t, counter, i) for i, t in enumerate(tasks)]
+        futures = [pool.submit(_run_in_process, t, i) for i, t in enumerate(tasks)]
         for fut in futures:
             while True:
                 try:

@@ -264,6 +264,9 @@ class AtomicOutput:
         except OSError as e:
             raise OutputError(f"{target}: cannot create a file in {parent}: {e.strerror or e}") from None
         self.tmp_path = tmp
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a normal file is wanted
         self.file = os.fdopen(fd, "wb", buffering=1 << 20)
         self.frag_parent = str(parent)
 
