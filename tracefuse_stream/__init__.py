@@ -2,10 +2,27 @@
 streaming, with bounded memory.
 
 Pipeline (one module per stage):
-``sources`` (find/open inputs) -> ``plan`` (cheap per-rank header pass) ->
-``reader`` (ijson event stream) -> ``rewrite`` (pid/tid/id/ts rules) ->
-``labels`` (per-rank process names and sort order) -> ``writer`` (incremental,
-compressed, atomic output) orchestrated by ``merge``; ``cli`` and ``compat``
-(TraceLens-compatible ``TraceFuse``) are the front doors.
+``sources`` (find/open inputs) -> ``plan`` (cheap per-rank header pass, ``trailer``
+for keys after the events) -> ``stream`` (ijson events of one rank) -> ``rewrite``
+(pid/tid/id/ts rules) -> ``labels`` (process names and sort order) -> ``writer``
+(compressed fragments spliced into one atomic output), orchestrated by ``merge``;
+``cli`` and ``compat`` (TraceLens-compatible ``TraceFuse``) are the front doors,
+``verify`` checks a merged file.
 """
 __version__ = "0.1.0"
+
+from .compat import TraceFuse
+from .errors import InputError, OutputError, TraceFuseError, UsageError
+from .merge import MergeSummary, RankSummary, merge
+
+__all__ = [
+    "TraceFuse",
+    "merge",
+    "MergeSummary",
+    "RankSummary",
+    "TraceFuseError",
+    "InputError",
+    "OutputError",
+    "UsageError",
+    "__version__",
+]

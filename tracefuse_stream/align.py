@@ -286,8 +286,11 @@ def _group_of(rank: int, hosts: Mapping[int, Optional[str]]) -> Tuple[Tuple[str,
     return ("host", str(h)), str(h)
 
 
-def _median_int(values: List[int]) -> float:
-    return float(statistics.median(values))
+def _median2(values: List[int]) -> int:
+    """Twice the median of integers, as an exact integer."""
+    v = sorted(values)
+    n = len(v)
+    return 2 * v[n // 2] if n % 2 else v[n // 2 - 1] + v[n // 2]
 
 
 def estimate_offsets(
@@ -328,31 +331,33 @@ def estimate_offsets(
         "do not end together and are not used"
     )
 
-    # Reference end per key: median over the reference host's ranks.
+    # Reference end per key: median over the reference host's ranks, kept DOUBLED so
+    # it stays an exact integer (the median of an even count is a half-integer, and
+    # epoch ns ~1.7e18 are far beyond float precision: ulp 256 ns).
     ref_values: Dict[MatchKey, List[int]] = {}
     for r in groups[ref_gid]:
         for k, e in ends_of(r).items():
             ref_values.setdefault(k, []).append(e)
-    ref_ends = {k: (v[0] if len(v) == 1 else _median_int(v)) for k, v in ref_values.items()}
+    ref_ends2 = {k: _median2(v) for k, v in ref_values.items()}
 
     for gid, members in groups.items():
         label = labels[gid]
         if gid == ref_gid:
             if any_collectives:
-                reason = f"reference host ({len(ref_ends)} collectives); offset 0 by definition"
+                reason = f"reference host ({len(ref_ends2)} collectives); offset 0 by definition"
             else:
                 reason = f"reference host; {no_gpu}; offset 0"
             for r in members:
                 out[r] = RankAlignment(0, label, reason=reason)
             continue
 
-        diffs: List[float] = []
+        diffs2: List[int] = []  # doubled ref_end - own_end: small exact integers
         matched_keys = set()
         for r in members:
             for k, e in ends_of(r).items():
-                ref = ref_ends.get(k)
-                if ref is not None:
-                    diffs.append(ref - e)
+                ref2 = ref_ends2.get(k)
+                if ref2 is not None:
+                    diffs2.append(ref2 - 2 * e)
                     matched_keys.add(k)
         n = len(matched_keys)
         estimate: Optional[int] = None
@@ -362,7 +367,7 @@ def estimate_offsets(
             reason = f"{no_gpu}; offset 0"
         elif not any(ends_of(r) for r in members):
             reason = "no GPU collective kernels (NCCL/RCCL) in this host's traces; offset 0"
-        elif not ref_ends:
+        elif not ref_ends2:
             reason = (
                 f"reference host {ref_label} has no GPU collective kernels (NCCL/RCCL); offset 0"
             )
@@ -372,8 +377,9 @@ def estimate_offsets(
                 f"(need {min_matches}); offset 0"
             )
         else:
-            med = statistics.median(diffs)
-            mad = statistics.median([abs(d - med) for d in diffs])
+            med2 = statistics.median(diffs2)  # values are offsets, exact in a float
+            mad = statistics.median([abs(d - med2) for d in diffs2]) / 2
+            med = med2 / 2
             estimate = int(round(med))
             spread_us = mad / 1000.0
             if mad > abs(med):

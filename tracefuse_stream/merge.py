@@ -191,6 +191,9 @@ def _rank_header(plan: RankPlan, res: RankResult) -> Dict[str, Any]:
 
 
 _WORKER_COUNTER: Any = None
+# Tasks reach forked workers by inheritance, not pickling, so an API ``filter_fn``
+# lambda works with workers too.
+_WORKER_TASKS: List[RankTask] = []
 
 
 def _init_worker(counter: Any) -> None:
@@ -202,9 +205,11 @@ def _init_worker(counter: Any) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def _run_in_process(task: RankTask, slot: int) -> RankResult:
+def _run_in_process(slot: int, task: Optional[RankTask] = None) -> RankResult:
     """Worker entry point: stream one rank, reporting bytes read in a shared array."""
     counter = _WORKER_COUNTER
+    if task is None:
+        task = _WORKER_TASKS[slot]
 
     def progress(n: int) -> None:
         with counter.get_lock():
@@ -350,15 +355,21 @@ def _results_in_order(tasks: List[RankTask], jobs: int, bar: _Progress):
         for t in tasks:
             yield stream_rank(t, bar)
         return
-    ctx = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+    global _WORKER_TASKS
+    fork = sys.platform.startswith("linux")
+    ctx = multiprocessing.get_context("fork" if fork else "spawn")
     counter = ctx.Array("q", len(tasks))
+    _WORKER_TASKS = tasks
     seen = [0] * len(tasks)
     pool = ProcessPoolExecutor(
         max_workers=jobs, mp_context=ctx, initializer=_init_worker, initargs=(counter,)
     )
     futures: List[Future] = []
     try:
-        futures = [pool.submit(_run_in_process, t, i) for i, t in enumerate(tasks)]
+        futures = [
+            pool.submit(_run_in_process, i) if fork else pool.submit(_run_in_process, i, t)
+            for i, t in enumerate(tasks)
+        ]
         for fut in futures:
             while True:
                 try:
@@ -384,4 +395,6 @@ def _results_in_order(tasks: List[RankTask], jobs: int, bar: _Progress):
                 pass
         pool.shutdown(wait=True, cancel_futures=True)
         raise
+    finally:
+        _WORKER_TASKS = []
     pool.shutdown(wait=True)
