@@ -154,7 +154,8 @@ class RankCollectives:
 def collect_collective_ends(
     path: PathLike, base_time_ns: Optional[int], cap: int = DEFAULT_CAP
 ) -> RankCollectives:
-    """One streaming pass over ``path`` keeping only GPU collective kernel end times.
+    """One streaming pass over ``path`` keeping only GPU collective kernel end times
+    (a second, exact-decimal pass only for files with integers beyond int64).
 
     ``base_time_ns`` is the file's ``baseTimeNanoseconds`` (None for PyTorch <= 2.3,
     whose ``ts`` are absolute epoch us and are then parsed as exact decimals), so that
