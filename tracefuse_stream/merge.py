@@ -84,7 +84,7 @@ class MergeSummary:
             f"{'rank':>6} {'events in':>12} {'events out':>12} {'dropped':>10} {'shift us':>14}  file",
         ]
         for r in self.ranks:
-            extra = f"  [salvaged: {r.salvage}]" if r.salvage else ""
+            extra = f"  [salvaged: {r.salvage.get('summary')}]" if r.salvage else ""
             lines.append(
                 f"{r.rank:>6} {r.events_in:>12,} {r.events_out:>12,} {r.dropped:>10,} "
                 f"{r.shift_ns / 1000:>14,.3f}  {r.path}{extra}"
@@ -273,7 +273,7 @@ def merge(
     """
     t0 = time.perf_counter()
     flt = _make_filter(include_pyfunc, keep_cat, drop_cat, name_regex, filter_fn)
-    plans = plan_inputs(inputs, rank_from=rank_from, ranks=ranks)
+    plans = plan_inputs(inputs, rank_from=rank_from, ranks=ranks, salvage=salvage)
     warnings = world_size_warnings(plans)
     codec = "plain" if output == "-" else codec_for(str(output))
     n_jobs = usable_cores() if jobs is None or jobs <= 0 else int(jobs)

@@ -21,7 +21,7 @@ import ijson
 from ijson.common import ObjectBuilder
 
 from .errors import InputError, UsageError
-from .sources import READ_SIZE, TraceReader, find_inputs, input_size
+from .sources import READ_SIZE, TraceReader, detect_compression, find_inputs, input_size
 from .trailer import find_trailer
 
 TAIL_WINDOW = 16 << 20
@@ -46,6 +46,8 @@ class RankPlan:
     shift_ns: int = 0
     align: Optional[Dict[str, Any]] = None
     problems: List[str] = field(default_factory=list)
+    needs_salvage: bool = False  # strict reading failed; stream with the salvage reader
+    first_ts: Any = None  # first event ts seen by a salvage plan (base guessing)
 
     @property
     def world_size(self) -> Optional[int]:
@@ -174,8 +176,50 @@ def complete_trailer(plan: RankPlan, trailer: Optional[Dict[str, Any]]) -> None:
     plan.trailer_known = True
 
 
-def plan_file(path: PathLike, position: int, *, need_trailer: bool = False) -> RankPlan:
-    """Header pass for one file (and the tail when its base or rank is not in the header)."""
+def plan_file(path: PathLike, position: int, *, salvage: bool = False) -> RankPlan:
+    """Header pass for one file (and the tail when its base or rank is not in the header).
+
+    With ``salvage``, a file that fails strict planning is planned by the salvage
+    reader instead (one extra pass over that file only).
+    """
+    try:
+        return _plan_strict(path, position)
+    except InputError as e:
+        if not salvage or "no such file" in e.problem or "cannot open" in e.problem:
+            raise
+        return _plan_salvage(path, position, e)
+
+
+def _plan_salvage(path: PathLike, position: int, err: InputError) -> RankPlan:
+    from .salvage import Framer, SalvageReport, tolerant_chunks
+
+    report = SalvageReport()
+    framer = Framer(tolerant_chunks(str(path), report), report, exact=True)
+    first_ts = None
+    for ev in framer.events():
+        if first_ts is None and isinstance(ev, dict) and ev.get("ph") != "M":
+            ts = ev.get("ts")
+            if isinstance(ts, (int, float, Decimal)) and not isinstance(ts, bool):
+                first_ts = ts
+    if framer.layout is None or not framer.saw_events:
+        raise InputError(str(path), f"nothing can be salvaged: {err.problem}", offset=err.offset)
+    comp = detect_compression(path)
+    plan = RankPlan(
+        path=str(path),
+        position=position,
+        compression=comp,
+        size_bytes=input_size(path),
+        layout=framer.layout,
+        header=dict(framer.header),
+        trailer_known=True,
+        needs_salvage=True,
+        first_ts=first_ts,
+    )
+    plan.problems.append(f"strict read failed: {err}")
+    return plan
+
+
+def _plan_strict(path: PathLike, position: int) -> RankPlan:
     p = str(path)
     layout, header, saw_events = read_header(path)
     if not saw_events:
@@ -193,7 +237,7 @@ def plan_file(path: PathLike, position: int, *, need_trailer: bool = False) -> R
         trailer_known=layout == "array",
     )
     if layout == "object" and (
-        need_trailer or "baseTimeNanoseconds" not in header or "distributedInfo" not in header
+        "baseTimeNanoseconds" not in header or "distributedInfo" not in header
     ):
         load_trailer(plan)
     return plan
@@ -265,6 +309,23 @@ def assign_shifts(plans: Sequence[RankPlan]) -> int:
     """
     for p in plans:
         p.base_time_ns = _coerce_base(p.path, p.header.get("baseTimeNanoseconds"))
+    known = [p.base_time_ns for p in plans if p.base_time_ns is not None]
+    for p in plans:
+        if p.base_time_ns is None and p.needs_salvage and p.first_ts is not None:
+            # The base may have been lost with the file's end. Relative Kineto
+            # timestamps are below 2**43 us; epoch ones (no base at all) are ~1e15.
+            if abs(p.first_ts) < 2**43:
+                if known:
+                    p.base_time_ns = min(known)
+                    p.problems.append(
+                        f"baseTimeNanoseconds missing (lost with the truncated end); "
+                        f"assumed {p.base_time_ns}, the base of the other ranks"
+                    )
+                else:
+                    p.problems.append(
+                        "baseTimeNanoseconds missing and no other rank has one: "
+                        "times stay relative to an unknown base"
+                    )
     bases = [p.base_time_ns or 0 for p in plans]
     out_base = min(bases) if bases else 0
     for p, b in zip(plans, bases):
@@ -280,6 +341,7 @@ def plan_inputs(
     *,
     rank_from: str = "auto",
     ranks: Optional[Sequence[int]] = None,
+    salvage: bool = False,
 ) -> List[RankPlan]:
     """Plan every input: find files, read headers, assign ranks, select ``ranks``.
 
@@ -295,7 +357,7 @@ def plan_inputs(
             if not Path(path).is_file():
                 find_inputs([path])  # raises the right error
                 raise InputError(str(path), "not a regular file")
-            p = plan_file(path, pos)
+            p = plan_file(path, pos, salvage=salvage)
             p.rank, p.rank_source = r, "explicit"
             plans.append(p)
     else:
@@ -304,7 +366,7 @@ def plan_inputs(
         files = find_inputs(list(inputs))
         if not files:
             raise UsageError("no input files given")
-        plans = [plan_file(f, i) for i, f in enumerate(files)]
+        plans = [plan_file(f, i, salvage=salvage) for i, f in enumerate(files)]
     assign_ranks(plans, rank_from)
     plans.sort(key=lambda p: p.rank)
     if ranks is not None:

@@ -26,6 +26,7 @@ from .filters import EventFilter
 from .labels import rank_metadata
 from .plan import TAIL_WINDOW, RankPlan, complete_trailer
 from .rewrite import RankRewriter, dumps_exact
+from .salvage import Framer, SalvageReport, tolerant_chunks
 from .sources import TraceReader
 from .trailer import find_trailer
 from .writer import FLUSH_BYTES, Piece, PieceWriter
@@ -70,7 +71,10 @@ class _NeedExact(Exception):
 
 
 def _json_problem(e: Exception) -> str:
-    lines = [ln for ln in str(e).splitlines() if ln.strip()]
+    text = e.args[0] if e.args else str(e)
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    lines = [ln for ln in str(text).splitlines() if ln.strip()]
     msg = lines[0] if lines else type(e).__name__
     if "premature EOF" in msg or "Incomplete JSON" in msg:
         return "file ends in the middle of the events (truncated)"
@@ -78,12 +82,89 @@ def _json_problem(e: Exception) -> str:
 
 
 def stream_rank(task: RankTask, progress: Optional[Callable[[int], None]] = None) -> RankResult:
-    """Stream one rank into a fragment; retried in exact-number mode when needed."""
+    """Stream one rank into a fragment; retried in exact-number mode when needed,
+    and with the salvage reader when the file is broken and ``task.salvage``."""
     exact = task.plan.base_time_ns is None
+    if task.plan.needs_salvage:
+        return _stream_salvage(task, progress)
     try:
-        return _stream_once(task, exact, progress)
-    except _NeedExact:
-        return _stream_once(task, True, progress)
+        try:
+            return _stream_once(task, exact, progress)
+        except _NeedExact:
+            return _stream_once(task, True, progress)
+    except InputError:
+        if not task.salvage:
+            raise
+        return _stream_salvage(task, progress)
+
+
+def _stream_salvage(
+    task: RankTask, progress: Optional[Callable[[int], None]]
+) -> RankResult:
+    """The salvage pass: frame events ourselves, skip what cannot be parsed."""
+    t0 = time.perf_counter()
+    plan = task.plan
+    report = SalvageReport()
+    framer = Framer(tolerant_chunks(plan.path, report), report, exact=plan.base_time_ns is None)
+    rw = RankRewriter(plan.rank, plan.shift_ns, task.flt, plan.base_time_ns or 0, plan.path)
+    w = PieceWriter(task.codec, task.fragment_path)
+    buf = bytearray()
+    first = True
+    meta_out = 0
+    ok = False
+    try:
+        for ev in framer.events():
+            try:
+                out = rw.feed(ev)
+                if out is None:
+                    continue
+                data = dumps_exact(out)
+            except (InputError, orjson.JSONEncodeError, TypeError, ValueError) as e:
+                report.skipped += 1
+                if len(report.examples) < 5:
+                    report.examples.append(f"event #{rw.index}: {e}")
+                continue
+            if not first:
+                buf += b",\n"
+            first = False
+            buf += data
+            if len(buf) >= FLUSH_BYTES:
+                w.write(buf)
+                buf.clear()
+        for m in rank_metadata(rw):
+            if not first:
+                buf += b",\n"
+            first = False
+            buf += dumps_exact(m)
+            meta_out += 1
+        w.write(buf)
+        for k, v in framer.header.items():
+            plan.header.setdefault(k, v)
+        piece = w.finish()
+        ok = True
+    finally:
+        if not ok:
+            w.abort()
+    if progress is not None:
+        progress(plan.size_bytes)
+    salvage = report.to_dict()
+    salvage["summary"] = report.summary()
+    salvage["plan_notes"] = list(plan.problems)
+    return RankResult(
+        rank=plan.rank,
+        path=plan.path,
+        piece=piece,
+        events_in=rw.events_in,
+        events_out=rw.events_out + meta_out,
+        dropped=rw.dropped,
+        metadata_out=meta_out,
+        header=plan.header,
+        pid_map=rw.pid_map(),
+        exact_numbers=True,
+        bytes_in=plan.size_bytes,
+        seconds=time.perf_counter() - t0,
+        salvage=salvage if (report.anything or plan.problems) else None,
+    )
 
 
 def _stream_once(
@@ -125,10 +206,11 @@ def _stream_once(
         except ijson.JSONError as e:
             if not exact and "integer overflow" in str(e):
                 raise _NeedExact() from None
+            problem = _json_problem(e)
             raise InputError(
                 plan.path,
-                _json_problem(e),
-                offset=reader.offset,
+                problem,
+                offset=reader.offset if "truncated" in problem else None,
                 event_index=rw.index + 1,
                 hint="use --salvage to keep the complete events before it",
             ) from None
