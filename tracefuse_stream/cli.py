@@ -57,12 +57,29 @@ def build_parser() -> argparse.ArgumentParser:
                    help="worker processes (default: usable cores; 1 = no workers)")
     m.add_argument("--salvage", action="store_true",
                    help="merge what can be read from broken inputs instead of failing")
+    m.add_argument("--align", choices=["base", "collectives"], default="base",
+                   help="base: exact baseTimeNanoseconds alignment (default); collectives: also "
+                        "correct per-host clock skew from GPU collective end times")
+    m.add_argument("--clock-offsets", metavar="FILE",
+                   help='JSON {"host or rank": microseconds} of known clock offsets to add')
+    m.add_argument("--steps", metavar="A:B", help="keep only ProfilerStep#A..#B (as timed on the reference rank)")
+    m.add_argument("--step-rank", type=int, metavar="R", help="reference rank for --steps (default: lowest merged rank)")
+    m.add_argument("--window", metavar="START_MS:END_MS",
+                   help="keep only this window, in ms from the merged trace's first event")
+    m.add_argument("--split-ranks", type=int, metavar="K",
+                   help="write one file per K consecutive merged ranks (names derived from -o)")
+    m.add_argument("--dry-run", action="store_true",
+                   help="apply all filters and report counts and estimated sizes; write nothing")
+    m.add_argument("--verify", action="store_true", help="verify the merged output against the inputs")
     m.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no summary")
     m.add_argument("--json-summary", action="store_true", help="print the summary as JSON on stdout")
 
     i = sub.add_parser("info", help="per-rank facts about the inputs (streams them, writes nothing)")
     _add_input_args(i)
     i.add_argument("--json", action="store_true", help="machine-readable output")
+    i.add_argument("--align", action="store_true",
+                   help="also estimate per-host clock offsets from collectives (no merge)")
+    i.add_argument("--steps", action="store_true", help="also list the ProfilerStep numbers of each rank")
 
     v = sub.add_parser("verify", help="check that a merged trace will render right in Perfetto")
     v.add_argument("args", nargs=argparse.REMAINDER)
@@ -80,6 +97,8 @@ def _ranks(spec: Optional[str]) -> Optional[List[int]]:
 def cmd_merge(a: argparse.Namespace) -> int:
     from .merge import merge
 
+    from .selection import parse_steps, parse_window_ms
+
     show_progress = not a.quiet and sys.stderr.isatty()
     summary = merge(
         a.inputs,
@@ -94,13 +113,42 @@ def cmd_merge(a: argparse.Namespace) -> int:
         force=a.force,
         progress=show_progress,
         salvage=a.salvage,
+        align=a.align,
+        clock_offsets=a.clock_offsets,
+        steps=parse_steps(a.steps) if a.steps else None,
+        step_rank=a.step_rank,
+        window_ms=parse_window_ms(a.window) if a.window else None,
+        split_ranks=a.split_ranks,
+        dry_run=a.dry_run,
     )
     if a.json_summary:
         print(json.dumps(summary.to_dict(), indent=2, default=str))
     elif not a.quiet:
         print(summary.format_text(), file=sys.stderr if a.output == "-" else sys.stdout)
-    salvaged = any(r.salvage for r in summary.ranks)
-    return EXIT_SALVAGED if salvaged else EXIT_OK
+    code = EXIT_OK
+    if a.verify and not a.dry_run:
+        code = _verify_outputs(summary.outputs, [r.path for r in summary.ranks], a.quiet)
+    if code == EXIT_OK and any(r.salvage for r in summary.ranks):
+        code = EXIT_SALVAGED
+    return code
+
+
+def _verify_outputs(outputs: List[str], inputs: List[str], quiet: bool) -> int:
+    """``merge --verify``: run the verifier on every written file."""
+    from .errors import EXIT_VERIFY
+    from .verify import verify
+
+    worst = EXIT_OK
+    for out in outputs:
+        if out == "-":
+            print("tracefuse: --verify skipped: output went to stdout", file=sys.stderr)
+            continue
+        report = verify(out, against=inputs)
+        if not quiet or not report.ok:
+            print(report.format_text(), file=sys.stderr)
+        if not report.ok:
+            worst = EXIT_VERIFY
+    return worst
 
 
 def cmd_info(a: argparse.Namespace) -> int:
@@ -109,11 +157,35 @@ def cmd_info(a: argparse.Namespace) -> int:
 
     plans = plan_inputs(a.inputs, rank_from=a.rank_from, ranks=_ranks(a.ranks))
     rows = [scan_rank(p) for p in plans]
+    out = {"ranks": [r.to_dict() for r in rows]}
+    text = [format_info(rows)]
+    if a.steps:
+        from .window import list_steps
+
+        steps = {p.rank: sorted(list_steps(p.path, strict=False)) for p in plans}
+        out["steps"] = {str(r): v for r, v in steps.items()}
+        for r, v in steps.items():
+            text.append(f"rank {r}: ProfilerSteps {_ranges(v) or 'none'}")
+    if a.align:
+        from .align import collect_collective_ends, estimate_offsets, format_alignment_table
+
+        hosts = {p.rank: p.host_name for p in plans}
+        coll = {p.rank: collect_collective_ends(p.path, p.base_time_ns) for p in plans}
+        al = estimate_offsets(coll, hosts)
+        out["align"] = {str(r): a_.to_header() for r, a_ in al.items()}
+        text.append("clock alignment from collectives (not applied; merge --align collectives does):")
+        text.append(format_alignment_table(al))
     if a.json:
-        print(json.dumps([r.to_dict() for r in rows], indent=2))
+        print(json.dumps(out if (a.steps or a.align) else out["ranks"], indent=2, default=str))
     else:
-        print(format_info(rows))
+        print("\n".join(text))
     return EXIT_OK
+
+
+def _ranges(nums: List[int]) -> str:
+    from .selection import compress_ranges
+
+    return compress_ranges(nums)
 
 
 def cmd_verify(a: argparse.Namespace) -> int:

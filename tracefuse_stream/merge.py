@@ -17,7 +17,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import __version__
 from .errors import Interrupted, OutputError, TraceFuseError, UsageError
@@ -59,6 +59,9 @@ class MergeSummary:
     seconds: float
     jobs: int
     warnings: List[str] = field(default_factory=list)
+    outputs: List[str] = field(default_factory=list)
+    dry_run: bool = False
+    window_ns: Optional[Tuple[int, int]] = None
 
     @property
     def events_in(self) -> int:
@@ -89,10 +92,16 @@ class MergeSummary:
                 f"{r.rank:>6} {r.events_in:>12,} {r.events_out:>12,} {r.dropped:>10,} "
                 f"{r.shift_ns / 1000:>14,.3f}  {r.path}{extra}"
             )
+        verb = "dry run over" if self.dry_run else "merged"
+        if self.window_ns:
+            lines.append(
+                f"time window: {self.window_ns[0]} .. {self.window_ns[1]} ns "
+                f"({(self.window_ns[1] - self.window_ns[0]) / 1e6:,.3f} ms)"
+            )
         lines.append(
-            f"merged {len(self.ranks)} rank(s): {self.events_in:,} events in, {self.events_out:,} out; "
+            f"{verb} {len(self.ranks)} rank(s): {self.events_in:,} events in, {self.events_out:,} out; "
             f"{self.bytes_in / 1e6:,.1f} MB in -> {self.output} {self.bytes_out / 1e6:,.1f} MB "
-            f"({self.json_bytes / 1e6:,.1f} MB JSON) in {self.seconds:.1f} s, {self.mb_per_s:,.1f} MB/s, "
+            f"({self.json_bytes / 1e6:,.1f} MB JSON{' estimated' if self.dry_run else ''}) in {self.seconds:.1f} s, {self.mb_per_s:,.1f} MB/s, "
             f"{self.jobs} job(s)"
         )
         for w in self.warnings:
@@ -246,6 +255,129 @@ class _TermAsInterrupt:
             signal.signal(signal.SIGTERM, self.prev)
 
 
+def _apply_alignment(
+    plans: List[RankPlan], align: str, clock_offsets: Optional[str], jobs: int
+) -> List[str]:
+    """Estimate (or load) per-host clock offsets and fold them into the rank shifts.
+
+    Returns notes for the summary. Shifts are then renormalised so that no rank is
+    shifted before the output base (no negative ts).
+    """
+    from .align import (
+        collect_collective_ends,
+        estimate_offsets,
+        load_clock_offsets,
+        offsets_from_file,
+    )
+
+    hosts = {p.rank: p.host_name for p in plans}
+    if clock_offsets is not None:
+        alignments = offsets_from_file(load_clock_offsets(clock_offsets), hosts)
+    elif align == "collectives":
+        args = [(p.path, p.base_time_ns) for p in plans]
+        collected = _map(_collect_ends, args, jobs)
+        alignments = estimate_offsets({p.rank: c for p, c in zip(plans, collected)}, hosts)
+    elif align == "base":
+        return []
+    else:
+        raise UsageError(f"--align must be 'base' or 'collectives', not {align!r}")
+    notes = []
+    for p in plans:
+        a = alignments.get(p.rank)
+        if a is None:
+            continue
+        p.align = a.to_header()
+        p.align_offset_ns = a.offset_ns if a.applied else 0
+        p.shift_ns += p.align_offset_ns
+    low = min(p.shift_ns for p in plans)
+    if low < 0:
+        for p in plans:
+            p.shift_ns -= low
+        notes.append(f"alignment moved a rank before the common base; output base lowered by {-low} ns")
+    from .align import format_alignment_table
+
+    notes.append("clock alignment:\n" + format_alignment_table(alignments))
+    return notes
+
+
+def _collect_ends(path: str, base: Optional[int]) -> Any:
+    from .align import collect_collective_ends
+
+    return collect_collective_ends(path, base)
+
+
+def _map(fn: Callable[..., Any], arglist: List[tuple], jobs: int) -> List[Any]:
+    """``[fn(*a) for a in arglist]``, in worker processes when ``jobs > 1``."""
+    if jobs <= 1 or len(arglist) <= 1:
+        return [fn(*a) for a in arglist]
+    ctx = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+        futs = [pool.submit(fn, *a) for a in arglist]
+        return [f.result() for f in futs]
+
+
+def _first_event_ns(plan: RankPlan) -> Optional[int]:
+    from .info import scan_rank
+
+    info = scan_rank(plan)
+    return info.first_ns
+
+
+def _resolve_window(
+    plans: List[RankPlan],
+    steps: Optional[Tuple[int, int]],
+    step_rank: Optional[int],
+    window_ms: Optional[Tuple[float, float]],
+    jobs: int,
+) -> Optional[Tuple[int, int]]:
+    """The absolute (aligned) ns window to keep, from ``--steps`` or ``--window``."""
+    if steps is not None and window_ms is not None:
+        raise UsageError("use either --steps or --window, not both")
+    if steps is not None:
+        from .window import find_step_window
+
+        ref_rank = plans[0].rank if step_rank is None else step_rank
+        ref = next((p for p in plans if p.rank == ref_rank), None)
+        if ref is None:
+            raise UsageError(
+                f"--step-rank {ref_rank} is not among the merged ranks "
+                f"({', '.join(str(p.rank) for p in plans[:10])}{'...' if len(plans) > 10 else ''})"
+            )
+        lo, hi = find_step_window(ref.path, ref.base_time_ns, steps[0], steps[1], rank=ref.rank)
+        off = ref.align_offset_ns
+        return lo + off, hi + off
+    if window_ms is not None:
+        from .window import window_from_ms
+
+        firsts = _map(_first_event_ns, [(p,) for p in plans], jobs)
+        known = [f + p.align_offset_ns for f, p in zip(firsts, plans) if f is not None]
+        if not known:
+            raise UsageError("--window: the inputs have no timed events")
+        return window_from_ms(min(known), window_ms[0], window_ms[1])
+    return None
+
+
+def split_names(output: str, groups: List[List[RankPlan]]) -> List[str]:
+    """``merged.json.gz`` -> ``merged.ranks0-7.json.gz`` (one name per rank group)."""
+    if output == "-":
+        raise UsageError("--split-ranks needs a file name for -o, not stdout")
+    path = Path(output)
+    name = path.name
+    lower = name.lower()
+    for suf in (".json.gz", ".json.zst", ".json.zstd", ".json", ".gz", ".zst", ".zstd"):
+        if lower.endswith(suf):
+            stem, ext = name[: -len(suf)], name[-len(suf):]
+            break
+    else:
+        stem, ext = name, ""
+    out = []
+    for g in groups:
+        lo, hi = g[0].rank, g[-1].rank
+        tag = f"ranks{lo}" if lo == hi else f"ranks{lo}-{hi}"
+        out.append(str(path.with_name(f"{stem}.{tag}{ext}")))
+    return out
+
+
 def merge(
     inputs: InputSpec,
     output: str = "merged_trace.json.gz",
@@ -261,75 +393,123 @@ def merge(
     force: bool = False,
     progress: bool = False,
     salvage: bool = False,
+    align: str = "base",
+    clock_offsets: Optional[str] = None,
+    steps: Optional[Tuple[int, int]] = None,
+    step_rank: Optional[int] = None,
+    window_ms: Optional[Tuple[float, float]] = None,
+    split_ranks: Optional[int] = None,
+    dry_run: bool = False,
 ) -> MergeSummary:
     """Merge per-rank traces into ``output`` and return what was done.
 
     ``inputs``: files and/or directories (rank = ``distributedInfo.rank``, else list
     position; ``rank_from="order"`` forces position) or a ``{rank: path}`` mapping.
     ``output``: ``.json``, ``.json.gz`` or ``.json.zst`` (by extension), or ``"-"``
-    for stdout. ``jobs``: worker processes (``None`` = usable cores; 1 = in process).
+    for stdout. ``jobs``: worker processes (``None``/0 = usable cores; 1 = in process).
+    ``align``: ``"base"`` (exact baseTimeNanoseconds alignment) or ``"collectives"``;
+    ``clock_offsets``: a JSON file of known per-host/rank offsets (us) instead.
+    ``steps``/``step_rank``/``window_ms``: keep only a time window. ``split_ranks``:
+    one file per K consecutive merged ranks. ``dry_run``: count and size, write nothing.
     Raises :class:`~tracefuse_stream.errors.TraceFuseError` subclasses on bad input
     or output; no file is left under ``output`` then.
     """
     t0 = time.perf_counter()
     flt = _make_filter(include_pyfunc, keep_cat, drop_cat, name_regex, filter_fn)
+    if split_ranks is not None and split_ranks < 1:
+        raise UsageError("--split-ranks must be at least 1")
     plans = plan_inputs(inputs, rank_from=rank_from, ranks=ranks, salvage=salvage)
     warnings = world_size_warnings(plans)
-    codec = "plain" if output == "-" else codec_for(str(output))
+    for p in plans:
+        warnings.extend(f"{p.path}: {note}" for note in p.problems if not note.startswith("strict read failed"))
     n_jobs = usable_cores() if jobs is None or jobs <= 0 else int(jobs)
     n_jobs = max(1, min(n_jobs, len(plans)))
-    base_ns = min(((p.base_time_ns or 0) - p.shift_ns for p in plans), default=0)
-    out = AtomicOutput(str(output), force=force, inputs=[p.path for p in plans])
-    frags = FragmentDir(out.frag_parent)
+    notes = _apply_alignment(plans, align, clock_offsets, n_jobs)
+    flt.window_ns = _resolve_window(plans, steps, step_rank, window_ms, n_jobs)
+    flt.__post_init__()
+    base_ns = min(((p.base_time_ns or 0) + p.align_offset_ns - p.shift_ns for p in plans), default=0)
+    codec = "plain" if output == "-" else codec_for(str(output))
+    if dry_run and output in (None, "", "-"):
+        codec = "gzip"
+    groups = (
+        [plans[i : i + split_ranks] for i in range(0, len(plans), split_ranks)]
+        if split_ranks
+        else [plans]
+    )
+    names = split_names(str(output), groups) if split_ranks else [str(output)]
+    inputs_paths = [p.path for p in plans]
+    outs: List[Any] = []
     bar = _Progress(sum(p.size_bytes for p in plans), progress)
+    frags: Optional[FragmentDir] = None
     results: List[RankResult] = []
+    splicers: List[Splicer] = []
     try:
         with _TermAsInterrupt():
-            assert out.file is not None
-            splicer = Splicer(out.file, codec)
-            splicer.add(piece_of(codec, _head(base_ns)))
+            for name in names:
+                outs.append(None if dry_run else AtomicOutput(name, force=force, inputs=inputs_paths))
+            if not dry_run:
+                frags = FragmentDir(outs[0].frag_parent)
+            for o in outs:
+                splicers.append(Splicer(None if o is None else o.file, codec))
+            for sp in splicers:
+                sp.add(piece_of(codec, _head(base_ns)))
             sep = piece_of(codec, b",\n")
+            group_of = {p.rank: gi for gi, g in enumerate(groups) for p in g}
             tasks = [
-                RankTask(p, flt, codec, frags.file_for(p.rank), salvage) for p in plans
+                RankTask(p, flt, codec, None if frags is None else frags.file_for(p.rank), salvage)
+                for p in plans
             ]
-            wrote_any = False
+            wrote_any = [False] * len(groups)
             for res in _results_in_order(tasks, n_jobs, bar):
+                gi = group_of[res.rank]
                 if not res.piece.empty:
-                    if wrote_any:
-                        splicer.add(sep)
-                    splicer.add(res.piece)
-                    wrote_any = True
+                    if wrote_any[gi]:
+                        splicers[gi].add(sep)
+                    splicers[gi].add(res.piece)
+                    wrote_any[gi] = True
                 if res.piece.path:
                     try:
                         os.unlink(res.piece.path)
                     except OSError:
                         pass
                 results.append(res)
-            meta = {
-                "tool": "tracefuse-stream",
-                "version": __version__,
-                "base_time_ns": base_ns,
-                "ranks_merged": [p.rank for p in plans],
-                "filters": flt.to_header(),
-                "ranks": {str(p.rank): _rank_header(p, r) for p, r in zip(plans, results)},
-            }
-            splicer.add(piece_of(codec, _tail(meta)))
-            splicer.finish()
-            out.commit()
+            by_rank = {r.rank: r for r in results}
+            for gi, g in enumerate(groups):
+                meta = {
+                    "tool": "tracefuse-stream",
+                    "version": __version__,
+                    "base_time_ns": base_ns,
+                    "ranks_merged": [p.rank for p in g],
+                    "split": {"part": gi, "parts": len(groups), "files": names} if split_ranks else None,
+                    "filters": flt.to_header(),
+                    "ranks": {str(p.rank): _rank_header(p, by_rank[p.rank]) for p in g},
+                }
+                splicers[gi].add(piece_of(codec, _tail(meta)))
+                splicers[gi].finish()
+            for o in outs:
+                if o is not None:
+                    o.commit()
     except KeyboardInterrupt:
-        out.abort()
+        for o in outs:
+            if o is not None:
+                o.abort()
         raise Interrupted("interrupted (SIGINT); no output written") from None
     except BaseException:
-        out.abort()
+        for o in outs:
+            if o is not None:
+                o.abort()
         raise
     finally:
         bar.close()
-        frags.close()
-    json_bytes = splicer.length
-    if json_bytes > SIZE_WARN_BYTES:
-        warnings.append(_size_warning(json_bytes) or "")
+        if frags is not None:
+            frags.close()
+    json_bytes = sum(sp.length for sp in splicers)
+    largest = max((sp.length for sp in splicers), default=0)
+    if largest > SIZE_WARN_BYTES:
+        warnings.append(_size_warning(largest) or "")
+    warnings.extend(notes)
     summary = MergeSummary(
-        output=str(output),
+        output=", ".join(names) if not dry_run else f"(dry run, {codec})",
         ranks=[
             RankSummary(
                 rank=r.rank, path=r.path, events_in=r.events_in, events_out=r.events_out,
@@ -340,11 +520,14 @@ def merge(
         ],
         base_time_ns=base_ns,
         bytes_in=sum(p.size_bytes for p in plans),
-        bytes_out=splicer.size,
+        bytes_out=sum(sp.size for sp in splicers),
         json_bytes=json_bytes,
         seconds=time.perf_counter() - t0,
         jobs=n_jobs,
         warnings=warnings,
+        outputs=[] if dry_run else names,
+        dry_run=dry_run,
+        window_ns=flt.window_ns,
     )
     return summary
 

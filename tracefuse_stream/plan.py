@@ -44,6 +44,7 @@ class RankPlan:
     rank_source: str = "order"  # "distributedInfo", "order", "explicit"
     base_time_ns: Optional[int] = None
     shift_ns: int = 0
+    align_offset_ns: int = 0  # clock correction folded into shift_ns
     align: Optional[Dict[str, Any]] = None
     problems: List[str] = field(default_factory=list)
     needs_salvage: bool = False  # strict reading failed; stream with the salvage reader

@@ -42,7 +42,7 @@ class RankTask:
     plan: RankPlan
     flt: EventFilter
     codec: str
-    fragment_path: Optional[str]
+    fragment_path: Optional[str]  # None: compress and count only (dry run)
     salvage: bool = False
 
 
@@ -106,8 +106,10 @@ def _stream_salvage(
     plan = task.plan
     report = SalvageReport()
     framer = Framer(tolerant_chunks(plan.path, report), report, exact=plan.base_time_ns is None)
-    rw = RankRewriter(plan.rank, plan.shift_ns, task.flt, plan.base_time_ns or 0, plan.path)
-    w = PieceWriter(task.codec, task.fragment_path)
+    rw = RankRewriter(
+        plan.rank, plan.shift_ns, task.flt, (plan.base_time_ns or 0) + plan.align_offset_ns, plan.path
+    )
+    w = PieceWriter(task.codec, task.fragment_path, discard=task.fragment_path is None)
     buf = bytearray()
     first = True
     meta_out = 0
@@ -174,8 +176,10 @@ def _stream_once(
     plan = task.plan
     need_tail = not plan.trailer_known
     reader = TraceReader(plan.path, plan.compression, keep_tail=TAIL_WINDOW if need_tail else 0)
-    rw = RankRewriter(plan.rank, plan.shift_ns, task.flt, plan.base_time_ns or 0, plan.path)
-    w = PieceWriter(task.codec, task.fragment_path)
+    rw = RankRewriter(
+        plan.rank, plan.shift_ns, task.flt, (plan.base_time_ns or 0) + plan.align_offset_ns, plan.path
+    )
+    w = PieceWriter(task.codec, task.fragment_path, discard=task.fragment_path is None)
     dumps: Callable[[Any], bytes] = dumps_exact if exact else orjson.dumps
     prefix = "traceEvents.item" if plan.layout == "object" else "item"
     buf = bytearray()

@@ -119,9 +119,10 @@ class Piece:
 class PieceWriter:
     """Compresses a stream of bytes into one spliceable piece (file or memory)."""
 
-    def __init__(self, codec: str, path: Optional[str] = None) -> None:
+    def __init__(self, codec: str, path: Optional[str] = None, discard: bool = False) -> None:
         self.codec = codec
         self.path = path
+        self.discard = discard  # count and compress, keep nothing (dry runs)
         self._f: Optional[BinaryIO] = open(path, "wb") if path else None
         self._mem: List[bytes] = []
         self.crc = 0
@@ -140,7 +141,7 @@ class PieceWriter:
         self.size += len(data)
         if self._f is not None:
             self._f.write(data)
-        else:
+        elif not self.discard:
             self._mem.append(data)
 
     def write(self, data: bytes) -> None:
@@ -193,8 +194,8 @@ def piece_of(codec: str, data: bytes) -> Piece:
 class Splicer:
     """Writes pieces, in order, as one valid output stream of ``codec``."""
 
-    def __init__(self, out: BinaryIO, codec: str) -> None:
-        self.out = out
+    def __init__(self, out: Optional[BinaryIO], codec: str) -> None:
+        self.out = out  # None: only count (dry runs)
         self.codec = codec
         self.crc = 0
         self.length = 0
@@ -204,6 +205,9 @@ class Splicer:
             self._w(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff")
 
     def _w(self, data: bytes) -> None:
+        if self.out is None:
+            self.size += len(data)
+            return
         try:
             self.out.write(data)
         except OSError as e:
@@ -213,7 +217,9 @@ class Splicer:
     def add(self, piece: Piece) -> None:
         if piece.empty:
             return
-        if piece.data is not None:
+        if self.out is None:
+            self.size += piece.size
+        elif piece.data is not None:
             self._w(piece.data)
         else:
             assert piece.path
@@ -235,6 +241,8 @@ class Splicer:
             c = _zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, -15)
             self._w(c.flush(zlib.Z_FINISH))  # a final, empty block
             self._w(struct.pack("<II", self.crc & 0xFFFFFFFF, self.length & 0xFFFFFFFF))
+        if self.out is None:
+            return
         try:
             self.out.flush()
         except OSError as e:
