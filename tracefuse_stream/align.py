@@ -31,12 +31,13 @@ import math
 import re
 import statistics
 from dataclasses import dataclass, field
-from decimal import ROUND_HALF_EVEN, Decimal
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Dict, Hashable, List, Mapping, Optional, Tuple, Union
 
 import ijson
 
+from .timeunits import us_to_ns_or_none as us_to_ns
 from .errors import InputError, UsageError
 from .sources import PathLike, open_trace
 
@@ -55,34 +56,10 @@ DEFAULT_MIN_MATCHES = 3
 # Beyond 2**43 (absolute epoch us of PyTorch <= 2.3) a float cannot hold ns anyway;
 # Decimal(repr()) then gives the nearest value the parser kept, far below the
 # microsecond accuracy alignment needs.
-_FAST_LIMIT_US = float(2**42)
 
 _COLLECTIVE_PREFIXES = ("nccl", "rccl")
 _COLLECTIVE_MARKERS = ("ncclDevKernel", "ncclKernel")
 _RANK_KEY = re.compile(r"[0-9]+")
-
-
-def us_to_ns(value: Any) -> Optional[int]:
-    """Convert a Kineto ``ts``/``dur`` (microseconds, 3 decimals) to integer ns exactly.
-
-    Returns None for anything that is not a finite number (bools included), so that
-    one odd event is skipped instead of aborting the alignment pass.
-    """
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value * 1000
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            return None
-        if -_FAST_LIMIT_US < value < _FAST_LIMIT_US:
-            return round(value * 1000)
-        return int((Decimal(repr(value)) * 1000).to_integral_value(ROUND_HALF_EVEN))
-    if isinstance(value, Decimal):
-        if not value.is_finite():
-            return None
-        return int((value * 1000).to_integral_value(ROUND_HALF_EVEN))
-    return None
 
 
 def is_collective_kernel(event: Mapping[str, Any]) -> bool:

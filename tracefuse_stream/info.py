@@ -14,7 +14,7 @@ import ijson
 
 from .errors import InputError
 from .plan import RankPlan
-from .rewrite import us_to_ns
+from .timeunits import us_to_ns
 from .sources import TraceReader
 
 

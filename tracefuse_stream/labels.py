@@ -12,7 +12,7 @@ at least one event, so filtering never leaves empty named tracks behind.
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, Optional
 
 from .rewrite import PID_DEVICE_LIMIT, RankRewriter
 

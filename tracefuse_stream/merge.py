@@ -17,10 +17,10 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import __version__
-from .errors import Interrupted, OutputError, TraceFuseError, UsageError
+from .errors import Interrupted, UsageError
 from .filters import EventFilter
 from .plan import InputSpec, RankPlan, plan_inputs, world_size_warnings
 from .rewrite import dumps_exact
@@ -263,12 +263,7 @@ def _apply_alignment(
     Returns notes for the summary. Shifts are then renormalised so that no rank is
     shifted before the output base (no negative ts).
     """
-    from .align import (
-        collect_collective_ends,
-        estimate_offsets,
-        load_clock_offsets,
-        offsets_from_file,
-    )
+    from .align import estimate_offsets, load_clock_offsets, offsets_from_file
 
     hosts = {p.rank: p.host_name for p in plans}
     if clock_offsets is not None:

@@ -30,6 +30,7 @@ import orjson
 
 from .errors import InputError
 from .filters import EventFilter
+from .timeunits import us_to_ns
 
 Event = Dict[str, Any]
 
@@ -60,23 +61,6 @@ def rank_of_pid(pid: int) -> int:
 def original_id(out_id: int) -> Tuple[int, int]:
     """``(rank, original id)`` of a rewritten flow/correlation id."""
     return out_id >> ID_BITS, out_id & (ID_LIMIT - 1)
-
-
-def us_to_ns(value: Any) -> int:
-    """Exact integer nanoseconds of a microsecond value (int, float or Decimal).
-
-    Floats are taken at their shortest decimal repr, which is the text Kineto wrote
-    for any ts below 2**43 us (ulp < 1 ns there).
-    """
-    if type(value) is int:
-        return value * 1000
-    if type(value) is float:
-        d = Decimal(repr(value))
-    elif isinstance(value, Decimal):
-        d = value
-    else:
-        raise TypeError(f"not a number: {value!r}")
-    return int((d * 1000).to_integral_value())
 
 
 def _plain(d: Decimal) -> bytes:

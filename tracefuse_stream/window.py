@@ -16,54 +16,23 @@ with three decimals, converted by :func:`us_to_ns` without float rounding errors
 """
 from __future__ import annotations
 
-import math
 import re
-from decimal import ROUND_CEILING, ROUND_FLOOR, ROUND_HALF_EVEN, Decimal
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from typing import Dict, Optional, Tuple, Union
 
 import ijson
 
+from .timeunits import FLOAT_FAST_LIMIT, us_to_ns
 from .errors import InputError, UsageError
 from .selection import compress_ranges
 from .sources import PathLike, open_trace
 
 Number = Union[int, float, Decimal]
 
-#: Below this magnitude ``round(float_us * 1000)`` is exact for any value written
-#: with three decimals (the float's error times 1000 stays under half a nanosecond
-#: and ns values below 2**53 are exact floats); above it Decimal is used.
-FLOAT_FAST_LIMIT = 2.0 ** 43
 
 _STEP_NAME_RE = re.compile(r"ProfilerStep#([0-9]+)", re.ASCII)
 _THOUSAND = Decimal(1000)
 _MILLION = Decimal(1_000_000)
-
-
-def us_to_ns(value: Number) -> int:
-    """Microseconds (int, float or Decimal, as a JSON parser returns them) to
-    integer nanoseconds, exactly for any value written with up to 3 decimals.
-
-    Ints are multiplied exactly; floats below 2**43 us use ``round(v * 1000)``,
-    larger ones go through ``Decimal(repr(v))`` (the shortest decimal that
-    round-trips, i.e. the number as written in the JSON). Sub-nanosecond digits
-    are rounded half-to-even. Raises TypeError for non-numbers (bool included)
-    and ValueError for NaN and infinities.
-    """
-    if isinstance(value, bool):
-        raise TypeError("us_to_ns: bool is not a time")
-    if isinstance(value, int):
-        return value * 1000
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValueError(f"us_to_ns: {value!r} is not a finite time")
-        if -FLOAT_FAST_LIMIT < value < FLOAT_FAST_LIMIT:
-            return round(value * 1000)
-        value = Decimal(repr(value))
-    if isinstance(value, Decimal):
-        if not value.is_finite():
-            raise ValueError(f"us_to_ns: {value!r} is not a finite time")
-        return int((value * _THOUSAND).to_integral_value(rounding=ROUND_HALF_EVEN))
-    raise TypeError(f"us_to_ns: expected int, float or Decimal, got {type(value).__name__}")
 
 
 def _ms_to_ns(value: Number, rounding: str) -> int:
