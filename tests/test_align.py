@@ -38,8 +38,9 @@ from tracefuse_stream.align import (
     us_to_ns,
 )
 from tracefuse_stream.errors import InputError, UsageError
+from conftest import shared_fixtures_dir
 
-FIXTURES = Path("/work/shared/fixtures")
+FIXTURES = shared_fixtures_dir()
 A100 = FIXTURES / "real" / "a100_nccl_rank0.json.gz"
 DDP4 = FIXTURES / "ddp4_transformer_tb"
 

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tracefuse_stream.errors import InputError, UsageError
+from conftest import shared_fixtures_dir
 from tracefuse_stream.window import (
     FLOAT_FAST_LIMIT,
     find_step_window,
@@ -20,7 +21,7 @@ from tracefuse_stream.window import (
     window_from_ms,
 )
 
-FIXTURES = Path("/work/shared/fixtures")
+FIXTURES = shared_fixtures_dir()
 DDP4 = FIXTURES / "ddp4_transformer_tb"
 REAL = FIXTURES / "real"
 
