@@ -120,35 +120,18 @@ def cmd_merge(a: argparse.Namespace) -> int:
         window_ms=parse_window_ms(a.window) if a.window else None,
         split_ranks=a.split_ranks,
         dry_run=a.dry_run,
+        verify=True if a.verify else None,
     )
     if a.json_summary:
         print(json.dumps(summary.to_dict(), indent=2, default=str))
     elif not a.quiet:
         print(summary.format_text(), file=sys.stderr if a.output == "-" else sys.stdout)
-    code = EXIT_OK
-    if a.verify and not a.dry_run:
-        code = _verify_outputs(summary.outputs, [r.path for r in summary.ranks], a.quiet)
-    if code == EXIT_OK and any(r.salvage for r in summary.ranks):
-        code = EXIT_SALVAGED
-    return code
-
-
-def _verify_outputs(outputs: List[str], inputs: List[str], quiet: bool) -> int:
-    """``merge --verify``: run the verifier on every written file."""
-    from .errors import EXIT_VERIFY
-    from .verify import verify
-
-    worst = EXIT_OK
-    for out in outputs:
-        if out == "-":
-            print("tracefuse: --verify skipped: output went to stdout", file=sys.stderr)
-            continue
-        report = verify(out, against=inputs)
-        if not quiet or not report.ok:
+    if a.verify and not a.quiet:
+        for report in summary.verify_reports:
             print(report.format_text(), file=sys.stderr)
-        if not report.ok:
-            worst = EXIT_VERIFY
-    return worst
+    if any(r.salvage for r in summary.ranks):
+        return EXIT_SALVAGED
+    return EXIT_OK
 
 
 def cmd_info(a: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ byte the ``jobs=1`` output whatever order workers finish in.
 """
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import signal
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import __version__
-from .errors import Interrupted, UsageError
+from .errors import EXIT_VERIFY, Interrupted, TraceFuseError, UsageError
 from .filters import EventFilter
 from .plan import InputSpec, RankPlan, plan_inputs, world_size_warnings
 from .rewrite import dumps_exact
@@ -62,6 +63,7 @@ class MergeSummary:
     outputs: List[str] = field(default_factory=list)
     dry_run: bool = False
     window_ns: Optional[Tuple[int, int]] = None
+    verify_reports: List[Any] = field(default_factory=list)
 
     @property
     def events_in(self) -> int:
@@ -76,7 +78,13 @@ class MergeSummary:
         return self.bytes_in / 1e6 / self.seconds if self.seconds > 0 else 0.0
 
     def to_dict(self) -> Dict[str, Any]:
-        d = asdict(self)
+        reports, self.verify_reports = self.verify_reports, []
+        try:
+            d = asdict(self)
+        finally:
+            self.verify_reports = reports
+        d.pop("verify_reports", None)
+        d["verify"] = [json.loads(r.to_json()) for r in reports]
         d["events_in"] = self.events_in
         d["events_out"] = self.events_out
         d["mb_per_s"] = self.mb_per_s
@@ -395,6 +403,7 @@ def merge(
     window_ms: Optional[Tuple[float, float]] = None,
     split_ranks: Optional[int] = None,
     dry_run: bool = False,
+    verify: Optional[bool] = None,
 ) -> MergeSummary:
     """Merge per-rank traces into ``output`` and return what was done.
 
@@ -406,6 +415,10 @@ def merge(
     ``clock_offsets``: a JSON file of known per-host/rank offsets (us) instead.
     ``steps``/``step_rank``/``window_ms``: keep only a time window. ``split_ranks``:
     one file per K consecutive merged ranks. ``dry_run``: count and size, write nothing.
+    ``verify``: check every written file with :func:`tracefuse_stream.verify.verify`
+    against the inputs (default: the ``TRACEFUSE_VERIFY=1`` environment variable);
+    reports land in ``summary.verify_reports`` and an error-level finding raises
+    :class:`VerifyFailed` (the output stays, for inspection).
     Raises :class:`~tracefuse_stream.errors.TraceFuseError` subclasses on bad input
     or output; no file is left under ``output`` then.
     """
@@ -524,7 +537,34 @@ def merge(
         dry_run=dry_run,
         window_ns=flt.window_ns,
     )
+    if verify is None:
+        verify = os.environ.get("TRACEFUSE_VERIFY") == "1"
+    if verify and not dry_run and output != "-":
+        _verify_outputs(summary, plans)
     return summary
+
+
+class VerifyFailed(TraceFuseError):
+    """``verify`` found an error-level problem in a merged file."""
+
+    exit_code = EXIT_VERIFY
+
+
+def _verify_outputs(summary: MergeSummary, plans: List[RankPlan]) -> None:
+    """Run the verifier on every written file; salvaged ranks are checked without
+    ``--against`` (their skipped events are known to be missing)."""
+    from .verify import verify as verify_file
+
+    salvaged = any(r.salvage for r in summary.ranks)
+    against = None if salvaged else [p.path for p in plans]
+    for out in summary.outputs:
+        report = verify_file(out, against=against)
+        summary.verify_reports.append(report)
+        if not report.ok:
+            first = report.errors[0]
+            raise VerifyFailed(
+                f"{out}: verify found {len(report.errors)} error(s), first: {first.code}: {first.message}"
+            )
 
 
 def _results_in_order(tasks: List[RankTask], jobs: int, bar: _Progress):
