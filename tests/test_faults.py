@@ -1,0 +1,528 @@
+"""Issue 4: faults while writing, interruptions, and inputs that must stay untouched.
+
+* Disk full / write errors (simulated by wrapping the engine's output and fragment
+  files so that a write raises ``OSError(ENOSPC)`` after N bytes, plus a real
+  ``/dev/full`` stdout): exit 3 with one line, nothing under the output name, no
+  temporary file or fragment directory left.
+* SIGINT / SIGTERM in the middle of a merge of a ~120 MB input generated here from
+  real events: exit 130, one line, no traceback, no output, no temp file, and with
+  ``-j 2`` no worker process left alive.
+* Inputs are never opened for writing (checked by recording opens, and by mtime and
+  content hash), and ``-o`` naming an input is refused (exit 3).
+"""
+from __future__ import annotations
+
+import builtins
+import contextlib
+import errno
+import gzip
+import hashlib
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Sequence, Tuple
+
+import pytest
+
+import tracefuse_stream.writer as writer_mod
+from tracefuse_stream.cli import main as cli_main
+
+SHARED_DEFAULT = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures"
+
+
+def _shared_dir() -> Path:
+    env = os.environ.get("TRACEFUSE_SHARED_FIXTURES")
+    return Path(env) if env else SHARED_DEFAULT
+
+
+@pytest.fixture(scope="session")
+def real_traces() -> Path:
+    d = _shared_dir()
+    if not (d / "ddp4_transformer_tb").is_dir() or not (d / "real").is_dir():
+        pytest.fail(
+            f"real trace fixtures not found at {d} (expected ddp4_transformer_tb/ and real/); "
+            "set TRACEFUSE_SHARED_FIXTURES to their location",
+            pytrace=False,
+        )
+    return d
+
+
+@pytest.fixture(scope="session")
+def ddp_files(real_traces: Path) -> Dict[int, Path]:
+    out = {}
+    for f in sorted((real_traces / "ddp4_transformer_tb").glob("*.json.gz")):
+        out[json.loads(gzip.decompress(f.read_bytes()))["distributedInfo"]["rank"]] = f
+    assert sorted(out) == [0, 1, 2, 3]
+    return out
+
+
+def cli(*args: Any) -> Tuple[int, str, str]:
+    o, e = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(o), contextlib.redirect_stderr(e):
+        rc = cli_main([str(a) for a in args])
+    return rc, o.getvalue(), e.getvalue()
+
+
+def one_line(err: str) -> str:
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1, f"expected ONE line on stderr:\n{err}"
+    assert "Traceback" not in err
+    assert lines[0].startswith("tracefuse: "), lines[0]
+    return lines[0]
+
+
+def leftovers(d: Path) -> List[str]:
+    return sorted(
+        p.name for p in d.iterdir()
+        if p.name.endswith(".tracefuse-tmp") or p.name.startswith(".tracefuse-frag-")
+    )
+
+
+def assert_nothing_left(out: Path) -> None:
+    assert not out.exists(), f"{out} exists after a failed merge"
+    assert not leftovers(out.parent), f"temporary files left: {leftovers(out.parent)}"
+
+
+# --------------------------------------------------------------------------- disk full
+class FullDisk:
+    """A file object that accepts ``limit`` bytes, then fails like a full disk
+    (writing the part that still fits first, as write(2) does). With
+    ``fail_flush`` the writes succeed and the final flush fails (buffered data)."""
+
+    def __init__(self, f: Any, limit: int, fail_flush: bool = False) -> None:
+        self._f = f
+        self.limit = limit
+        self.written = 0
+        self.fail_flush = fail_flush
+
+    def flush(self) -> None:
+        if self.fail_flush:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self._f.flush()
+
+    def write(self, data: Any) -> int:
+        data = bytes(data)
+        room = self.limit - self.written
+        if len(data) > room:
+            if room > 0:
+                self._f.write(data[:room])
+                self.written += room
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self.written += len(data)
+        return self._f.write(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._f, name)
+
+
+def _full_output(monkeypatch: pytest.MonkeyPatch, limit: int, fail_flush: bool = False) -> None:
+    orig = writer_mod.AtomicOutput.__init__
+
+    def init(self: Any, *a: Any, **k: Any) -> None:
+        orig(self, *a, **k)
+        if self.file is not None and not self.stdout:
+            self.file = FullDisk(self.file, limit, fail_flush)
+
+    monkeypatch.setattr(writer_mod.AtomicOutput, "__init__", init)
+
+
+@pytest.fixture(scope="module")
+def full_size(tmp_path_factory: pytest.TempPathFactory, ddp_files: Dict[int, Path]) -> Dict[str, int]:
+    """Size of the complete outputs the disk-full tests cut short."""
+    d = tmp_path_factory.mktemp("full")
+    sizes = {}
+    for ext in (".json", ".json.gz"):
+        out = d / ("m" + ext)
+        rc, _o, err = cli("merge", ddp_files[0], ddp_files[1], "-o", out, "-q", "-j", "1")
+        assert rc == 0, err
+        sizes[ext] = out.stat().st_size
+    return sizes
+
+
+@pytest.mark.parametrize("ext", [".json", ".json.gz"])
+@pytest.mark.parametrize("where", ["nothing_fits", "in_head", "in_events", "in_tail", "at_flush"])
+def test_disk_full_while_writing_the_output(tmp_path, monkeypatch, ddp_files, full_size, ext, where):
+    size = full_size[ext]
+    limit = {"nothing_fits": 0, "in_head": 20, "in_events": size // 2, "in_tail": size - 40,
+             "at_flush": 1 << 40}[where]
+    _full_output(monkeypatch, limit, fail_flush=where == "at_flush")
+    out = tmp_path / ("merged" + ext)
+    rc, _o, err = cli("merge", ddp_files[0], ddp_files[1], "-o", out, "-q", "-j", "1")
+    assert rc == 3, err
+    line = one_line(err)
+    assert "No space left on device" in line, line
+    assert_nothing_left(out)
+
+
+@pytest.mark.parametrize("where", ["in_events", "at_flush"])
+def test_disk_full_message_names_the_output(tmp_path, monkeypatch, ddp_files, full_size, where):
+    """``tracefuse: error: FILE: what is wrong`` holds for output errors too: with
+    several outputs (--split-ranks) or a default -o, the user must see which file."""
+    _full_output(monkeypatch, full_size[".json"] // 2 if where == "in_events" else 1 << 40,
+                 fail_flush=where == "at_flush")
+    out = tmp_path / "merged.json"
+    rc, _o, err = cli("merge", ddp_files[0], ddp_files[1], "-o", out, "-q", "-j", "1")
+    assert rc == 3, err
+    line = one_line(err)
+    assert str(out) in line, f"the message should name the output file: {line}"
+
+
+def test_disk_full_api_raises_output_error(tmp_path, monkeypatch, ddp_files):
+    from tracefuse_stream import merge
+    from tracefuse_stream.errors import OutputError
+
+    _full_output(monkeypatch, 5000)
+    out = tmp_path / "merged.json.zst"
+    with pytest.raises(OutputError):
+        merge([ddp_files[0], ddp_files[1]], str(out), jobs=1)
+    assert_nothing_left(out)
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_disk_full_while_writing_rank_fragments(tmp_path, monkeypatch, ddp_files, jobs):
+    """Fragments hold the bulk of the data, so that is where a disk fills up: still
+    an output error (exit 3), not an internal error; forked workers inherit the fault."""
+    real_open = builtins.open
+
+    def fake_open(file: Any, mode: str = "r", *a: Any, **k: Any) -> Any:
+        f = real_open(file, mode, *a, **k)
+        if "w" in mode and ".tracefuse-frag-" in str(file):
+            return FullDisk(f, 10_000)
+        return f
+
+    monkeypatch.setattr(writer_mod, "open", fake_open, raising=False)
+    out = tmp_path / "merged.json.gz"
+    rc, _o, err = cli("merge", ddp_files[0], ddp_files[1], "-o", out, "-q", "-j", jobs)
+    assert rc == 3, f"exit {rc}: {err}"
+    line = one_line(err)
+    assert "No space left on device" in line
+    assert_nothing_left(out)
+
+
+def test_fsync_error_at_commit(tmp_path, monkeypatch, ddp_files):
+    def bad_fsync(fd: int) -> None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(writer_mod.os, "fsync", bad_fsync)
+    out = tmp_path / "merged.json"
+    rc, _o, err = cli("merge", ddp_files[0], "-o", out, "-q", "-j", "1")
+    assert rc == 3, err
+    line = one_line(err)
+    assert str(out) in line and "error" in line.lower()
+    assert_nothing_left(out)
+
+
+def test_rename_error_at_commit(tmp_path, monkeypatch, ddp_files):
+    def bad_replace(a: Any, b: Any) -> None:
+        raise OSError(errno.EXDEV, os.strerror(errno.EXDEV))
+
+    monkeypatch.setattr(writer_mod.os, "replace", bad_replace)
+    out = tmp_path / "merged.json"
+    rc, _o, err = cli("merge", ddp_files[0], "-o", out, "-q", "-j", "1")
+    assert rc == 3, err
+    assert str(out) in one_line(err)
+    assert_nothing_left(out)
+
+
+def test_output_directory_missing_or_output_is_a_directory(tmp_path, ddp_files):
+    out = tmp_path / "no_such_dir" / "merged.json"
+    rc, _o, err = cli("merge", ddp_files[0], "-o", out, "-q")
+    assert rc == 3, err
+    assert str(out) in one_line(err)
+    assert not out.parent.exists()
+    d = tmp_path / "adir.json"
+    d.mkdir()
+    for extra in ((), ("--force",)):
+        rc, _o, err = cli("merge", ddp_files[0], "-o", d, "-q", *extra)
+        assert rc == 3, err
+        assert str(d) in one_line(err)
+        assert d.is_dir() and not any(d.iterdir())
+        assert not leftovers(tmp_path)
+
+
+def test_existing_output_needs_force(tmp_path, ddp_files):
+    out = tmp_path / "merged.json"
+    out.write_bytes(b"precious")
+    rc, _o, err = cli("merge", ddp_files[0], "-o", out, "-q")
+    assert rc == 3, err
+    assert "--force" in one_line(err)
+    assert out.read_bytes() == b"precious"
+    assert not leftovers(tmp_path)
+    rc, _o, err = cli("merge", ddp_files[0], "-o", out, "-q", "--force")
+    assert rc == 0, err
+    assert out.read_bytes() != b"precious"
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_stdout_on_a_full_device(tmp_path, ddp_files):
+    """A real ENOSPC: ``-o -`` with stdout on /dev/full."""
+    env = dict(os.environ)
+    env.pop("TRACEFUSE_DEBUG", None)
+    with open("/dev/full", "wb") as full:
+        p = subprocess.run(
+            [sys.executable, "-m", "tracefuse_stream", "merge", str(ddp_files[0]), "-o", "-", "-j", "1"],
+            stdout=full, stderr=subprocess.PIPE, env=env, timeout=120,
+        )
+    err = p.stderr.decode("utf-8", "replace")
+    assert p.returncode == 3, err
+    assert "No space left on device" in one_line(err)
+
+
+# --------------------------------------------------------------------------- signals
+@pytest.fixture(scope="module")
+def big_inputs(tmp_path_factory: pytest.TempPathFactory, ddp_files: Dict[int, Path]):
+    """Two ~60 MB rank files: the real header and trailer of ranks 0 and 1 around
+    their real events repeated 26 times (a merge of both takes a few seconds)."""
+    d = tmp_path_factory.mktemp("big")
+    paths = []
+    for r in (0, 1):
+        raw = gzip.decompress(ddp_files[r].read_bytes())
+        i = raw.index(b"[", raw.index(b'"traceEvents"')) + 1
+        j = raw.rindex(b"]")
+        body = raw[i:j].strip()
+        p = d / f"big{r}.json"
+        with open(p, "wb") as f:
+            f.write(raw[:i] + b"\n")
+            for k in range(26):
+                if k:
+                    f.write(b",\n")
+                f.write(body)
+            f.write(b"\n" + raw[j:])
+        paths.append(p)
+    yield paths
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def _descendants(pid: int) -> List[int]:
+    import psutil
+
+    try:
+        return [c.pid for c in psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _start(args: Sequence[Any]) -> subprocess.Popen:
+    env = dict(os.environ)
+    env.pop("TRACEFUSE_DEBUG", None)
+    return subprocess.Popen(
+        [sys.executable, "-m", "tracefuse_stream", *map(str, args)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True,
+    )
+
+
+def _wait_for(cond: Any, timeout: float, what: str) -> None:
+    t0 = time.monotonic()
+    while not cond():
+        if time.monotonic() - t0 > timeout:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+SIGNAL_CASES = [
+    # (signal, jobs, to the whole process group like a terminal's Ctrl-C, output)
+    ("SIGINT", 1, False, "m.json.gz"),
+    ("SIGTERM", 1, False, "m.json.zst"),
+    ("SIGINT", 2, True, "m.json.gz"),
+    ("SIGINT", 2, False, "m.json"),
+    ("SIGTERM", 2, False, "m.json.gz"),
+    ("SIGTERM", 2, True, "m.json.zst"),
+]
+
+
+@pytest.mark.parametrize("signame,jobs,group,name", SIGNAL_CASES)
+def test_signal_mid_merge(tmp_path, big_inputs, signame, jobs, group, name):
+    sig = getattr(signal, signame)
+    outdir = tmp_path / "out"
+    outdir.mkdir()
+    out = outdir / name
+    p = _start(["merge", *big_inputs, "-o", out, "-j", jobs])
+    try:
+        # mid-merge: the temporary output exists, then let it stream for a moment
+        _wait_for(lambda: any(outdir.glob(f".{name}.*.tracefuse-tmp")) or p.poll() is not None, 60, "the temp output")
+        assert p.poll() is None, "the merge ended before it could be interrupted"
+        time.sleep(0.3)
+        workers = _descendants(p.pid)
+        if jobs > 1:
+            assert len(workers) >= 2, f"expected worker processes, found {workers}"
+        assert p.poll() is None, "the merge ended before it could be interrupted"
+        if group:
+            os.killpg(p.pid, sig)
+        else:
+            os.kill(p.pid, sig)
+        _out, err_b = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    err = err_b.decode("utf-8", "replace")
+    assert p.returncode == 130, f"exit {p.returncode}: {err}"
+    line = one_line(err)
+    assert "interrupt" in line or "terminat" in line, line
+    assert_nothing_left(out)
+    assert sorted(x.name for x in outdir.iterdir()) == []
+    deadline = time.monotonic() + 10
+    while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [w for w in workers if _alive(w)], "worker processes survived the interrupt"
+
+
+def test_sigterm_before_the_output_phase(tmp_path, big_inputs):
+    """SIGTERM while the inputs are still being scanned (``--window`` reads every
+    rank before anything is written) is an interruption too: exit 130, one line."""
+    outdir = tmp_path / "out"
+    outdir.mkdir()
+    out = outdir / "m.json.gz"
+    p = _start(["merge", *big_inputs, "-o", out, "-j", "1", "--window", "0:5"])
+    try:
+        time.sleep(1.0)  # past the imports, inside the --window scan of 120 MB
+        assert p.poll() is None, "the scan ended before it could be interrupted"
+        assert not any(outdir.iterdir()), "already writing: the test needs a longer scan"
+        os.kill(p.pid, signal.SIGTERM)
+        _o, err_b = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    err = err_b.decode("utf-8", "replace")
+    assert p.returncode == 130, f"exit {p.returncode} (negative: killed by the signal): {err!r}"
+    one_line(err)
+    assert_nothing_left(out)
+
+
+# --------------------------------------------------------------------------- inputs stay untouched
+def _fingerprint(paths: Sequence[Path]) -> Dict[str, Tuple[int, int, str]]:
+    return {
+        str(p): (p.stat().st_mtime_ns, p.stat().st_size, hashlib.sha256(p.read_bytes()).hexdigest())
+        for p in paths
+    }
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path, ddp_files: Dict[int, Path], real_traces: Path) -> Path:
+    """A copy of real inputs (never the shared originals: a bug must not damage them)."""
+    d = tmp_path / "run"
+    d.mkdir()
+    shutil.copy(ddp_files[0], d / "rank0.pt.trace.json.gz")
+    shutil.copy(ddp_files[1], d / "rank1.pt.trace.json.gz")
+    (d / "rank2.json").write_bytes(gzip.decompress(ddp_files[2].read_bytes()))
+    return d
+
+
+def test_inputs_are_never_opened_for_writing(tmp_path, monkeypatch, run_dir):
+    inputs = sorted(run_dir.iterdir())
+    watched = {os.path.realpath(p) for p in inputs}
+    bad: List[str] = []
+    real_open, real_os_open = builtins.open, os.open
+
+    def is_input(f: Any) -> bool:
+        try:
+            return isinstance(f, (str, bytes, os.PathLike)) and os.path.realpath(f) in watched
+        except (TypeError, ValueError):
+            return False
+
+    def rec_open(file: Any, mode: str = "r", *a: Any, **k: Any) -> Any:
+        if is_input(file) and any(c in mode for c in "wax+"):
+            bad.append(f"open({file}, {mode!r})")
+        return real_open(file, mode, *a, **k)
+
+    def rec_os_open(path: Any, flags: int, *a: Any, **k: Any) -> Any:
+        if is_input(path) and flags & (os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_TRUNC | os.O_CREAT):
+            bad.append(f"os.open({path}, {flags:#x})")
+        return real_os_open(path, flags, *a, **k)
+
+    def guard(name: str) -> None:
+        orig = getattr(os, name)
+
+        def g(*a: Any, **k: Any) -> Any:
+            if any(is_input(x) for x in a):
+                bad.append(f"os.{name}{a}")
+            return orig(*a, **k)
+
+        monkeypatch.setattr(os, name, g)
+
+    monkeypatch.setattr(builtins, "open", rec_open)
+    monkeypatch.setattr(os, "open", rec_os_open)
+    for name in ("replace", "rename", "unlink", "remove", "truncate", "utime", "chmod"):
+        guard(name)
+    before = _fingerprint(inputs)
+    outdir = tmp_path / "o"
+    outdir.mkdir()
+    for args in (
+        [run_dir, "-o", outdir / "a.json.gz"],
+        [run_dir, "-o", outdir / "a.json.gz", "--force", "--salvage"],
+        [*inputs, "-o", outdir / "b.json", "--rank-from", "order", "--include-pyfunc"],
+        [run_dir, "-o", outdir / "c.json.zst", "--split-ranks", "2"],
+    ):
+        rc, _o, err = cli("merge", *args, "-q", "-j", "1")
+        assert rc == 0, err
+    for target in (inputs[0], inputs[2]):
+        rc, _o, err = cli("merge", run_dir, "-o", target, "-q", "-j", "1", "--force")
+        assert rc == 3, err
+    assert not bad, f"inputs touched for writing: {bad}"
+    assert _fingerprint(inputs) == before
+
+
+def test_output_naming_an_input_is_refused(tmp_path, run_dir, monkeypatch):
+    inputs = sorted(run_dir.iterdir())
+    before = _fingerprint(inputs)
+    monkeypatch.chdir(run_dir)
+    link = tmp_path / "link.json.gz"
+    link.symlink_to(inputs[0])
+    spellings = [
+        ([run_dir], inputs[0]),                       # found through the directory
+        ([inputs[1]], inputs[1]),                     # the same path
+        ([inputs[1]], Path(inputs[1].name)),          # relative spelling (cwd is run_dir)
+        ([inputs[2]], Path("..") / "run" / inputs[2].name),
+        ([inputs[0]], link),                          # a symlink to the input
+    ]
+    for ins, target in spellings:
+        for extra in ((), ("--force",)):
+            rc, _o, err = cli("merge", *ins, "-o", target, "-q", "-j", "1", *extra)
+            assert rc == 3, f"-o {target} for inputs {ins}: exit {rc} {err}"
+            line = one_line(err)
+            assert "input" in line, line
+    assert link.is_symlink()
+    assert not leftovers(run_dir) and not leftovers(tmp_path)
+    assert _fingerprint(inputs) == before
+
+
+def test_inputs_unchanged_by_subprocess_merges(tmp_path, run_dir):
+    """The same through the command line, with workers, salvage and failures."""
+    inputs = sorted(run_dir.iterdir())
+    before = _fingerprint(inputs)
+    hard = tmp_path / "hard.json.gz"
+    os.link(inputs[0], hard)
+    env = dict(os.environ)
+    env.pop("TRACEFUSE_DEBUG", None)
+
+    def run(*args: Any) -> int:
+        p = subprocess.run(
+            [sys.executable, "-m", "tracefuse_stream", "merge", *map(str, args), "-q"],
+            capture_output=True, env=env, timeout=120,
+        )
+        assert "Traceback" not in p.stderr.decode("utf-8", "replace")
+        return p.returncode
+
+    assert run(run_dir, "-o", tmp_path / "m.json.gz", "-j", "2") == 0
+    assert run(run_dir, "-o", tmp_path / "m.json.gz", "-j", "2", "--force", "--salvage") == 0
+    assert run(run_dir, "-o", inputs[1], "-j", "2", "--force") == 3
+    # a hard link to an input: refusing is fine, replacing the link name is fine,
+    # writing into the shared inode is not
+    assert run(inputs[0], "-o", hard, "--force") in (0, 3)
+    assert _fingerprint(inputs) == before

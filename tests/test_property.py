@@ -1,0 +1,380 @@
+"""Issue 4, property tests (hypothesis).
+
+1. Random VALID multi-rank traces merge with every invariant of docs/OUTPUT_FORMAT.md:
+   exact non-metadata counts per rank in input order, output pids valid and unique
+   per rank, no flow key (cat, name, id) shared by ranks, flow/link ids rewritten by
+   rule, absolute times exact (Decimal), ``dur`` untouched.
+2. Random CORRUPTIONS of real traces (truncate, flip bytes, insert bytes; plain, gzip
+   and zstd) either merge (strict or ``--salvage``) into strict JSON, or fail with the
+   project's own ``TraceFuseError`` — never another exception type, and never a file
+   under the output name (nor a temporary file) on failure.
+
+Traces are generated: the random ones event by event, the corrupted ones from the
+real traces in the shared fixtures directory.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import tempfile
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+import pytest
+import zstandard
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tracefuse_stream import merge
+from tracefuse_stream.errors import TraceFuseError
+
+SHARED_DEFAULT = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures"
+PERIOD_NS = 7_889_238 * 10**9
+
+
+def _shared_dir() -> Path:
+    env = os.environ.get("TRACEFUSE_SHARED_FIXTURES")
+    return Path(env) if env else SHARED_DEFAULT
+
+
+def _real(name: str) -> bytes:
+    d = _shared_dir()
+    p = d / "real" / name
+    if not p.is_file():
+        pytest.fail(
+            f"real trace fixture {p} not found; set TRACEFUSE_SHARED_FIXTURES to the shared fixtures",
+            pytrace=False,
+        )
+    return gzip.decompress(p.read_bytes())
+
+
+def parse_exact(data: bytes) -> Any:
+    def bad(name: str) -> Any:
+        raise ValueError(f"non-standard constant {name}")
+
+    return json.loads(data, parse_float=Decimal, parse_constant=bad)
+
+
+def read_output(path: Path) -> Dict[str, Any]:
+    raw = path.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    elif raw[:4] == b"\x28\xb5\x2f\xfd":
+        raw = zstandard.ZstdDecompressor().decompressobj().decompress(raw)
+    obj = parse_exact(raw)
+    assert isinstance(obj, dict)
+    return obj
+
+
+def encode(data: bytes, codec: str) -> Tuple[bytes, str]:
+    if codec == "gzip":
+        return gzip.compress(data, 6, mtime=0), ".json.gz"
+    if codec == "zstd":
+        return zstandard.ZstdCompressor(level=3).compress(data), ".json.zst"
+    return data, ".json"
+
+
+def leftovers(d: Path) -> List[str]:
+    return sorted(
+        p.name for p in d.iterdir()
+        if p.name.endswith(".tracefuse-tmp") or p.name.startswith(".tracefuse-frag-")
+    )
+
+
+# --------------------------------------------------------------------------- random valid traces
+PIDS = st.one_of(
+    st.integers(0, 7),                       # GPU device pids
+    st.integers(5000, 4_000_000),            # OS pids
+    st.integers(-3, -1),                     # overhead pid -1 and friends
+    st.integers(2**32, 2**40),               # out of Perfetto's uint32
+    st.sampled_from(["Spans", "Traces", "", "GPU 0 Counters", "7"]),
+)
+TIDS = st.one_of(
+    st.integers(0, 2**32 - 1),
+    st.integers(-(2**31), -1),
+    st.sampled_from(["", "main", "Trace PyTorch Profiler"]),
+)
+REL_TS_NS = st.integers(0, 2**43 * 1000 - 1)  # relative to a base: below 2**43 us (~101 days)
+
+
+def _us(ns: int, as_int: bool = False) -> str:
+    """ns -> microseconds text with exactly 3 decimals (Kineto), or an integer."""
+    if as_int:
+        return str(ns // 1000)
+    return f"{ns // 1000}.{ns % 1000:03d}"
+
+
+@st.composite
+def rank_trace(draw: Any, rank: int, world: int) -> Dict[str, Any]:
+    base = draw(st.one_of(
+        st.none(),                                                  # PyTorch <= 2.3: epoch us
+        st.sampled_from([216 * PERIOD_NS, 217 * PERIOD_NS, 227 * PERIOD_NS]),  # Kineto bases
+        st.integers(1_600_000_000 * 10**9, 1_800_000_000 * 10**9),   # any ns
+    ))
+    epoch0 = draw(st.integers(1_600_000_000 * 10**15, 1_800_000_000 * 10**15))  # abs ns
+    events: List[str] = []
+    facts: List[Dict[str, Any]] = []  # per non-metadata event, in file order
+
+    def ts_text() -> str:
+        ns = draw(REL_TS_NS)
+        as_int = draw(st.booleans()) if base is None else False
+        if base is None:
+            ns = epoch0 + ns
+            if as_int:
+                ns -= ns % 1000
+        return _us(ns, as_int)
+
+    pids_seen: List[Any] = []
+    n = draw(st.integers(1, 14))
+    for _ in range(n):
+        kind = draw(st.sampled_from(["X", "X", "i", "flow", "M"]))
+        pid = draw(PIDS)
+        tid = draw(TIDS)
+        if kind != "M":
+            pids_seen.append(pid)
+        if kind == "X":
+            ts = ts_text()
+            dur = _us(draw(st.integers(0, 10**9)))
+            ext = draw(st.integers(0, 2**32 - 1))
+            cat = draw(st.sampled_from(["cpu_op", "kernel", "user_annotation", "gpu_memcpy"]))
+            args = {"External id": ext}
+            if cat == "kernel":
+                args["correlation"] = draw(st.integers(0, 2**32 - 1))
+            events.append(
+                '{"ph": "X", "cat": %s, "name": %s, "pid": %s, "tid": %s, "ts": %s, "dur": %s, "args": %s}'
+                % (json.dumps(cat), json.dumps(f"op{len(events)}"), json.dumps(pid), json.dumps(tid), ts, dur,
+                   json.dumps(args))
+            )
+            facts.append({"ts": ts, "dur": dur, "pid": pid, "tid": tid, "args": args})
+        elif kind == "i":
+            ts = ts_text()
+            events.append(
+                '{"ph": "i", "s": "t", "name": "mark", "pid": %s, "tid": %s, "ts": %s}'
+                % (json.dumps(pid), json.dumps(tid), ts)
+            )
+            facts.append({"ts": ts, "pid": pid, "tid": tid})
+        elif kind == "flow":
+            fid = draw(st.integers(1, 6))  # tiny ids: every rank uses the same ones
+            cat = draw(st.sampled_from(["ac2g", "fwdbwd"]))
+            for ph in ("s", "f"):
+                ts = ts_text()
+                bp = ', "bp": "e"' if ph == "f" else ""
+                events.append(
+                    '{"ph": "%s", "id": %d, "pid": %s, "tid": %s, "ts": %s, "cat": "%s", "name": "%s"%s}'
+                    % (ph, fid, json.dumps(pid), json.dumps(tid), ts, cat, cat, bp)
+                )
+                facts.append({"ts": ts, "pid": pid, "tid": tid, "id": fid, "cat": cat})
+        else:
+            events.append(
+                '{"ph": "M", "name": "process_name", "pid": %s, "tid": 0, "args": {"name": "python3"}}'
+                % json.dumps(pid)
+            )
+    header = [
+        '"schemaVersion": 1',
+        '"distributedInfo": {"backend": "nccl", "rank": %d, "world_size": %d}' % (rank, world),
+    ]
+    if base is not None:
+        header.append('"baseTimeNanoseconds": %d' % base)
+    before = draw(st.booleans())  # new Kineto: keys before traceEvents; older: after
+    ev_text = '"traceEvents": [\n  ' + ",\n  ".join(events) + "\n]"
+    parts = header + [ev_text] if before else [ev_text] + header
+    text = "{\n" + ",\n".join(parts) + '\n, "traceName": "r%d"}\n' % rank
+    codec = draw(st.sampled_from(["plain", "plain", "gzip", "zstd"]))
+    return {"text": text.encode(), "codec": codec, "base": base, "facts": facts}
+
+
+@st.composite
+def runs(draw: Any) -> List[Dict[str, Any]]:
+    world = draw(st.integers(1, 4))
+    return [draw(rank_trace(r, world)) for r in range(world)]
+
+
+def _pid_key(p: Any) -> Tuple[str, Any]:
+    return (type(p).__name__, p)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(run=runs())
+def test_random_valid_runs_merge_with_all_invariants(run):
+    with tempfile.TemporaryDirectory() as td:
+        d = Path(td)
+        files = []
+        for r, tr in enumerate(run):
+            data, ext = encode(tr["text"], tr["codec"])
+            p = d / f"rank{r}{ext}"
+            p.write_bytes(data)
+            files.append(p)
+        out = d / "out" / "merged.json.gz"
+        out.parent.mkdir()
+        summary = merge([str(f) for f in files], str(out), jobs=1)
+        o = read_output(out)
+    bases = [tr["base"] or 0 for tr in run]
+    B = min(bases)
+    assert o["baseTimeNanoseconds"] == B
+    pid_owner: Dict[int, int] = {}
+    flow_owner: Dict[Any, int] = {}
+    sections: Dict[int, List[Dict[str, Any]]] = {}
+    for ev in o["traceEvents"]:
+        r = ev["args"]["rank"]
+        pid = ev["pid"]
+        assert type(pid) is int and 1 <= pid <= 2**31 - 1, pid
+        assert pid // 10000 - 1 == r
+        assert pid_owner.setdefault(pid, r) == r
+        if "tid" in ev:
+            assert type(ev["tid"]) is int and 0 <= ev["tid"] < 2**32
+        if ev.get("ph") in ("s", "t", "f"):
+            key = (ev["cat"], ev["name"], ev["id"])
+            assert flow_owner.setdefault(key, r) == r, f"flow key {key} shared by ranks"
+        if ev.get("ph") != "M":
+            sections.setdefault(r, []).append(ev)
+    for r, tr in enumerate(run):
+        got = sections.get(r, [])
+        facts = tr["facts"]
+        assert len(got) == len(facts), f"rank {r}: {len(got)} events out, {len(facts)} in"
+        rs = summary.ranks[r]
+        assert rs.rank == r and rs.salvage is None
+        pid_map: Dict[Any, int] = {}
+        for g, f in zip(got, facts):
+            # absolute time is exact: B + ts_out * 1000 == base_r + ts_in * 1000
+            assert B + g["ts"] * 1000 == bases[r] + Decimal(f["ts"]) * 1000, (r, g["ts"], f["ts"])
+            if "dur" in f:
+                assert g["dur"] == Decimal(f["dur"])
+            k = _pid_key(f["pid"])
+            assert pid_map.setdefault(k, g["pid"]) == g["pid"], "one original pid, two output pids"
+            if type(f["pid"]) is int and 0 <= f["pid"] < 5000:
+                assert g["pid"] == (r + 1) * 10000 + f["pid"]
+            t = f["tid"]
+            if type(t) is int and 0 <= t < 2**32:
+                assert g["tid"] == t
+            elif type(t) is int and -(2**32) < t < 0:
+                assert g["tid"] == -t
+            if "id" in f:
+                assert g["id"] == (r << 32) + f["id"]
+            for a in ("External id", "correlation"):
+                if a in f.get("args", {}):
+                    assert g["args"][a] == (r << 32) + f["args"][a]
+        assert len(set(pid_map.values())) == len(pid_map), f"rank {r}: two original pids share an output pid"
+
+
+# --------------------------------------------------------------------------- random corruptions
+_SOURCES: Dict[str, bytes] = {}
+
+
+def _source(name: str) -> bytes:
+    if name not in _SOURCES:
+        if name == "mi250":
+            _SOURCES[name] = _real("mi250_minitoy.json.gz")
+        else:  # the head of a real H100 trace (first 400 events), as a bare event array
+            obj = json.loads(_real("h100_bert_small.json.gz"))
+            _SOURCES[name] = json.dumps(obj["traceEvents"][:400], indent=1).encode()
+    return _SOURCES[name]
+
+
+corruption = st.one_of(
+    st.tuples(st.just("truncate"), st.floats(0, 1)),
+    st.tuples(st.just("flip"), st.floats(0, 1), st.integers(1, 255), st.integers(1, 4)),
+    st.tuples(st.just("insert"), st.floats(0, 1), st.binary(min_size=1, max_size=6)),
+    st.tuples(st.just("insert"), st.floats(0, 1), st.sampled_from([b'"', b"\\", b"{", b"]", b",", b"\x00", b"NaN", b"\xff"])),
+)
+
+
+def corrupt(data: bytes, ops: List[Tuple[Any, ...]]) -> bytes:
+    b = bytearray(data)
+    for op in ops:
+        pos = min(int(op[1] * len(b)), max(len(b) - 1, 0))
+        if op[0] == "truncate":
+            del b[pos:]
+        elif op[0] == "flip" and b:
+            for j in range(pos, min(pos + op[3], len(b))):
+                b[j] ^= op[2]
+        elif op[0] == "insert":
+            b[pos:pos] = op[2]
+    return bytes(b)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    source=st.sampled_from(["mi250", "h100_array"]),
+    codec=st.sampled_from(["plain", "plain", "gzip", "zstd"]),
+    where=st.sampled_from(["decompressed", "compressed"]),
+    ops=st.lists(corruption, min_size=1, max_size=3),
+    with_intact_rank=st.booleans(),
+)
+def test_random_corruptions_merge_or_fail_cleanly(source, codec, where, ops, with_intact_rank):
+    text = _source(source)
+    if where == "decompressed" or codec == "plain":
+        data, ext = encode(corrupt(text, ops), codec)
+    else:
+        enc, ext = encode(text, codec)
+        data = corrupt(enc, ops)
+    with tempfile.TemporaryDirectory() as td:
+        d = Path(td)
+        p = d / f"broken{ext}"
+        p.write_bytes(data)
+        inputs = [str(p)]
+        if with_intact_rank:
+            q = d / "intact.json"
+            q.write_bytes(_source("mi250"))
+            inputs.insert(0, str(q))
+        outdir = d / "out"
+        outdir.mkdir()
+        for salvage in (False, True):
+            out = outdir / ("salvaged.json.gz" if salvage else "strict.json")
+            try:
+                summary = merge(inputs, str(out), jobs=1, salvage=salvage, rank_from="order")
+            except TraceFuseError as e:
+                msg = str(e)
+                assert "\n" not in msg, f"error message is not one line: {msg!r}"
+                assert not out.exists(), f"{out.name} left behind after: {msg}"
+                assert not leftovers(outdir), leftovers(outdir)
+                continue
+            o = read_output(out)  # strict JSON whatever the input was
+            assert not leftovers(outdir)
+            ranks = sorted({e["args"]["rank"] for e in o["traceEvents"]})
+            assert set(ranks) <= set(range(len(inputs)))
+            assert len(summary.ranks) == len(inputs)
+            if not salvage:
+                assert all(r.salvage is None for r in summary.ranks)
+
+
+# --------------------------------------------------------------------------- a deterministic edge
+def test_relative_ts_beyond_2_43_us_keeps_every_digit():
+    """Kineto's base is floored to a ~91-day period once per process, so a process
+    profiled ~10+ days into its life writes relative ts above 2**43 us (~101.8 days),
+    where a double no longer holds 3 decimals. Generated from the real MI250 trace:
+    rank 1 is rank 0 with every ts moved up by 5e12 us and its base moved down by the
+    same amount (same absolute times). Both must come out exact."""
+    import re
+
+    text = _real("mi250_minitoy.json.gz")
+    move_us = 5 * 10**12
+    base0 = json.loads(text)["baseTimeNanoseconds"]
+    t1 = re.sub(
+        rb'("ts": )(\d+(?:\.\d+)?)',
+        lambda m: m.group(1) + str(Decimal(m.group(2).decode()) + move_us).encode(),
+        text,
+    ).replace(b'"baseTimeNanoseconds": %d' % base0, b'"baseTimeNanoseconds": %d' % (base0 - move_us * 1000))
+    big = [Decimal(x.decode()) for x in re.findall(rb'"ts": (\d+\.\d+)', t1)]
+    assert big and min(big) > 2**43, "the generated ts must be beyond 2**43 us"
+    with tempfile.TemporaryDirectory() as td:
+        d = Path(td)
+        (d / "r0.json").write_bytes(text)
+        (d / "r1.json").write_bytes(t1)
+        out = d / "m.json"
+        merge([str(d / "r0.json"), str(d / "r1.json")], str(out), jobs=1, rank_from="order")
+        o = read_output(out)
+    B = o["baseTimeNanoseconds"]
+    assert B == base0 - move_us * 1000
+    ins = {0: parse_exact(text)["traceEvents"], 1: parse_exact(t1)["traceEvents"]}
+    bases = {0: base0, 1: base0 - move_us * 1000}
+    for r in (0, 1):
+        got = [e for e in o["traceEvents"] if e["args"]["rank"] == r and e.get("ph") != "M"]
+        exp = [e for e in ins[r] if e.get("ph") != "M" and e.get("cat") != "python_function"]
+        assert len(got) == len(exp)
+        lost = [
+            (e["ts"], g["ts"]) for g, e in zip(got, exp)
+            if "ts" in e and B + g["ts"] * 1000 != bases[r] + e["ts"] * 1000
+        ]
+        assert not lost, f"rank {r}: {len(lost)} timestamps changed, e.g. in {lost[0][0]} -> out {lost[0][1]}"
