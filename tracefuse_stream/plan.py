@@ -22,6 +22,7 @@ from ijson.common import ObjectBuilder
 
 from .errors import InputError, UsageError
 from .sources import READ_SIZE, TraceReader, detect_compression, find_inputs, input_size
+from .selection import compress_ranges
 from .trailer import find_trailer
 
 TAIL_WINDOW = 16 << 20
@@ -376,21 +377,8 @@ def plan_inputs(
         missing = sorted(wanted - have)
         if missing:
             raise UsageError(
-                f"--ranks asks for rank(s) {_compress(missing)} but the inputs have ranks {_compress(sorted(have))}"
+                f"--ranks asks for rank(s) {compress_ranges(missing)} but the inputs have ranks {compress_ranges(sorted(have))}"
             )
         plans = [p for p in plans if p.rank in wanted]
     assign_shifts(plans)
     return plans
-
-
-def _compress(nums: Sequence[int]) -> str:
-    """``[0,1,2,5]`` -> ``"0-2,5"`` for readable messages."""
-    out: List[str] = []
-    i = 0
-    while i < len(nums):
-        j = i
-        while j + 1 < len(nums) and nums[j + 1] == nums[j] + 1:
-            j += 1
-        out.append(str(nums[i]) if i == j else f"{nums[i]}-{nums[j]}")
-        i = j + 1
-    return ",".join(out)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import ijson
 import orjson
@@ -98,6 +98,51 @@ def stream_rank(task: RankTask, progress: Optional[Callable[[int], None]] = None
         return _stream_salvage(task, progress)
 
 
+def _rewriter(task: RankTask) -> RankRewriter:
+    plan = task.plan
+    return RankRewriter(
+        plan.rank, plan.shift_ns, task.flt, (plan.base_time_ns or 0) + plan.align_offset_ns, plan.path
+    )
+
+
+def _finish_piece(
+    rw: RankRewriter, w: PieceWriter, buf: bytearray, first: bool, dumps: Callable[[Any], bytes]
+) -> Tuple[Piece, int]:
+    """Append the rank's metadata (``labels``) after its events and close the piece."""
+    meta_out = 0
+    for m in rank_metadata(rw):
+        if not first:
+            buf += b",\n"
+        first = False
+        buf += dumps(m)
+        meta_out += 1
+    w.write(buf)
+    buf.clear()
+    return w.finish(), meta_out
+
+
+def _result(
+    task: RankTask, rw: RankRewriter, piece: Piece, meta_out: int, exact: bool, t0: float,
+    salvage: Optional[Dict[str, Any]] = None,
+) -> RankResult:
+    plan = task.plan
+    return RankResult(
+        rank=plan.rank,
+        path=plan.path,
+        piece=piece,
+        events_in=rw.events_in,
+        events_out=rw.events_out + meta_out,
+        dropped=rw.dropped,
+        metadata_out=meta_out,
+        header=plan.header,
+        pid_map=rw.pid_map(),
+        exact_numbers=exact,
+        bytes_in=plan.size_bytes,
+        seconds=time.perf_counter() - t0,
+        salvage=salvage,
+    )
+
+
 def _stream_salvage(
     task: RankTask, progress: Optional[Callable[[int], None]]
 ) -> RankResult:
@@ -106,13 +151,10 @@ def _stream_salvage(
     plan = task.plan
     report = SalvageReport()
     framer = Framer(tolerant_chunks(plan.path, report), report, exact=plan.base_time_ns is None)
-    rw = RankRewriter(
-        plan.rank, plan.shift_ns, task.flt, (plan.base_time_ns or 0) + plan.align_offset_ns, plan.path
-    )
+    rw = _rewriter(task)
     w = PieceWriter(task.codec, task.fragment_path, discard=task.fragment_path is None)
     buf = bytearray()
     first = True
-    meta_out = 0
     ok = False
     try:
         for ev in framer.events():
@@ -133,16 +175,9 @@ def _stream_salvage(
             if len(buf) >= FLUSH_BYTES:
                 w.write(buf)
                 buf.clear()
-        for m in rank_metadata(rw):
-            if not first:
-                buf += b",\n"
-            first = False
-            buf += dumps_exact(m)
-            meta_out += 1
-        w.write(buf)
+        piece, meta_out = _finish_piece(rw, w, buf, first, dumps_exact)
         for k, v in framer.header.items():
             plan.header.setdefault(k, v)
-        piece = w.finish()
         ok = True
     finally:
         if not ok:
@@ -152,19 +187,8 @@ def _stream_salvage(
     salvage = report.to_dict()
     salvage["summary"] = report.summary()
     salvage["plan_notes"] = list(plan.problems)
-    return RankResult(
-        rank=plan.rank,
-        path=plan.path,
-        piece=piece,
-        events_in=rw.events_in,
-        events_out=rw.events_out + meta_out,
-        dropped=rw.dropped,
-        metadata_out=meta_out,
-        header=plan.header,
-        pid_map=rw.pid_map(),
-        exact_numbers=True,
-        bytes_in=plan.size_bytes,
-        seconds=time.perf_counter() - t0,
+    return _result(
+        task, rw, piece, meta_out, True, t0,
         salvage=salvage if (report.anything or plan.problems) else None,
     )
 
@@ -176,9 +200,7 @@ def _stream_once(
     plan = task.plan
     need_tail = not plan.trailer_known
     reader = TraceReader(plan.path, plan.compression, keep_tail=TAIL_WINDOW if need_tail else 0)
-    rw = RankRewriter(
-        plan.rank, plan.shift_ns, task.flt, (plan.base_time_ns or 0) + plan.align_offset_ns, plan.path
-    )
+    rw = _rewriter(task)
     w = PieceWriter(task.codec, task.fragment_path, discard=task.fragment_path is None)
     dumps: Callable[[Any], bytes] = dumps_exact if exact else orjson.dumps
     prefix = "traceEvents.item" if plan.layout == "object" else "item"
@@ -186,7 +208,6 @@ def _stream_once(
     sep = b",\n"
     first = True
     last_report = 0
-    meta_out = 0
     ok = False
     try:
         try:
@@ -220,18 +241,9 @@ def _stream_once(
             ) from None
         except orjson.JSONEncodeError as e:
             raise InputError(plan.path, f"event cannot be written as strict JSON: {e}", event_index=rw.index) from None
-        for m in rank_metadata(rw):
-            if first:
-                first = False
-            else:
-                buf += sep
-            buf += dumps(m)
-            meta_out += 1
-        w.write(buf)
-        buf.clear()
+        piece, meta_out = _finish_piece(rw, w, buf, first, dumps)
         if need_tail:
             complete_trailer(plan, find_trailer(reader.tail()))
-        piece = w.finish()
         ok = True
     finally:
         raw_total = reader.tell_raw()
@@ -240,17 +252,4 @@ def _stream_once(
             w.abort()
     if progress is not None and raw_total > last_report:
         progress(raw_total - last_report)
-    return RankResult(
-        rank=plan.rank,
-        path=plan.path,
-        piece=piece,
-        events_in=rw.events_in,
-        events_out=rw.events_out + meta_out,
-        dropped=rw.dropped,
-        metadata_out=meta_out,
-        header=plan.header,
-        pid_map=rw.pid_map(),
-        exact_numbers=exact,
-        bytes_in=plan.size_bytes,
-        seconds=time.perf_counter() - t0,
-    )
+    return _result(task, rw, piece, meta_out, exact, t0)
