@@ -43,8 +43,10 @@ class InputError(TraceFuseError):
         offset: Optional[int] = None,
         event_index: Optional[int] = None,
         hint: Optional[str] = None,
+        salvageable: bool = True,
     ) -> None:
         self.path = str(path)
+        self.salvageable = salvageable  # False: nothing a salvage pass could keep
         self.problem = problem
         self.offset = offset
         self.event_index = event_index
@@ -60,6 +62,22 @@ class InputError(TraceFuseError):
         if hint:
             msg += f"; {hint}"
         super().__init__(msg)
+
+    def __reduce__(self):  # type: ignore[override]
+        # Errors raised in worker processes travel back pickled: rebuild from fields.
+        return (
+            _rebuild_input_error,
+            (self.path, self.problem, self.offset, self.event_index, self.hint, self.salvageable),
+        )
+
+
+def _rebuild_input_error(
+    path: str, problem: str, offset: Optional[int], event_index: Optional[int],
+    hint: Optional[str], salvageable: bool,
+) -> "InputError":
+    return InputError(
+        path, problem, offset=offset, event_index=event_index, hint=hint, salvageable=salvageable
+    )
 
 
 class UsageError(TraceFuseError):

@@ -422,6 +422,44 @@ def merge(
     Raises :class:`~tracefuse_stream.errors.TraceFuseError` subclasses on bad input
     or output; no file is left under ``output`` then.
     """
+    with _TermAsInterrupt():
+        try:
+            return _merge(
+                inputs, output, rank_from=rank_from, ranks=ranks, include_pyfunc=include_pyfunc,
+                keep_cat=keep_cat, drop_cat=drop_cat, name_regex=name_regex, filter_fn=filter_fn,
+                jobs=jobs, force=force, progress=progress, salvage=salvage, align=align,
+                clock_offsets=clock_offsets, steps=steps, step_rank=step_rank, window_ms=window_ms,
+                split_ranks=split_ranks, dry_run=dry_run, verify=verify,
+            )
+        except KeyboardInterrupt:
+            raise Interrupted("interrupted (SIGINT); no output written") from None
+
+
+def _merge(
+    inputs: InputSpec,
+    output: str = "merged_trace.json.gz",
+    *,
+    rank_from: str = "auto",
+    ranks: Optional[Sequence[int]] = None,
+    include_pyfunc: bool = False,
+    keep_cat: Optional[Sequence[str]] = None,
+    drop_cat: Optional[Sequence[str]] = None,
+    name_regex: Optional[str] = None,
+    filter_fn: Optional[Callable[[Event], bool]] = None,
+    jobs: Optional[int] = 1,
+    force: bool = False,
+    progress: bool = False,
+    salvage: bool = False,
+    align: str = "base",
+    clock_offsets: Optional[str] = None,
+    steps: Optional[Tuple[int, int]] = None,
+    step_rank: Optional[int] = None,
+    window_ms: Optional[Tuple[float, float]] = None,
+    split_ranks: Optional[int] = None,
+    dry_run: bool = False,
+    verify: Optional[bool] = None,
+) -> MergeSummary:
+    """The body of :func:`merge` (SIGTERM/SIGINT already turned into exceptions)."""
     t0 = time.perf_counter()
     flt = _make_filter(include_pyfunc, keep_cat, drop_cat, name_regex, filter_fn)
     if split_ranks is not None and split_ranks < 1:
@@ -452,51 +490,50 @@ def merge(
     results: List[RankResult] = []
     splicers: List[Splicer] = []
     try:
-        with _TermAsInterrupt():
-            for name in names:
-                outs.append(None if dry_run else AtomicOutput(name, force=force, inputs=inputs_paths))
-            if not dry_run:
-                frags = FragmentDir(outs[0].frag_parent)
-            for o in outs:
-                splicers.append(Splicer(None if o is None else o.file, codec))
-            for sp in splicers:
-                sp.add(piece_of(codec, _head(base_ns)))
-            sep = piece_of(codec, b",\n")
-            group_of = {p.rank: gi for gi, g in enumerate(groups) for p in g}
-            tasks = [
-                RankTask(p, flt, codec, None if frags is None else frags.file_for(p.rank), salvage)
-                for p in plans
-            ]
-            wrote_any = [False] * len(groups)
-            for res in _results_in_order(tasks, n_jobs, bar):
-                gi = group_of[res.rank]
-                if not res.piece.empty:
-                    if wrote_any[gi]:
-                        splicers[gi].add(sep)
-                    splicers[gi].add(res.piece)
-                    wrote_any[gi] = True
-                if res.piece.path:
-                    try:
-                        os.unlink(res.piece.path)
-                    except OSError:
-                        pass
-                results.append(res)
-            by_rank = {r.rank: r for r in results}
-            for gi, g in enumerate(groups):
-                meta = {
-                    "tool": "tracefuse-stream",
-                    "version": __version__,
-                    "base_time_ns": base_ns,
-                    "ranks_merged": [p.rank for p in g],
-                    "split": {"part": gi, "parts": len(groups), "files": names} if split_ranks else None,
-                    "filters": flt.to_header(),
-                    "ranks": {str(p.rank): _rank_header(p, by_rank[p.rank]) for p in g},
-                }
-                splicers[gi].add(piece_of(codec, _tail(meta)))
-                splicers[gi].finish()
-            for o in outs:
-                if o is not None:
-                    o.commit()
+        for name in names:
+            outs.append(None if dry_run else AtomicOutput(name, force=force, inputs=inputs_paths))
+        if not dry_run:
+            frags = FragmentDir(outs[0].frag_parent)
+        for o in outs:
+            splicers.append(Splicer(None if o is None else o.file, codec, o.target if o else "output"))
+        for sp in splicers:
+            sp.add(piece_of(codec, _head(base_ns)))
+        sep = piece_of(codec, b",\n")
+        group_of = {p.rank: gi for gi, g in enumerate(groups) for p in g}
+        tasks = [
+            RankTask(p, flt, codec, None if frags is None else frags.file_for(p.rank), salvage)
+            for p in plans
+        ]
+        wrote_any = [False] * len(groups)
+        for res in _results_in_order(tasks, n_jobs, bar):
+            gi = group_of[res.rank]
+            if not res.piece.empty:
+                if wrote_any[gi]:
+                    splicers[gi].add(sep)
+                splicers[gi].add(res.piece)
+                wrote_any[gi] = True
+            if res.piece.path:
+                try:
+                    os.unlink(res.piece.path)
+                except OSError:
+                    pass
+            results.append(res)
+        by_rank = {r.rank: r for r in results}
+        for gi, g in enumerate(groups):
+            meta = {
+                "tool": "tracefuse-stream",
+                "version": __version__,
+                "base_time_ns": base_ns,
+                "ranks_merged": [p.rank for p in g],
+                "split": {"part": gi, "parts": len(groups), "files": names} if split_ranks else None,
+                "filters": flt.to_header(),
+                "ranks": {str(p.rank): _rank_header(p, by_rank[p.rank]) for p in g},
+            }
+            splicers[gi].add(piece_of(codec, _tail(meta)))
+            splicers[gi].finish()
+        for o in outs:
+            if o is not None:
+                o.commit()
     except KeyboardInterrupt:
         for o in outs:
             if o is not None:
@@ -511,6 +548,8 @@ def merge(
         bar.close()
         if frags is not None:
             frags.close()
+    for r in results:
+        warnings.extend(r.warnings)
     json_bytes = sum(sp.length for sp in splicers)
     largest = max((sp.length for sp in splicers), default=0)
     if largest > SIZE_WARN_BYTES:

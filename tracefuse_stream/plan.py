@@ -79,14 +79,12 @@ def read_header(path: PathLike) -> Tuple[str, Dict[str, Any], bool]:
     Returns ``(layout, header, saw_events)``. ``saw_events`` is False when the object
     ended without a ``traceEvents`` key (not a trace).
     """
+    _check_starts_like_json(path)
     reader = TraceReader(path)
     header: Dict[str, Any] = {}
     try:
         events = ijson.parse(reader, use_float=False, buf_size=1 << 16)
-        try:
-            first = next(events)
-        except StopIteration:
-            raise InputError(str(path), "file is empty") from None
+        first = next(events)
         if first[1] == "start_array":
             return "array", header, True
         if first[1] != "start_map":
@@ -113,9 +111,10 @@ def read_header(path: PathLike) -> Tuple[str, Dict[str, Any], bool]:
                 return "object", header, False
         raise InputError(str(path), "file ends inside the header (truncated)", offset=reader.offset)
     except ijson.JSONError as e:
-        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        if not reader.offset and not header:
-            raise InputError(str(path), f"not JSON ({msg})", offset=0) from None
+        text = e.args[0] if e.args else type(e).__name__
+        if isinstance(text, bytes):
+            text = text.decode("utf-8", errors="replace")
+        msg = (str(text).splitlines() or [type(e).__name__])[0].strip()
         raise InputError(
             str(path), f"invalid JSON in the header: {msg}", offset=reader.offset,
             hint="use --salvage to merge what can be read",
@@ -124,8 +123,42 @@ def read_header(path: PathLike) -> Tuple[str, Dict[str, Any], bool]:
         reader.close()
 
 
-def read_tail(path: PathLike, window: int = TAIL_WINDOW) -> Tuple[bytes, bool]:
-    """The last ``window`` decompressed bytes of the file, and whether that is all of it.
+def _check_starts_like_json(path: PathLike) -> None:
+    """Empty files and non-JSON files get their own, exact message."""
+    reader = TraceReader(path)
+    try:
+        skipped = 0
+        while True:
+            chunk = reader.read(1 << 16)
+            if not chunk:
+                raise InputError(
+                    str(path), "file is empty" if not skipped else "file contains only whitespace",
+                    salvageable=False,
+                )
+            stripped = chunk.lstrip(b" \t\r\n")
+            if stripped:
+                break
+            skipped += len(chunk)
+        at = skipped + len(chunk) - len(stripped)
+        if stripped[:3] == b"\xef\xbb\xbf":
+            raise InputError(str(path), "starts with a UTF-8 byte-order mark, which JSON does not allow", offset=at)
+        first = stripped[:1]
+        if first in b'"-0123456789tfn' and first:
+            raise InputError(
+                str(path), "not a trace: the top level is a single JSON value, not an object or array",
+                offset=at, salvageable=False,
+            )
+        if first not in (b"{", b"["):
+            raise InputError(
+                str(path), f"not JSON: starts with {stripped[:12]!r}, not '{{' or '['", offset=at,
+                salvageable=False,
+            )
+    finally:
+        reader.close()
+
+
+def read_tail(path: PathLike, window: int = TAIL_WINDOW) -> Tuple[bytes, int]:
+    """The last ``window`` decompressed bytes of the file, and the decompressed size.
 
     Plain files are read by seeking; compressed ones are decompressed in a stream,
     keeping only the last ``window`` bytes (flat memory).
@@ -136,7 +169,7 @@ def read_tail(path: PathLike, window: int = TAIL_WINDOW) -> Tuple[bytes, bool]:
             size = os.path.getsize(path)
             with open(path, "rb") as f:
                 f.seek(max(0, size - window))
-                return f.read(), size <= window
+                return f.read(), size
         chunks: "collections.deque[bytes]" = collections.deque()
         kept = 0
         total = 0
@@ -150,7 +183,7 @@ def read_tail(path: PathLike, window: int = TAIL_WINDOW) -> Tuple[bytes, bool]:
             while chunks and kept - len(chunks[0]) >= window:
                 kept -= len(chunks.popleft())
         data = b"".join(chunks)
-        return data[-window:], total <= window
+        return data[-window:], total
     finally:
         reader.close()
 
@@ -187,7 +220,7 @@ def plan_file(path: PathLike, position: int, *, salvage: bool = False) -> RankPl
     try:
         return _plan_strict(path, position)
     except InputError as e:
-        if not salvage or "no such file" in e.problem or "cannot open" in e.problem:
+        if not salvage or not e.salvageable or "no such file" in e.problem or "cannot open" in e.problem:
             raise
         return _plan_salvage(path, position, e)
 
@@ -249,14 +282,14 @@ def load_trailer(plan: RankPlan) -> None:
     """Read the keys after the events from the file's tail (strict: must be complete)."""
     if plan.trailer_known:
         return
-    tail, _whole = read_tail(plan.path)
+    tail, size = read_tail(plan.path)
     trailer = find_trailer(tail)
     if trailer is None:
         plan.problems.append("truncated")
         raise InputError(
             plan.path,
             "file is truncated: it does not end with the end of a complete trace object",
-            offset=None,
+            offset=size,
             hint="use --salvage to merge the complete events it has",
         )
     complete_trailer(plan, trailer)

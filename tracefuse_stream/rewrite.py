@@ -36,7 +36,7 @@ Event = Dict[str, Any]
 
 PID_STRIDE = 10000
 PID_DEVICE_LIMIT = 5000
-MAX_RANK = (2**31 - 1) // PID_STRIDE - 1  # 214746
+MAX_RANK = (2**31 - PID_STRIDE) // PID_STRIDE - 1  # 214746: the last slot stays < 2**31
 ID_BITS = 32
 ID_LIMIT = 1 << ID_BITS
 MAX_ID_RANK = (1 << (53 - ID_BITS)) - 1
@@ -61,6 +61,14 @@ def rank_of_pid(pid: int) -> int:
 def original_id(out_id: int) -> Tuple[int, int]:
     """``(rank, original id)`` of a rewritten flow/correlation id."""
     return out_id >> ID_BITS, out_id & (ID_LIMIT - 1)
+
+
+FLOAT_EXACT_LIMIT = float(2**43)  # |ts| below this: a double keeps every ns digit
+
+
+class NeedExactNumbers(Exception):
+    """The fast float path cannot carry this file's numbers exactly (a ts beyond
+    2**43 us, an integer beyond int64): the rank must be re-read with Decimals."""
 
 
 def _plain(d: Decimal) -> bytes:
@@ -123,6 +131,7 @@ class RankRewriter:
         flt: EventFilter,
         base_time_ns: int = 0,
         path: str = "",
+        floats: bool = False,
     ) -> None:
         if rank < 0 or rank > MAX_RANK:
             raise InputError(path, f"rank {rank} is outside 0..{MAX_RANK}, the range the pid rule supports")
@@ -148,6 +157,7 @@ class RankRewriter:
         self.dropped = 0
         self.index = -1
         self._window = flt.window_ns is not None
+        self._floats = floats  # parsed as binary floats: guard their precision
 
     # -- tables ---------------------------------------------------------------
     def map_pid(self, pid: Any) -> int:
@@ -232,6 +242,8 @@ class RankRewriter:
             self.dropped += 1
             return None
         ts = ev.get("ts")
+        if self._floats and type(ts) is float and not -FLOAT_EXACT_LIMIT < ts < FLOAT_EXACT_LIMIT:
+            raise NeedExactNumbers()
         if self._window:
             if ts is None:
                 self.dropped += 1

@@ -16,19 +16,19 @@ from __future__ import annotations
 
 import json
 import re
-import zlib
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import orjson
-import zstandard
 
-from .sources import GZIP_MAGIC, READ_SIZE, ZSTD_MAGIC
+from .errors import InputError
+from .rewrite import FLOAT_EXACT_LIMIT
+from .sources import READ_SIZE, TraceReader
 
 _OUTSIDE = re.compile(rb'["{}\[\],:]')
 _INSIDE = re.compile(rb'["\\]')
-_CTRL = re.compile(r"[\x00-\x1f]")
+_NON_WS = re.compile(rb"[^ \t\r\n]")
 _VALID_ESC = frozenset('"\\/bfnrt')
 _HEX4 = re.compile(r"[0-9a-fA-F]{4}")
 
@@ -80,65 +80,20 @@ class SalvageReport:
 
 def tolerant_chunks(path: str, report: SalvageReport) -> Iterator[bytes]:
     """Decompressed chunks of ``path``; a truncated or corrupt stream just ends
-    (after everything decodable before the damage), noted in ``report``."""
-    with open(path, "rb") as f:
-        head = f.read(4)
-        f.seek(0)
-        if head[:2] == GZIP_MAGIC:
-            d = zlib.decompressobj(31)
-            while True:
-                raw = f.read(READ_SIZE)
-                if not raw:
-                    if not d.eof:
-                        report.stream_error = "gzip stream truncated"
-                    return
-                try:
-                    out = d.decompress(raw)
-                    while d.eof and d.unused_data:
-                        rest = d.unused_data
-                        if out:
-                            yield out
-                        d = zlib.decompressobj(31)
-                        out = d.decompress(rest)
-                except zlib.error as e:
-                    report.stream_error = f"gzip stream corrupt: {e}"
-                    return
-                if out:
-                    yield out
-        elif head[:4] == ZSTD_MAGIC:
-            d = zstandard.ZstdDecompressor().decompressobj()
-            done = False
-            while True:
-                raw = f.read(READ_SIZE)
-                if not raw:
-                    if not done:
-                        report.stream_error = "zstd stream truncated"
-                    return
-                try:
-                    out = d.decompress(raw)
-                    done = False
-                    while d.eof:
-                        rest = d.unused_data
-                        done = True
-                        if out:
-                            yield out
-                            out = b""
-                        if not rest:
-                            break
-                        d = zstandard.ZstdDecompressor().decompressobj()
-                        out = d.decompress(rest)
-                        done = False
-                except zstandard.ZstdError as e:
-                    report.stream_error = f"zstd stream corrupt: {e}"
-                    return
-                if out:
-                    yield out
-        else:
-            while True:
-                raw = f.read(READ_SIZE)
-                if not raw:
-                    return
-                yield raw
+    (after every byte decodable before the damage), noted in ``report``."""
+    reader = TraceReader(path, tolerant=True)
+    try:
+        while True:
+            try:
+                chunk = reader.read(READ_SIZE)
+            except InputError as e:
+                report.stream_error = e.problem
+                return
+            if not chunk:
+                return
+            yield chunk
+    finally:
+        reader.close()
 
 
 def repair_text(text: str) -> str:
@@ -212,7 +167,10 @@ def parse_slice(data: bytes, exact: bool, report: SalvageReport) -> Tuple[bool, 
     """Parse one framed value: strictly first, then repaired. ``(ok, value)``."""
     if not exact:
         try:
-            return True, orjson.loads(data)
+            value = orjson.loads(data)
+            ts = value.get("ts") if type(value) is dict else None
+            if type(ts) is not float or -FLOAT_EXACT_LIMIT < ts < FLOAT_EXACT_LIMIT:
+                return True, value
         except orjson.JSONDecodeError:
             pass
     text = data.decode("utf-8", errors="replace")
@@ -273,7 +231,7 @@ class Framer:
                 in_str
                 and (
                     (m.group() == b"\\" and m.end() >= len(buf))
-                    or (m.group() == b'"' and not buf[m.end():].strip())
+                    or (m.group() == b'"' and _NON_WS.search(buf, m.end()) is None)
                 )
             )
             if need_more and more:

@@ -14,16 +14,16 @@ import io
 import os
 import zlib
 from pathlib import Path
-from typing import BinaryIO, Iterable, List, Optional, Sequence, Union
+from typing import Any, BinaryIO, Iterable, List, Optional, Sequence, Union
 
 import zstandard
 
 from .errors import InputError
 
 try:  # ISA-L inflates 2-3x faster than zlib; optional at run time.
-    from isal import igzip as _gzip_impl
+    from isal import isal_zlib as _zlib_impl
 except ImportError:  # pragma: no cover - exercised only without isal
-    import gzip as _gzip_impl
+    _zlib_impl = zlib
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -102,15 +102,138 @@ class RawCounter(io.RawIOBase):
         super().close()
 
 
+SALVAGE_HINT = "use --salvage to merge the complete events before the damage"
+
+
+class _Inflater:
+    """Streaming gzip (multi-member) or zstd (multi-frame) decompression over a raw
+    reader, delivering everything decodable before damage and THEN raising."""
+
+    def __init__(self, raw: "RawCounter", compression: str, tolerant: bool = False) -> None:
+        self.raw = raw
+        self.compression = compression
+        # tolerant (salvage): stdlib zlib, whose state can be copied, so the bytes
+        # just before damage can be recovered; zstd is fed in small pieces.
+        self.tolerant = tolerant
+        self._d = self._new()
+        self._pending = b""
+        self._error: Optional[str] = None
+        self._eof = False
+        self.started = False  # at least one member/frame begun
+
+    def _new(self) -> Any:
+        if self.compression == "gzip":
+            return (zlib if self.tolerant else _zlib_impl).decompressobj(31)
+        return zstandard.ZstdDecompressor().decompressobj()
+
+    def _feed(self, data: bytes) -> bytes:
+        out = []
+        while data:
+            self.started = True
+            chunk = self._d.decompress(data)
+            if chunk:
+                out.append(chunk)
+            if self._d.eof:
+                data = self._d.unused_data
+                self._d = self._new()
+                self.started = False
+                if data and self.compression == "gzip" and not data.strip(b"\x00"):
+                    data = b""  # zero padding after the last member
+            else:
+                data = b""
+        return b"".join(out)
+
+    def read(self) -> bytes:
+        """Next decompressed bytes; b"" at a clean end; raises ValueError(problem)
+        once the data before a problem has been delivered."""
+        while True:
+            if self._error is not None:
+                raise ValueError(self._error)
+            if self._eof:
+                return b""
+            raw = self.raw.read(READ_SIZE)
+            if not raw:
+                self._eof = True
+                if self.started:
+                    self._error = f"{self.compression} stream ends early (truncated file)"
+                    rest = b""
+                    if self.compression == "gzip":
+                        try:  # bytes still held in the inflater's window
+                            rest = self._d.flush()
+                        except Exception:
+                            rest = b""
+                    if rest:
+                        return rest
+                    continue
+                return b""
+            if not self.tolerant:
+                try:
+                    out = self._feed(raw)
+                except Exception as e:  # zlib.error, IsalError, ZstdError, ...
+                    self._error = f"{self.compression} stream is corrupt: {e}"
+                    continue
+            else:
+                out = self._feed_tolerant(raw)
+            if out:
+                return out
+
+    def _feed_tolerant(self, raw: bytes) -> bytes:
+        """Feed ``raw``; on damage keep every byte decodable before it, then fail."""
+        if self.compression == "gzip":
+            saved, started = self._d.copy(), self.started
+            try:
+                return self._feed(raw)
+            except Exception:
+                self._d, self.started = saved, started
+            step = 1  # redo this chunk a byte at a time up to the damage
+        else:
+            # zstd state cannot be copied: feed byte by byte so a block that ends
+            # just before the damage is delivered before the damage is seen.
+            step = 1
+        out = []
+        for i in range(0, len(raw), step):
+            try:
+                out.append(self._feed(raw[i : i + step]))
+            except Exception as e:
+                self._error = f"{self.compression} stream is corrupt: {e}"
+                break
+        return b"".join(out)
+
+
+def _zlib_decodable_length(path: str) -> int:
+    """How many bytes a damaged gzip file decodes to before the damage (error path
+    only: gives the exact position for the message)."""
+    n = 0
+    d = zlib.decompressobj(31)
+    with open(path, "rb") as f:
+        while True:
+            raw = f.read(READ_SIZE)
+            if not raw:
+                return n
+            try:
+                while raw:
+                    n += len(d.decompress(raw))
+                    raw = d.unused_data if d.eof else b""
+                    if d.eof:
+                        d = zlib.decompressobj(31)
+            except zlib.error:
+                return n
+
+
 class TraceReader(io.RawIOBase):
     """Decompressed bytes of one trace file, with errors that name the file.
 
-    ``tell_raw()`` reports compressed bytes consumed (for progress);
-    ``offset`` reports decompressed bytes delivered (for error positions).
+    ``tell_raw()`` reports compressed bytes consumed (for progress); ``offset``
+    reports decompressed bytes delivered (for error positions). A truncated or
+    corrupt stream first delivers everything decodable, then raises InputError.
     """
 
     def __init__(
-        self, path: PathLike, compression: Optional[str] = None, keep_tail: int = 0
+        self,
+        path: PathLike,
+        compression: Optional[str] = None,
+        keep_tail: int = 0,
+        tolerant: bool = False,
     ) -> None:
         self.path = str(path)
         self.keep_tail = keep_tail
@@ -123,14 +246,10 @@ class TraceReader(io.RawIOBase):
         self.compression = compression or detect_compression(path)
         self._raw = RawCounter(self._file)
         self.offset = 0
-        if self.compression == "gzip":
-            self._stream: BinaryIO = _gzip_impl.GzipFile(fileobj=self._raw, mode="rb")  # type: ignore[assignment]
-        elif self.compression == "zstd":
-            self._stream = zstandard.ZstdDecompressor().stream_reader(
-                self._raw, read_size=READ_SIZE, read_across_frames=True
-            )
-        else:
-            self._stream = self._raw  # type: ignore[assignment]
+        self._buf = b""
+        self._inflater = (
+            _Inflater(self._raw, self.compression, tolerant) if self.compression != "plain" else None
+        )
 
     def readable(self) -> bool:
         return True
@@ -138,15 +257,36 @@ class TraceReader(io.RawIOBase):
     def tell_raw(self) -> int:
         return self._raw.count
 
-    def read(self, n: int = -1) -> bytes:
+    def _more(self) -> bytes:
+        if self._inflater is None:
+            try:
+                return self._raw.read(READ_SIZE)
+            except OSError as e:
+                raise InputError(self.path, f"read error: {e.strerror or e}", offset=self.offset) from None
         try:
-            data = self._stream.read(n if n is not None and n >= 0 else -1)
-        except (OSError, EOFError, zlib.error, zstandard.ZstdError, ValueError) as e:
-            kind = {"gzip": "gzip", "zstd": "zstd"}.get(self.compression, "read")
-            problem = f"{kind} stream is corrupt or truncated: {e}"
-            if isinstance(e, EOFError):
-                problem = f"{kind} stream ends early (truncated file)"
-            raise InputError(self.path, problem, offset=self.offset) from None
+            return self._inflater.read()
+        except ValueError as e:
+            offset = self.offset + len(self._buf)
+            if self.compression == "gzip" and not self._inflater.tolerant:
+                offset = _zlib_decodable_length(self.path)  # ISA-L may hold back a byte
+            raise InputError(self.path, str(e), offset=offset, hint=SALVAGE_HINT) from None
+        except OSError as e:
+            raise InputError(self.path, f"read error: {e.strerror or e}", offset=self.offset) from None
+
+    def read(self, n: int = -1) -> bytes:
+        if n is None or n < 0:
+            parts = [self._buf]
+            self._buf = b""
+            while True:
+                more = self._more()
+                if not more:
+                    break
+                parts.append(more)
+            data = b"".join(parts)
+        else:
+            if not self._buf:
+                self._buf = self._more()
+            data, self._buf = self._buf[:n], self._buf[n:]
         self.offset += len(data)
         if self.keep_tail and data:
             self._tail.append(data)
@@ -167,9 +307,8 @@ class TraceReader(io.RawIOBase):
 
     def close(self) -> None:
         try:
-            self._stream.close()
-        finally:
             self._file.close()
+        finally:
             super().close()
 
 

@@ -25,7 +25,7 @@ from .errors import InputError
 from .filters import EventFilter
 from .labels import rank_metadata
 from .plan import TAIL_WINDOW, RankPlan, complete_trailer
-from .rewrite import RankRewriter, dumps_exact
+from .rewrite import NeedExactNumbers, RankRewriter, dumps_exact
 from .salvage import Framer, SalvageReport, tolerant_chunks
 from .sources import TraceReader
 from .trailer import find_trailer
@@ -66,10 +66,6 @@ class RankResult:
     warnings: List[str] = field(default_factory=list)
 
 
-class _NeedExact(Exception):
-    """The fast number path hit an integer beyond int64: redo in exact mode."""
-
-
 def _json_problem(e: Exception) -> str:
     text = e.args[0] if e.args else str(e)
     if isinstance(text, bytes):
@@ -90,7 +86,7 @@ def stream_rank(task: RankTask, progress: Optional[Callable[[int], None]] = None
     try:
         try:
             return _stream_once(task, exact, progress)
-        except _NeedExact:
+        except NeedExactNumbers:
             return _stream_once(task, True, progress)
     except InputError:
         if not task.salvage:
@@ -98,10 +94,11 @@ def stream_rank(task: RankTask, progress: Optional[Callable[[int], None]] = None
         return _stream_salvage(task, progress)
 
 
-def _rewriter(task: RankTask) -> RankRewriter:
+def _rewriter(task: RankTask, floats: bool = False) -> RankRewriter:
     plan = task.plan
     return RankRewriter(
-        plan.rank, plan.shift_ns, task.flt, (plan.base_time_ns or 0) + plan.align_offset_ns, plan.path
+        plan.rank, plan.shift_ns, task.flt, (plan.base_time_ns or 0) + plan.align_offset_ns,
+        plan.path, floats=floats,
     )
 
 
@@ -199,8 +196,10 @@ def _stream_once(
     t0 = time.perf_counter()
     plan = task.plan
     need_tail = not plan.trailer_known
-    reader = TraceReader(plan.path, plan.compression, keep_tail=TAIL_WINDOW if need_tail else 0)
-    rw = _rewriter(task)
+    keep = TAIL_WINDOW if need_tail else (4096 if plan.layout == "array" else 0)
+    reader = TraceReader(plan.path, plan.compression, keep_tail=keep)
+    notes: List[str] = []
+    rw = _rewriter(task, floats=not exact)
     w = PieceWriter(task.codec, task.fragment_path, discard=task.fragment_path is None)
     dumps: Callable[[Any], bytes] = dumps_exact if exact else orjson.dumps
     prefix = "traceEvents.item" if plan.layout == "object" else "item"
@@ -230,15 +229,20 @@ def _stream_once(
                             last_report = raw
         except ijson.JSONError as e:
             if not exact and "integer overflow" in str(e):
-                raise _NeedExact() from None
+                raise NeedExactNumbers() from None
             problem = _json_problem(e)
-            raise InputError(
-                plan.path,
-                problem,
-                offset=reader.offset if "truncated" in problem else None,
-                event_index=rw.index + 1,
-                hint="use --salvage to keep the complete events before it",
-            ) from None
+            if not _open_array_end(plan.layout, problem, reader.tail()):
+                raise InputError(
+                    plan.path,
+                    problem,
+                    offset=reader.offset if "truncated" in problem else None,
+                    event_index=rw.index + 1,
+                    hint="use --salvage to keep the complete events before it",
+                ) from None
+            notes.append(
+                f"{plan.path}: the event array has no closing ']' (the array form allows "
+                f"that); {rw.events_in} complete events read"
+            )
         except orjson.JSONEncodeError as e:
             raise InputError(plan.path, f"event cannot be written as strict JSON: {e}", event_index=rw.index) from None
         piece, meta_out = _finish_piece(rw, w, buf, first, dumps)
@@ -252,4 +256,14 @@ def _stream_once(
             w.abort()
     if progress is not None and raw_total > last_report:
         progress(raw_total - last_report)
-    return _result(task, rw, piece, meta_out, exact, t0)
+    res = _result(task, rw, piece, meta_out, exact, t0)
+    res.warnings.extend(notes)
+    return res
+
+
+def _open_array_end(layout: str, problem: str, tail: bytes) -> bool:
+    """True when a bare ``[...]`` trace simply ends after a complete event: Chrome's
+    array form may omit the closing bracket, and ijson has yielded every event."""
+    if layout != "array" or "truncated" not in problem:
+        return False
+    return tail.rstrip().rstrip(b",").rstrip().endswith(b"}")

@@ -123,7 +123,10 @@ class PieceWriter:
         self.codec = codec
         self.path = path
         self.discard = discard  # count and compress, keep nothing (dry runs)
-        self._f: Optional[BinaryIO] = open(path, "wb") if path else None
+        try:
+            self._f: Optional[BinaryIO] = open(path, "wb") if path else None
+        except OSError as e:
+            raise OutputError(f"{path}: cannot create a temporary fragment: {e.strerror or e}") from None
         self._mem: List[bytes] = []
         self.crc = 0
         self.length = 0
@@ -140,7 +143,12 @@ class PieceWriter:
             return
         self.size += len(data)
         if self._f is not None:
-            self._f.write(data)
+            try:
+                self._f.write(data)
+            except OSError as e:
+                raise OutputError(
+                    f"{self.path}: cannot write a temporary fragment: {e.strerror or e}"
+                ) from None
         elif not self.discard:
             self._mem.append(data)
 
@@ -163,7 +171,12 @@ class PieceWriter:
             elif self.codec == "zstd":
                 self._out(self._c.flush(zstandard.COMPRESSOBJ_FLUSH_FINISH))
         if self._f is not None:
-            self._f.close()
+            try:
+                self._f.close()
+            except OSError as e:
+                raise OutputError(
+                    f"{self.path}: cannot write a temporary fragment: {e.strerror or e}"
+                ) from None
             self._f = None
         return Piece(
             path=self.path,
@@ -175,7 +188,10 @@ class PieceWriter:
 
     def abort(self) -> None:
         if self._f is not None:
-            self._f.close()
+            try:
+                self._f.close()
+            except OSError:
+                pass
             self._f = None
         if self.path:
             try:
@@ -194,9 +210,10 @@ def piece_of(codec: str, data: bytes) -> Piece:
 class Splicer:
     """Writes pieces, in order, as one valid output stream of ``codec``."""
 
-    def __init__(self, out: Optional[BinaryIO], codec: str) -> None:
+    def __init__(self, out: Optional[BinaryIO], codec: str, name: str = "output") -> None:
         self.out = out  # None: only count (dry runs)
         self.codec = codec
+        self.name = name
         self.crc = 0
         self.length = 0
         self.size = 0
@@ -211,7 +228,7 @@ class Splicer:
         try:
             self.out.write(data)
         except OSError as e:
-            raise OutputError(f"cannot write output: {e.strerror or e}") from None
+            raise OutputError(f"{self.name}: cannot write output: {e.strerror or e}") from None
         self.size += len(data)
 
     def add(self, piece: Piece) -> None:
@@ -231,7 +248,7 @@ class Splicer:
                             break
                         self._w(chunk)
             except OSError as e:
-                raise OutputError(f"cannot read fragment {piece.path}: {e}") from None
+                raise OutputError(f"{self.name}: cannot read back fragment {piece.path}: {e.strerror or e}") from None
         if self.codec == "gzip":
             self.crc = _crc32_combine(self.crc, piece.crc, piece.length)
         self.length += piece.length
@@ -246,7 +263,7 @@ class Splicer:
         try:
             self.out.flush()
         except OSError as e:
-            raise OutputError(f"cannot write output: {e.strerror or e}") from None
+            raise OutputError(f"{self.name}: cannot write output: {e.strerror or e}") from None
 
 
 class AtomicOutput:
