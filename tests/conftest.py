@@ -21,6 +21,11 @@ from typing import Any, Callable, Dict, Iterable, List, Optional
 
 import pytest
 
+# Every merge the suite makes is checked by ``verify --against`` its inputs
+# (merge() reads TRACEFUSE_VERIFY; CLI subprocesses inherit it). A test that needs
+# a merge without it (a timing or memory measurement) unsets it itself.
+os.environ.setdefault("TRACEFUSE_VERIFY", "1")
+
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_SHARED_FIXTURES = REPO.parent / "shared" / "fixtures"
 PERIOD_NS = 7_889_238 * 10**9  # Kineto's baseTimeNanoseconds period

@@ -204,7 +204,7 @@ def _scan(path: PathLike, base: int, cap: int, use_float: bool) -> RankCollectiv
                 by_stream.setdefault((name, _stream_of(event, args)), []).append(end)
     except InputError as e:
         result.error = e.problem
-    except ijson.JSONError as e:  # IncompleteJSONError is a subclass
+    except (ijson.JSONError, UnicodeDecodeError) as e:  # IncompleteJSONError is a subclass
         result.error = f"invalid or truncated JSON: {e}"
     finally:
         reader.close()

@@ -72,7 +72,7 @@ def scan_rank(plan: RankPlan) -> RankInfo:
                 if hi is None or end > hi:
                     hi = end
             break
-        except ijson.JSONError as e:
+        except (ijson.JSONError, UnicodeDecodeError) as e:
             if not exact and "integer overflow" in str(e):
                 continue
             msg = (str(e).splitlines() or [type(e).__name__])[0]

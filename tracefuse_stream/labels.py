@@ -91,8 +91,7 @@ def rank_metadata(rw: RankRewriter) -> Iterator[Event]:
     for ev in rw.metadata:
         if ev.get("name") in PROCESS_META:
             continue
-        pid = ev.get("pid") if ev.get("pid") is not None else "<missing pid>"
-        out = rw.pids.get(pid)
+        out = rw.pids.get(ev.get("pid"))
         if out is None or out not in kept:
             continue
         m = rw.rewrite_metadata(ev)

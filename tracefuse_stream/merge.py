@@ -193,6 +193,7 @@ def _rank_header(plan: RankPlan, res: RankResult) -> Dict[str, Any]:
         "rank_from": plan.rank_source,
         "source": os.path.abspath(plan.path),
         "compression": plan.compression,
+        "layout": plan.layout,
         "base_time_ns": plan.base_time_ns,
         "shift_ns": plan.shift_ns,
         "shift_us": plan.shift_ns / 1000,
@@ -579,7 +580,7 @@ def _merge(
     if verify is None:
         verify = os.environ.get("TRACEFUSE_VERIFY") == "1"
     if verify and not dry_run and output != "-":
-        _verify_outputs(summary, plans)
+        _verify_outputs(summary, groups)
     return summary
 
 
@@ -589,15 +590,15 @@ class VerifyFailed(TraceFuseError):
     exit_code = EXIT_VERIFY
 
 
-def _verify_outputs(summary: MergeSummary, plans: List[RankPlan]) -> None:
-    """Run the verifier on every written file; salvaged ranks are checked without
-    ``--against`` (their skipped events are known to be missing)."""
+def _verify_outputs(summary: MergeSummary, groups: List[List[RankPlan]]) -> None:
+    """Run the verifier on every written file against the inputs of its ranks;
+    salvaged merges are checked without ``--against`` (skipped events are known
+    to be missing)."""
     from .verify import verify as verify_file
 
     salvaged = any(r.salvage for r in summary.ranks)
-    against = None if salvaged else [p.path for p in plans]
-    for out in summary.outputs:
-        report = verify_file(out, against=against)
+    for out, group in zip(summary.outputs, groups):
+        report = verify_file(out, against=None if salvaged else [p.path for p in group])
         summary.verify_reports.append(report)
         if not report.ok:
             first = report.errors[0]

@@ -110,7 +110,7 @@ def read_header(path: PathLike) -> Tuple[str, Dict[str, Any], bool]:
             elif ev == "end_map":
                 return "object", header, False
         raise InputError(str(path), "file ends inside the header (truncated)", offset=reader.offset)
-    except ijson.JSONError as e:
+    except (ijson.JSONError, UnicodeDecodeError) as e:
         text = e.args[0] if e.args else type(e).__name__
         if isinstance(text, bytes):
             text = text.decode("utf-8", errors="replace")
@@ -283,12 +283,12 @@ def load_trailer(plan: RankPlan) -> None:
     if plan.trailer_known:
         return
     tail, size = read_tail(plan.path)
-    trailer = find_trailer(tail)
+    trailer = find_trailer(tail, whole=size <= len(tail))
     if trailer is None:
         plan.problems.append("truncated")
         raise InputError(
             plan.path,
-            "file is truncated: it does not end with the end of a complete trace object",
+            "file does not end with a complete trace object (truncated, or damaged at the end)",
             offset=size,
             hint="use --salvage to merge the complete events it has",
         )

@@ -168,11 +168,6 @@ class RankRewriter:
         if type(pid) is int and 0 <= pid < PID_DEVICE_LIMIT:
             out = self.pid_base + pid
         else:
-            if pid is None:
-                pid = "<missing pid>"
-                got = self.pids.get(pid)
-                if got is not None:
-                    return got
             if self.next_slot >= PID_STRIDE:
                 raise InputError(
                     self.path,
@@ -287,7 +282,7 @@ class RankRewriter:
 
     def rewrite_metadata(self, ev: Event) -> Event:
         """Remap pid/tid/ts of a buffered metadata event (pid must be known)."""
-        pid = self.pids[ev.get("pid") if ev.get("pid") is not None else "<missing pid>"]
+        pid = self.pids[ev.get("pid")]
         out = dict(ev)
         out["pid"] = pid
         tid = ev.get("tid")

@@ -88,9 +88,10 @@ def stream_rank(task: RankTask, progress: Optional[Callable[[int], None]] = None
             return _stream_once(task, exact, progress)
         except NeedExactNumbers:
             return _stream_once(task, True, progress)
-    except InputError:
+    except InputError as e:
         if not task.salvage:
             raise
+        task.plan.problems.append(f"strict read failed: {e}")
         return _stream_salvage(task, progress)
 
 
@@ -243,6 +244,11 @@ def _stream_once(
                 f"{plan.path}: the event array has no closing ']' (the array form allows "
                 f"that); {rw.events_in} complete events read"
             )
+        except UnicodeDecodeError as e:
+            raise InputError(
+                plan.path, f"invalid UTF-8 in a string ({e.reason})", event_index=rw.index + 1,
+                hint="use --salvage to repair it (invalid bytes become U+FFFD)",
+            ) from None
         except orjson.JSONEncodeError as e:
             raise InputError(plan.path, f"event cannot be written as strict JSON: {e}", event_index=rw.index) from None
         piece, meta_out = _finish_piece(rw, w, buf, first, dumps)

@@ -35,10 +35,11 @@ def _parse_after(tail: bytes, pos: int) -> Optional[Dict[str, Any]]:
     return obj
 
 
-def find_trailer(tail: bytes) -> Optional[Dict[str, Any]]:
+def find_trailer(tail: bytes, whole: bool = False) -> Optional[Dict[str, Any]]:
     """Return the top-level keys after ``traceEvents`` (``{}`` when there are none).
 
-    ``tail`` is the last bytes of the decompressed file. Returns ``None`` when the tail does not end a complete trace object
+    ``tail`` is the last bytes of the decompressed file; ``whole`` says it is all of
+    it, so reaching its start without finding the event array means damage. Returns ``None`` when the tail does not end a complete trace object
     (truncated file, not JSON) or is the array form (no trailer possible, returns {}).
     """
     end = len(tail.rstrip())
@@ -58,6 +59,11 @@ def find_trailer(tail: bytes) -> Optional[Dict[str, Any]]:
     for m in _REV_TOKEN.finditer(rev):
         tok = m.group()
         if tok[:1] == b'"':
+            if depth == 2 and candidate is not None:
+                # a bare string directly inside the candidate array: not an array of
+                # events (or not an array at all: damaged text) -- drop it
+                candidate = None
+                candidate_trailer = None
             continue
         pos = n - 1 - m.start()  # position in the original bytes
         if tok in (b"}", b"]"):
@@ -89,7 +95,7 @@ def find_trailer(tail: bytes) -> Optional[Dict[str, Any]]:
                 return {}
     # Ran out of window inside an array: it is larger than the window, so it is the
     # event array (no other top-level array of a trace is that large).
-    if candidate is not None:
+    if candidate is not None and not whole:
         return candidate_trailer
     return None
 

@@ -453,7 +453,7 @@ def _run_pass(path: str, consume: Callable[[Iterator[Any]], None], *, capture: b
             consume(_counted(ijson.items(tap, prefix, buf_size=READ_CHUNK), tap))
         except InputError as e:
             res.error = (e.offset if e.offset is not None else tap.offset, e.problem)
-        except ijson.JSONError as e:
+        except (ijson.JSONError, UnicodeDecodeError) as e:
             if tap.cur:  # the error lies in the chunk being parsed
                 err_chunk, err_exc = tap.cur, e
             else:        # at the end of the stream
@@ -502,10 +502,10 @@ def _locate_error(path: str, chunk_start: int, chunk: bytes, exc: Exception) -> 
         for i in range(len(chunk)):
             try:
                 coro.send(chunk[i:i + 1])
-            except ijson.JSONError:
+            except (ijson.JSONError, UnicodeDecodeError):
                 pos = chunk_start + i
                 break
-    except (ijson.JSONError, InputError, OSError):
+    except (ijson.JSONError, UnicodeDecodeError, InputError, OSError):
         pass
     i = pos - chunk_start
     ctx = chunk[max(0, i - 24): i + 24]
@@ -1217,7 +1217,7 @@ def _input_tuples(ctx: _RankCtx, batch: Iterable[Any], F: Optional[_Findings]) -
 def _match_inputs(v: _Verifier, tf: Dict[str, Any]) -> List[_RankCtx]:
     F = v.F
     rinfo = tf.get("ranks") if isinstance(tf.get("ranks"), dict) else {}
-    by_path: Dict[str, int] = {}
+    by_path: Dict[str, List[int]] = {}
     by_base: Dict[str, List[int]] = {}
     infos: Dict[int, Dict[str, Any]] = {}
     for key, info in rinfo.items():
@@ -1230,7 +1230,7 @@ def _match_inputs(v: _Verifier, tf: Dict[str, Any]) -> List[_RankCtx]:
         infos[r] = info
         src = info.get("source")
         if isinstance(src, str):
-            by_path[os.path.realpath(src)] = r
+            by_path.setdefault(os.path.realpath(src), []).append(r)
             by_base.setdefault(os.path.basename(src), []).append(r)
     fh = tf.get("filters")
     filt = EventFilter.from_header(fh) if isinstance(fh, dict) else EventFilter()
@@ -1241,10 +1241,13 @@ def _match_inputs(v: _Verifier, tf: Dict[str, Any]) -> List[_RankCtx]:
     ctxs: List[_RankCtx] = []
     used: Dict[int, str] = {}
     for p in v.against:
-        r = by_path.get(os.path.realpath(p))
-        if r is None:
-            cand = by_base.get(os.path.basename(p), [])
-            r = cand[0] if len(cand) == 1 else None
+        # one file may be the source of several ranks (e.g. --rank-from order over
+        # the same file twice): take its ranks in order
+        cand = [x for x in by_path.get(os.path.realpath(p), []) if x not in used]
+        if not cand:
+            same_name = by_base.get(os.path.basename(p), [])
+            cand = same_name if len(same_name) == 1 else []
+        r = cand[0] if cand else None
         if r is None:
             F.add("against_unmatched", None, {"input": p},
                   message="--against input is not the source of any rank in the header")
@@ -1279,7 +1282,12 @@ def _check_against(v: _Verifier, tf: Dict[str, Any]) -> None:
             for t in _input_tuples(ctx, batch, F):
                 d.add(*_tuple_hashes(t))
 
-        res = _run_pass(ctx.path, handle)
+        array = ctx.info.get("layout") == "array"
+        res = _run_pass(ctx.path, handle, prefix="item" if array else "traceEvents.item")
+        if res.error is not None and array:
+            msg = str(res.error[1]).lower()
+            if "truncated" in msg or "premature eof" in msg:
+                res.error = None  # Chrome's array form may end without its closing bracket
         if res.error is not None:
             salv = ctx.info.get("salvage")
             F.add("against_input_invalid", ctx.rank, {"input": ctx.path, "offset": res.error[0]},

@@ -104,7 +104,7 @@ def _step_table(path: PathLike, *, strict: bool = True) -> Dict[int, Tuple[int, 
                 if old is not None:
                     start, end = min(start, old[0]), max(end, old[1])
                 table[step] = (start, end)
-        except ijson.JSONError as e:
+        except (ijson.JSONError, UnicodeDecodeError) as e:
             if strict:
                 raise InputError(
                     str(path),
