@@ -14,7 +14,7 @@ import ijson
 
 from .errors import InputError
 from .plan import RankPlan
-from .timeunits import us_to_ns
+from .timeunits import us_to_ns_or_none
 from .sources import TraceReader
 
 
@@ -45,40 +45,33 @@ class RankInfo:
 
 
 def scan_rank(plan: RankPlan) -> RankInfo:
-    """Count events and find the absolute time span of one rank (one streaming pass)."""
+    """Count events and find the absolute time span of one rank (one streaming pass,
+    numbers parsed exactly)."""
     base = plan.base_time_ns or 0
     prefix = "traceEvents.item" if plan.layout == "object" else "item"
-    for exact in (plan.base_time_ns is None, True):
-        n = 0
-        lo: Optional[int] = None
-        hi: Optional[int] = None
-        reader = TraceReader(plan.path, plan.compression)
-        try:
-            for ev in ijson.items(reader, prefix, use_float=not exact, buf_size=1 << 18):
-                n += 1
-                if type(ev) is not dict or ev.get("ph") == "M":
-                    continue
-                ts = ev.get("ts")
-                if ts is None or isinstance(ts, (str, bool)):
-                    continue
-                try:
-                    start = us_to_ns(ts)
-                    dur = ev.get("dur")
-                    end = start + (us_to_ns(dur) if isinstance(dur, (int, float)) and not isinstance(dur, bool) and dur > 0 else 0)
-                except (TypeError, ValueError, ArithmeticError):
-                    continue
-                if lo is None or start < lo:
-                    lo = start
-                if hi is None or end > hi:
-                    hi = end
-            break
-        except (ijson.JSONError, UnicodeDecodeError) as e:
-            if not exact and "integer overflow" in str(e):
+    n = 0
+    lo: Optional[int] = None
+    hi: Optional[int] = None
+    reader = TraceReader(plan.path, plan.compression)
+    try:
+        for ev in ijson.items(reader, prefix, use_float=False, buf_size=1 << 18):
+            n += 1
+            if type(ev) is not dict or ev.get("ph") == "M":
                 continue
-            msg = (str(e).splitlines() or [type(e).__name__])[0]
-            raise InputError(plan.path, f"invalid JSON: {msg}", offset=reader.offset, event_index=n) from None
-        finally:
-            reader.close()
+            start = us_to_ns_or_none(ev.get("ts"))
+            if start is None:
+                continue
+            dur = us_to_ns_or_none(ev.get("dur")) or 0
+            end = start + max(dur, 0)
+            if lo is None or start < lo:
+                lo = start
+            if hi is None or end > hi:
+                hi = end
+    except (ijson.JSONError, UnicodeDecodeError) as e:
+        msg = (str(e).splitlines() or [type(e).__name__])[0]
+        raise InputError(plan.path, f"invalid JSON: {msg}", event_index=n) from None
+    finally:
+        reader.close()
     return RankInfo(
         rank=plan.rank,
         rank_from=plan.rank_source,

@@ -42,7 +42,6 @@ class RankSummary:
     events_out: int
     dropped: int
     shift_ns: int
-    exact_numbers: bool
     seconds: float
     salvage: Optional[Dict[str, Any]] = None
 
@@ -203,7 +202,6 @@ def _rank_header(plan: RankPlan, res: RankResult) -> Dict[str, Any]:
         "events_in": res.events_in,
         "events_out": res.events_out,
         "dropped": res.dropped,
-        "exact_numbers": res.exact_numbers,
         "salvage": res.salvage,
     }
 
@@ -561,8 +559,7 @@ def _merge(
         ranks=[
             RankSummary(
                 rank=r.rank, path=r.path, events_in=r.events_in, events_out=r.events_out,
-                dropped=r.dropped, shift_ns=p.shift_ns, exact_numbers=r.exact_numbers,
-                seconds=r.seconds, salvage=r.salvage,
+                dropped=r.dropped, shift_ns=p.shift_ns, seconds=r.seconds, salvage=r.salvage,
             )
             for p, r in zip(plans, results)
         ],

@@ -66,11 +66,6 @@ def original_id(out_id: int) -> Tuple[int, int]:
 FLOAT_EXACT_LIMIT = float(2**43)  # |ts| below this: a double keeps every ns digit
 
 
-class NeedExactNumbers(Exception):
-    """The fast float path cannot carry this file's numbers exactly (a ts beyond
-    2**43 us, an integer beyond int64): the rank must be re-read with Decimals."""
-
-
 def _plain(d: Decimal) -> bytes:
     s = format(d, "f")
     if "." in s:
@@ -131,7 +126,6 @@ class RankRewriter:
         flt: EventFilter,
         base_time_ns: int = 0,
         path: str = "",
-        floats: bool = False,
     ) -> None:
         if rank < 0 or rank > MAX_RANK:
             raise InputError(path, f"rank {rank} is outside 0..{MAX_RANK}, the range the pid rule supports")
@@ -157,7 +151,6 @@ class RankRewriter:
         self.dropped = 0
         self.index = -1
         self._window = flt.window_ns is not None
-        self._floats = floats  # parsed as binary floats: guard their precision
 
     # -- tables ---------------------------------------------------------------
     def map_pid(self, pid: Any) -> int:
@@ -237,8 +230,6 @@ class RankRewriter:
             self.dropped += 1
             return None
         ts = ev.get("ts")
-        if self._floats and type(ts) is float and not -FLOAT_EXACT_LIMIT < ts < FLOAT_EXACT_LIMIT:
-            raise NeedExactNumbers()
         if self._window:
             if ts is None:
                 self.dropped += 1

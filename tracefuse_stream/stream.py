@@ -5,12 +5,12 @@ each in place; orjson serialises it straight into a compressed fragment. Memory 
 rank is the parser buffer, one output buffer (~1 MB) and the rewriter's small
 tables, however large the file.
 
-Numbers: the fast path parses floats as binary doubles (exact for Kineto's
-microsecond timestamps below 2**43, i.e. relative to a base). Two inputs need exact
-decimals instead, and get them by parsing with ``use_float=False``: ranks with
-absolute epoch timestamps (no base, PyTorch <= 2.3), and files with integers beyond
-int64 (2026 Kineto's uint64 ``Comms Id``), on which yajl's fast path stops with
-"integer overflow" — the rank is then redone in exact mode, every digit kept.
+Numbers are parsed exactly (``use_float=False``: integers of any size, Decimals for
+the rest) and written back with their original digits. Measured, this costs about
+the same as binary floats with ijson's C backend, and it needs no special cases:
+epoch-microsecond timestamps (PyTorch <= 2.3) keep their nanoseconds, and integers
+beyond int64 (2026 Kineto's uint64 ``Comms Id``) — on which yajl's float path stops
+with "integer overflow" — go through unchanged.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from .errors import InputError
 from .filters import EventFilter
 from .labels import rank_metadata
 from .plan import TAIL_WINDOW, RankPlan, complete_trailer
-from .rewrite import NeedExactNumbers, RankRewriter, dumps_exact
+from .rewrite import RankRewriter, dumps_exact
 from .salvage import Framer, SalvageReport, tolerant_chunks
 from .sources import TraceReader
 from .trailer import find_trailer
@@ -59,7 +59,6 @@ class RankResult:
     metadata_out: int
     header: Dict[str, Any]
     pid_map: List[List[Any]]
-    exact_numbers: bool
     bytes_in: int
     seconds: float
     salvage: Optional[Dict[str, Any]] = None
@@ -78,16 +77,12 @@ def _json_problem(e: Exception) -> str:
 
 
 def stream_rank(task: RankTask, progress: Optional[Callable[[int], None]] = None) -> RankResult:
-    """Stream one rank into a fragment; retried in exact-number mode when needed,
-    and with the salvage reader when the file is broken and ``task.salvage``."""
-    exact = task.plan.base_time_ns is None
+    """Stream one rank into a fragment; with the salvage reader when the file is
+    broken and ``task.salvage``."""
     if task.plan.needs_salvage:
         return _stream_salvage(task, progress)
     try:
-        try:
-            return _stream_once(task, exact, progress)
-        except NeedExactNumbers:
-            return _stream_once(task, True, progress)
+        return _stream_once(task, progress)
     except InputError as e:
         if not task.salvage:
             raise
@@ -95,11 +90,10 @@ def stream_rank(task: RankTask, progress: Optional[Callable[[int], None]] = None
         return _stream_salvage(task, progress)
 
 
-def _rewriter(task: RankTask, floats: bool = False) -> RankRewriter:
+def _rewriter(task: RankTask) -> RankRewriter:
     plan = task.plan
     return RankRewriter(
-        plan.rank, plan.shift_ns, task.flt, (plan.base_time_ns or 0) + plan.align_offset_ns,
-        plan.path, floats=floats,
+        plan.rank, plan.shift_ns, task.flt, (plan.base_time_ns or 0) + plan.align_offset_ns, plan.path
     )
 
 
@@ -120,7 +114,7 @@ def _finish_piece(
 
 
 def _result(
-    task: RankTask, rw: RankRewriter, piece: Piece, meta_out: int, exact: bool, t0: float,
+    task: RankTask, rw: RankRewriter, piece: Piece, meta_out: int, t0: float,
     salvage: Optional[Dict[str, Any]] = None,
 ) -> RankResult:
     plan = task.plan
@@ -134,7 +128,6 @@ def _result(
         metadata_out=meta_out,
         header=plan.header,
         pid_map=rw.pid_map(),
-        exact_numbers=exact,
         bytes_in=plan.size_bytes,
         seconds=time.perf_counter() - t0,
         salvage=salvage,
@@ -186,23 +179,20 @@ def _stream_salvage(
     salvage["summary"] = report.summary()
     salvage["plan_notes"] = list(plan.problems)
     return _result(
-        task, rw, piece, meta_out, True, t0,
+        task, rw, piece, meta_out, t0,
         salvage=salvage if (report.anything or plan.problems) else None,
     )
 
 
-def _stream_once(
-    task: RankTask, exact: bool, progress: Optional[Callable[[int], None]]
-) -> RankResult:
+def _stream_once(task: RankTask, progress: Optional[Callable[[int], None]]) -> RankResult:
     t0 = time.perf_counter()
     plan = task.plan
     need_tail = not plan.trailer_known
     keep = TAIL_WINDOW if need_tail else (4096 if plan.layout == "array" else 0)
     reader = TraceReader(plan.path, plan.compression, keep_tail=keep)
     notes: List[str] = []
-    rw = _rewriter(task, floats=not exact)
+    rw = _rewriter(task)
     w = PieceWriter(task.codec, task.fragment_path, discard=task.fragment_path is None)
-    dumps: Callable[[Any], bytes] = dumps_exact if exact else orjson.dumps
     prefix = "traceEvents.item" if plan.layout == "object" else "item"
     buf = bytearray()
     sep = b",\n"
@@ -211,7 +201,7 @@ def _stream_once(
     ok = False
     try:
         try:
-            for ev in ijson.items(reader, prefix, use_float=not exact, buf_size=PARSE_BUF):
+            for ev in ijson.items(reader, prefix, use_float=False, buf_size=PARSE_BUF):
                 out = rw.feed(ev)
                 if out is None:
                     continue
@@ -219,7 +209,7 @@ def _stream_once(
                     first = False
                 else:
                     buf += sep
-                buf += dumps(out)
+                buf += dumps_exact(out)
                 if len(buf) >= FLUSH_BYTES:
                     w.write(buf)
                     buf.clear()
@@ -229,8 +219,6 @@ def _stream_once(
                             progress(raw - last_report)
                             last_report = raw
         except ijson.JSONError as e:
-            if not exact and "integer overflow" in str(e):
-                raise NeedExactNumbers() from None
             problem = _json_problem(e)
             if not _open_array_end(plan.layout, problem, reader.tail()):
                 raise InputError(
@@ -251,7 +239,7 @@ def _stream_once(
             ) from None
         except orjson.JSONEncodeError as e:
             raise InputError(plan.path, f"event cannot be written as strict JSON: {e}", event_index=rw.index) from None
-        piece, meta_out = _finish_piece(rw, w, buf, first, dumps)
+        piece, meta_out = _finish_piece(rw, w, buf, first, dumps_exact)
         if need_tail:
             complete_trailer(plan, find_trailer(reader.tail()))
         ok = True
@@ -262,7 +250,7 @@ def _stream_once(
             w.abort()
     if progress is not None and raw_total > last_report:
         progress(raw_total - last_report)
-    res = _result(task, rw, piece, meta_out, exact, t0)
+    res = _result(task, rw, piece, meta_out, t0)
     res.warnings.extend(notes)
     return res
 
