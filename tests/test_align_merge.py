@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Dict, List
 
 import orjson
-import pytest
 
 import test_align
 from conftest import abs_ns, load_output, run_cli, to_ns

@@ -33,24 +33,10 @@ import zstandard
 from tracefuse_stream.cli import main as cli_main
 
 # --------------------------------------------------------------------------- fixtures
-SHARED_DEFAULT = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures"
-
-
-def _shared_dir() -> Path:
-    env = os.environ.get("TRACEFUSE_SHARED_FIXTURES")
-    return Path(env) if env else SHARED_DEFAULT
-
-
 @pytest.fixture(scope="session")
-def real_traces() -> Path:
-    d = _shared_dir()
-    if not (d / "ddp4_transformer_tb").is_dir() or not (d / "real").is_dir():
-        pytest.fail(
-            f"real trace fixtures not found at {d} (expected ddp4_transformer_tb/ and real/); "
-            "set TRACEFUSE_SHARED_FIXTURES to their location",
-            pytrace=False,
-        )
-    return d
+def real_traces(shared_fixtures: Path) -> Path:
+    """The real traces beside the repository (conftest fails loudly without them)."""
+    return shared_fixtures
 
 
 def _ddp_by_rank(real_traces: Path) -> Dict[int, Path]:

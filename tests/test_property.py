@@ -20,7 +20,7 @@ import os
 import tempfile
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 
 import pytest
 import zstandard

@@ -17,7 +17,6 @@ import sys
 from decimal import Decimal
 from pathlib import Path
 
-import orjson
 import pytest
 import zstandard
 

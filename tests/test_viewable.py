@@ -6,7 +6,6 @@ independently of the engine.
 from __future__ import annotations
 
 import re
-from decimal import Decimal
 from pathlib import Path
 from typing import Dict, List, Tuple
 

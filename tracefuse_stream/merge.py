@@ -8,6 +8,7 @@ byte the ``jobs=1`` output whatever order workers finish in.
 """
 from __future__ import annotations
 
+import functools
 import json
 import multiprocessing
 import os
@@ -262,6 +263,21 @@ class _TermAsInterrupt:
             signal.signal(signal.SIGTERM, self.prev)
 
 
+def _interruptible(fn: Callable[..., MergeSummary]) -> Callable[..., MergeSummary]:
+    """SIGTERM and SIGINT anywhere in a merge (planning, scans, writing) become
+    :class:`Interrupted`, after the merge's own cleanup has run."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> MergeSummary:
+        with _TermAsInterrupt():
+            try:
+                return fn(*args, **kwargs)
+            except KeyboardInterrupt:
+                raise Interrupted("interrupted (SIGINT); no output written") from None
+
+    return wrapper
+
+
 def _apply_alignment(
     plans: List[RankPlan], align: str, clock_offsets: Optional[str], jobs: int
 ) -> List[str]:
@@ -380,6 +396,7 @@ def split_names(output: str, groups: List[List[RankPlan]]) -> List[str]:
     return out
 
 
+@_interruptible
 def merge(
     inputs: InputSpec,
     output: str = "merged_trace.json.gz",
@@ -421,44 +438,6 @@ def merge(
     Raises :class:`~tracefuse_stream.errors.TraceFuseError` subclasses on bad input
     or output; no file is left under ``output`` then.
     """
-    with _TermAsInterrupt():
-        try:
-            return _merge(
-                inputs, output, rank_from=rank_from, ranks=ranks, include_pyfunc=include_pyfunc,
-                keep_cat=keep_cat, drop_cat=drop_cat, name_regex=name_regex, filter_fn=filter_fn,
-                jobs=jobs, force=force, progress=progress, salvage=salvage, align=align,
-                clock_offsets=clock_offsets, steps=steps, step_rank=step_rank, window_ms=window_ms,
-                split_ranks=split_ranks, dry_run=dry_run, verify=verify,
-            )
-        except KeyboardInterrupt:
-            raise Interrupted("interrupted (SIGINT); no output written") from None
-
-
-def _merge(
-    inputs: InputSpec,
-    output: str = "merged_trace.json.gz",
-    *,
-    rank_from: str = "auto",
-    ranks: Optional[Sequence[int]] = None,
-    include_pyfunc: bool = False,
-    keep_cat: Optional[Sequence[str]] = None,
-    drop_cat: Optional[Sequence[str]] = None,
-    name_regex: Optional[str] = None,
-    filter_fn: Optional[Callable[[Event], bool]] = None,
-    jobs: Optional[int] = 1,
-    force: bool = False,
-    progress: bool = False,
-    salvage: bool = False,
-    align: str = "base",
-    clock_offsets: Optional[str] = None,
-    steps: Optional[Tuple[int, int]] = None,
-    step_rank: Optional[int] = None,
-    window_ms: Optional[Tuple[float, float]] = None,
-    split_ranks: Optional[int] = None,
-    dry_run: bool = False,
-    verify: Optional[bool] = None,
-) -> MergeSummary:
-    """The body of :func:`merge` (SIGTERM/SIGINT already turned into exceptions)."""
     t0 = time.perf_counter()
     flt = _make_filter(include_pyfunc, keep_cat, drop_cat, name_regex, filter_fn)
     if split_ranks is not None and split_ranks < 1:

@@ -51,7 +51,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 import ijson
 import orjson
 
-from .errors import EXIT_INPUT, EXIT_OK, EXIT_USAGE, EXIT_VERIFY, InputError, TraceFuseError
+from .errors import EXIT_OK, EXIT_USAGE, EXIT_VERIFY, InputError, TraceFuseError
 from .filters import EventFilter
 from .sources import detect_compression, find_inputs, open_trace
 
@@ -766,7 +766,6 @@ class _Verifier:
         pids = self.pids
         threads = self.threads
         ranks = self.ranks
-        flows = self.flows
         want_digest = self.want_digest
         sorter = self.sorter
         sbuf = sorter.buf
@@ -1361,7 +1360,6 @@ def _explain_mismatch(v: _Verifier, ctxs: List[_RankCtx], bad: Dict[int, List[in
     Memory: at most ``DETAIL_CAP`` hashes; buckets beyond it are reported by count only.
     """
     F = v.F
-    maxex = v.max_examples
     chosen: Dict[int, set] = {}
     for ctx in ctxs:
         out_d = v.digests.get(ctx.rank) or _Digest()
