@@ -21,6 +21,7 @@ name.
 from __future__ import annotations
 
 import errno
+import io
 import os
 import shutil
 import struct
@@ -261,8 +262,8 @@ class Splicer:
         """Splice a fragment file with ``copy_file_range`` (no copy through Python;
         a reflink on filesystems that have them). False: use the portable path."""
         copy = getattr(os, "copy_file_range", None)
-        if copy is None or self.out is None or piece.path is None:
-            return False
+        if copy is None or piece.path is None or type(self.out) not in (io.BufferedWriter, io.FileIO):
+            return False  # only a real file we opened (not stdout, not a wrapper)
         try:
             dst = self.out.fileno()
         except (AttributeError, OSError, ValueError):
