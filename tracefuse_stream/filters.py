@@ -67,6 +67,14 @@ class EventFilter:
             return False
         return True
 
+    def dropped_categories(self) -> FrozenSet[str]:
+        """Categories always dropped (python_function unless included, --drop-cat)."""
+        return self._drop
+
+    def only_drops_categories(self) -> bool:
+        """True when ``keep`` reduces to "category not dropped" (the common case)."""
+        return self._trivial
+
     def in_window(self, start_ns: int, dur_ns: int) -> bool:
         """True when the event ``[start, start + dur]`` (absolute ns) intersects the window."""
         if self.window_ns is None:

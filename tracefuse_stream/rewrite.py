@@ -42,7 +42,7 @@ ID_LIMIT = 1 << ID_BITS
 MAX_ID_RANK = (1 << (53 - ID_BITS)) - 1
 SYNTH_TID_BASE = 1_000_000_000
 UINT32 = 1 << 32
-LINK_ARGS = ("correlation", "External id")
+LINK_ARGS = ("correlation", "External id")  # rewritten like flow ids (see feed)
 GPU_CATS = frozenset(
     {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "Kernel", "Memcpy", "Memset"}
 )
@@ -151,6 +151,9 @@ class RankRewriter:
         self.dropped = 0
         self.index = -1
         self._window = flt.window_ns is not None
+        # categories dropped outright, checked inline; other rules via flt.keep()
+        self._drop_cats = flt.dropped_categories()
+        self._simple_filter = flt.only_drops_categories()
 
     # -- tables ---------------------------------------------------------------
     def map_pid(self, pid: Any) -> int:
@@ -217,59 +220,72 @@ class RankRewriter:
 
     # -- the hot path -----------------------------------------------------------
     def feed(self, ev: Event) -> Optional[Event]:
-        """Rewrite ``ev`` in place; ``None`` when it is dropped or buffered."""
+        """Rewrite ``ev`` in place; ``None`` when it is dropped or buffered.
+
+        The hot path of the whole tool: one call per event, so lookups are local
+        and rare cases (new pid, odd tid, shifted ts) leave the straight line.
+        """
         self.index += 1
         self.events_in += 1
         if type(ev) is not dict:
             raise InputError(self.path, f"event is not a JSON object: {ev!r:.60}", event_index=self.index)
-        ph = ev.get("ph")
+        get = ev.get
+        ph = get("ph")
         if ph == "M":
             self.metadata.append(ev)
             return None
-        if not self.filter.keep(ev):
+        cat = get("cat")
+        if cat in self._drop_cats or (not self._simple_filter and not self.filter.keep(ev)):
             self.dropped += 1
             return None
-        ts = ev.get("ts")
-        if self._window:
-            if ts is None:
-                self.dropped += 1
-                return None
-            start = self.abs_base_ns + us_to_ns(ts)
-            dur = ev.get("dur")
-            if not self.filter.in_window(start, us_to_ns(dur) if ph == "X" and dur is not None else 0):
-                self.dropped += 1
-                return None
-        pid = self.map_pid(ev.get("pid"))
+        ts = get("ts")
+        if self._window and not self._in_window(ph, ts, get("dur")):
+            self.dropped += 1
+            return None
+        p = get("pid")
+        pid = self.pids.get(p)
+        new_pid = pid is None
+        if new_pid:
+            pid = self.map_pid(p)
         ev["pid"] = pid
-        tid = ev.get("tid")
+        tid = get("tid")
         if type(tid) is not int or not 0 <= tid < UINT32:
             ev["tid"] = self.map_tid(pid, tid)
         if ts is not None and not self.shift.identity:
             try:
-                ev["ts"] = self.shift(ts)
+                ts = ev["ts"] = self.shift(ts)
             except (ValueError, TypeError) as e:
                 raise InputError(self.path, f"bad ts: {e}", event_index=self.index) from None
-        if pid not in self.pid_first_ts:
-            self.pid_first_ts[pid] = ev.get("ts", 0)
+        if new_pid or pid not in self.pid_first_ts:
+            self.pid_first_ts.setdefault(pid, 0 if ts is None else ts)
         if "id" in ev:
             ev["id"] = self.map_id(ev["id"], "flow id")
         if "bind_id" in ev:
             ev["bind_id"] = self.map_id(ev["bind_id"], "bind_id")
-        args = ev.get("args")
+        args = get("args")
         if type(args) is dict:
-            for key in LINK_ARGS:
-                v = args.get(key)
-                if v is not None:
-                    args[key] = self.map_id(v, f"args[{key!r}]")
+            off = self.id_off
+            v = args.get("correlation")
+            if v is not None:
+                args["correlation"] = v + off if type(v) is int and 0 <= v < ID_LIMIT else self.map_id(v, "args['correlation']")
+            v = args.get("External id")
+            if v is not None:
+                args["External id"] = v + off if type(v) is int and 0 <= v < ID_LIMIT else self.map_id(v, "args['External id']")
             args["rank"] = self.rank
         elif args is None:
             ev["args"] = {"rank": self.rank}
         else:
             raise InputError(self.path, "event args is not an object", event_index=self.index)
-        if ev.get("cat") in GPU_CATS:
+        if cat in GPU_CATS:
             self.pid_gpu_like.add(pid)
         self.events_out += 1
         return ev
+
+    def _in_window(self, ph: Any, ts: Any, dur: Any) -> bool:
+        if ts is None:
+            return False
+        start = self.abs_base_ns + us_to_ns(ts)
+        return self.filter.in_window(start, us_to_ns(dur) if ph == "X" and dur is not None else 0)
 
     def rewrite_metadata(self, ev: Event) -> Event:
         """Remap pid/tid/ts of a buffered metadata event (pid must be known)."""
@@ -291,13 +307,12 @@ class RankRewriter:
         return [[p, self.pids[p]] for p in self.pid_order]
 
 
-def default_number(obj: Any) -> Any:
-    """orjson ``default=``: write Decimals (exact mode) with their original digits."""
-    if isinstance(obj, Decimal):
-        if not obj.is_finite():
-            raise TypeError(f"{obj} is not valid JSON")
-        return orjson.Fragment(str(obj).encode())
-    raise TypeError(f"cannot serialise {type(obj).__name__}")
+def default_number(obj: Any, _decimal: type = Decimal, _fragment: Any = orjson.Fragment) -> Any:
+    """orjson ``default=``: write Decimals with their original digits (called for
+    every non-integer number, so it is kept minimal; ijson never yields NaN)."""
+    if type(obj) is _decimal and obj.is_finite():
+        return _fragment(str(obj))
+    raise TypeError(f"cannot serialise {obj!r} as strict JSON")
 
 
 def big_ints_to_fragments(obj: Any) -> Any:
