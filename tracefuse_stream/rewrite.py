@@ -24,7 +24,7 @@ and constants, never events. The rules, and why (see docs/OUTPUT_FORMAT.md):
 from __future__ import annotations
 
 from decimal import Decimal, localcontext
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 import orjson
 
@@ -335,5 +335,3 @@ def dumps_exact(ev: Any) -> bytes:
     except orjson.JSONEncodeError:
         return orjson.dumps(big_ints_to_fragments(ev), default=default_number)
 
-
-Dumps = Callable[[Any], bytes]

@@ -14,7 +14,7 @@ import io
 import os
 import zlib
 from pathlib import Path
-from typing import Any, BinaryIO, Iterable, List, Optional, Sequence, Union
+from typing import Any, BinaryIO, List, Optional, Sequence, Union
 
 import zstandard
 
@@ -322,20 +322,10 @@ def input_size(path: PathLike) -> int:
     return os.path.getsize(path)
 
 
-def iter_chunks(reader: BinaryIO, size: int = READ_SIZE) -> Iterable[bytes]:
-    """Yield successive chunks until EOF."""
-    while True:
-        chunk = reader.read(size)
-        if not chunk:
-            return
-        yield chunk
-
-
 __all__ = [
     "detect_compression",
     "find_inputs",
     "open_trace",
     "TraceReader",
     "input_size",
-    "iter_chunks",
 ]
