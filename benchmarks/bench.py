@@ -13,7 +13,10 @@ its descendants, e.g. merge workers) is sampled every ~50 ms with psutil and sum
 ``ru_maxrss`` / CPU time of the child come from ``wait4``. Repetitions are interleaved
 (floor, ours-json, ours-gz, ... then again, in a rotated order) so the noise of a
 shared machine hits every command alike; the table shows medians, and the ratios
-(ours / floor, ours / baseline, ...) are computed from those medians.
+(ours / floor, ours / baseline, ...) are computed from those medians (the
+per-repetition and best-of ratios are printed beside them). Every command imports one
+pinned commit of ``tracefuse_stream`` (``--code``, default HEAD at start, exported to
+``DATA_ROOT/code-<sha>``), because other people commit to this checkout during a run.
 
 Commands (``ours`` = ``python -m tracefuse_stream merge DIR -o OUT -q --force``):
 
