@@ -1104,15 +1104,8 @@ def _check_header(v: _Verifier, top: Dict[str, Any], tf: Dict[str, Any]) -> None
         if extra:
             F.add("header_mismatch", None, {"ranks_in_events": extra, "ranks_merged": merged},
                   message="events carry ranks that the header's ranks_merged does not list")
-    rinfo = tf.get("ranks") if isinstance(tf.get("ranks"), dict) else {}
     seen_out: Dict[Any, Any] = {}
-    for key, info in rinfo.items():
-        if not isinstance(info, dict):
-            continue
-        try:
-            r = int(info.get("rank", key))
-        except (TypeError, ValueError):
-            continue
+    for r, info in _header_ranks(tf):
         pairs = info.get("pids") or []
         for pair in pairs:
             if not (isinstance(pair, list) and len(pair) == 2):
@@ -1213,19 +1206,24 @@ def _input_tuples(ctx: _RankCtx, batch: Iterable[Any], F: Optional[_Findings]) -
                ts_ns + shift if ts_ns is not None else None, dur_ns, out_pid)
 
 
-def _match_inputs(v: _Verifier, tf: Dict[str, Any]) -> List[_RankCtx]:
-    F = v.F
+def _header_ranks(tf: Dict[str, Any]) -> Iterator[Tuple[int, Dict[str, Any]]]:
+    """``(rank, info)`` for each well-formed entry of the header's ``ranks`` table."""
     rinfo = tf.get("ranks") if isinstance(tf.get("ranks"), dict) else {}
-    by_path: Dict[str, List[int]] = {}
-    by_base: Dict[str, List[int]] = {}
-    infos: Dict[int, Dict[str, Any]] = {}
     for key, info in rinfo.items():
         if not isinstance(info, dict):
             continue
         try:
-            r = int(info.get("rank", key))
+            yield int(info.get("rank", key)), info
         except (TypeError, ValueError):
             continue
+
+
+def _match_inputs(v: _Verifier, tf: Dict[str, Any]) -> List[_RankCtx]:
+    F = v.F
+    by_path: Dict[str, List[int]] = {}
+    by_base: Dict[str, List[int]] = {}
+    infos: Dict[int, Dict[str, Any]] = {}
+    for r, info in _header_ranks(tf):
         infos[r] = info
         src = info.get("source")
         if isinstance(src, str):
