@@ -18,7 +18,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tracefuse_stream.errors import InputError, OutputError
+from tracefuse_stream.errors import InputError, OutputError, TerminateSignal
 from tracefuse_stream.filters import EventFilter
 from tracefuse_stream.labels import rank_metadata
 from tracefuse_stream.rewrite import (
@@ -558,3 +558,19 @@ def test_dumps_exact_keeps_every_digit():
     assert parsed["args"]["f"] == Decimal("1.5") and parsed["args"]["n"] is None
     with pytest.raises(TypeError):
         dumps_exact({"ts": Decimal("NaN")})
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt, TerminateSignal])
+@pytest.mark.parametrize("ev", [{"ts": Decimal("1.5")}, {"ts": Decimal("1.5"), "id": 2**64 + 1}])
+def test_dumps_exact_lets_an_interruption_through(monkeypatch, exc, ev):
+    """Ctrl-C (or the SIGTERM handler) firing inside orjson's ``default=`` callback
+    arrives wrapped in JSONEncodeError; it must not be swallowed by the retry for
+    big integers (it was: CI saw a SIGINT'd merge finish with exit 0)."""
+    import tracefuse_stream.rewrite as rewrite_mod
+
+    def interrupted(obj):
+        raise exc()
+
+    monkeypatch.setattr(rewrite_mod, "default_number", interrupted)
+    with pytest.raises(exc):
+        dumps_exact(ev)

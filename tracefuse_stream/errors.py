@@ -96,3 +96,12 @@ class Interrupted(TraceFuseError):
     """SIGINT/SIGTERM arrived; the temporary output was removed."""
 
     exit_code = EXIT_INTERRUPTED
+
+
+class TerminateSignal(BaseException):
+    """Raised by the merge's SIGTERM handler wherever the main thread is.
+
+    A ``BaseException`` like ``KeyboardInterrupt`` so that no ``except Exception``
+    on the way (a codec error handler, a per-event skip in salvage mode) can mistake
+    it for bad data; the merge turns it into :class:`Interrupted` after cleanup.
+    """

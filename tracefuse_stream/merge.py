@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import __version__
-from .errors import EXIT_VERIFY, Interrupted, TraceFuseError, UsageError
+from .errors import EXIT_VERIFY, Interrupted, TerminateSignal, TraceFuseError, UsageError
 from .filters import EventFilter
 from .plan import InputSpec, RankPlan, plan_inputs, world_size_warnings
 from .rewrite import dumps_exact
@@ -256,7 +256,7 @@ class _TermAsInterrupt:
 
     @staticmethod
     def _handler(signum: int, frame: Any) -> None:
-        raise Interrupted("terminated (SIGTERM); no output written")
+        raise TerminateSignal()
 
     def __exit__(self, *exc: Any) -> None:
         if self.prev is not None:
@@ -274,6 +274,8 @@ def _interruptible(fn: Callable[..., MergeSummary]) -> Callable[..., MergeSummar
                 return fn(*args, **kwargs)
             except KeyboardInterrupt:
                 raise Interrupted("interrupted (SIGINT); no output written") from None
+            except TerminateSignal:
+                raise Interrupted("terminated (SIGTERM); no output written") from None
 
     return wrapper
 

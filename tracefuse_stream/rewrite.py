@@ -328,10 +328,29 @@ def big_ints_to_fragments(obj: Any) -> Any:
     return obj
 
 
+def reraise_interruption(err: BaseException) -> None:
+    """Re-raise a Ctrl-C / SIGTERM (``BaseException`` s) that orjson wrapped into ``JSONEncodeError``.
+
+    The signal handler runs wherever Python code is executing, and for most events
+    that is inside ``default_number``; orjson turns whatever ``default=`` raises into
+    its own ``JSONEncodeError`` (the original as ``__cause__``). Without this, a
+    retry or a salvage "skip" would swallow the interruption and the merge would
+    carry on to a normal exit.
+    """
+    cause = err.__cause__
+    if cause is not None and not isinstance(cause, Exception):
+        raise cause
+
+
 def dumps_exact(ev: Any) -> bytes:
     """Serialise with exact numbers: Decimals and >64-bit ints keep every digit."""
     try:
         return orjson.dumps(ev, default=default_number)
-    except orjson.JSONEncodeError:
+    except orjson.JSONEncodeError as e:
+        reraise_interruption(e)
+    try:
         return orjson.dumps(big_ints_to_fragments(ev), default=default_number)
+    except orjson.JSONEncodeError as e:
+        reraise_interruption(e)
+        raise
 
