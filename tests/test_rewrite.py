@@ -45,8 +45,13 @@ PERIOD_NS = 7_889_238 * 10**9
 
 
 def frag_text(v) -> str:
-    """The JSON text a rewritten value serialises to (Fragments included)."""
-    return orjson.dumps(v).decode()
+    """The JSON text a rewritten value serialises to, the same with both encoders
+    (orjson's exact path and the batched path's msgspec)."""
+    import msgspec
+
+    text = dumps_exact(v).decode()
+    assert msgspec.json.Encoder(decimal_format="number").encode(v).decode() == text
+    return text
 
 
 def rw(rank=0, shift_ns=0, flt=None, base=0) -> RankRewriter:
@@ -166,8 +171,10 @@ def test_time_shifter_exact_decimal_arithmetic():
     one_ns = TimeShifter(1)
     assert frag_text(one_ns(5)) == "5.001"
     assert frag_text(one_ns(1.5)) == "1.501"
-    assert frag_text(TimeShifter(-1500)(1.5)) == "0"
-    assert frag_text(TimeShifter(-2500)(1.5)) == "-1"
+    assert frag_text(TimeShifter(-1500)(1.5)) == "0.0"
+    assert frag_text(TimeShifter(-2500)(1.5)) == "-1.0"
+    assert frag_text(TimeShifter(1)(Decimal("12.500"))) == "12.501"  # digits kept
+    assert frag_text(TimeShifter(1000)(Decimal("12.500"))) == "13.500"
     # epoch microseconds of an old trace moved by a base of 1.79e18 ns: 22 digits exact
     big = TimeShifter(1790857026000000000)
     assert frag_text(big(Decimal("5081916104588.813"))) == "1795938942104588.813"

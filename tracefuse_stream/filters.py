@@ -53,6 +53,8 @@ class EventFilter:
         callback rules. The time window is checked separately (``in_window``)
         because it needs the rank's time shift."""
         cat = event.get("cat")
+        if type(cat) is not str:
+            cat = None  # a list or object is no category (and is unhashable)
         if cat in self._drop:
             return False
         if self._trivial:

@@ -23,7 +23,7 @@ and constants, never events. The rules, and why (see docs/OUTPUT_FORMAT.md):
 """
 from __future__ import annotations
 
-from decimal import Decimal, localcontext
+from decimal import Context, Decimal, Inexact, InvalidOperation, Overflow
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 import orjson
@@ -43,6 +43,8 @@ MAX_ID_RANK = (1 << (53 - ID_BITS)) - 1
 SYNTH_TID_BASE = 1_000_000_000
 UINT32 = 1 << 32
 LINK_ARGS = ("correlation", "External id")  # rewritten like flow ids (see feed)
+# flow v1 phases: they bind by (cat, name, id), so an id is required
+FLOW_PHASES = frozenset("stf")
 GPU_CATS = frozenset(
     {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "Kernel", "Memcpy", "Memset"}
 )
@@ -66,50 +68,45 @@ def original_id(out_id: int) -> Tuple[int, int]:
 FLOAT_EXACT_LIMIT = float(2**43)  # |ts| below this: a double keeps every ns digit
 
 
-def _plain(d: Decimal) -> bytes:
-    s = format(d, "f")
-    if "." in s:
-        s = s.rstrip("0").rstrip(".")
-    if s in ("", "-", "-0"):
-        s = "0"
-    return s.encode()
+# Exact decimal arithmetic for time shifts: 100 digits hold any timestamp a trace
+# can carry; a result that would still round raises instead (Inexact is trapped).
+_EXACT = Context(prec=100, traps=[InvalidOperation, Inexact, Overflow])
+_THOUSAND = Decimal(1000)
 
 
 class TimeShifter:
     """Adds an exact number of nanoseconds to microsecond timestamps.
 
-    Integer results stay JSON integers; anything else is written as an exact decimal
-    (``orjson.Fragment``) instead of a float that could round.
+    Integer results of a whole-microsecond shift stay JSON integers; anything else
+    is an exact ``Decimal`` (both encoders write it as a JSON number with its digits)
+    instead of a float that could round.
     """
 
     def __init__(self, shift_ns: int) -> None:
         self.shift_ns = shift_ns
         self.identity = shift_ns == 0
         self._int_us = shift_ns // 1000 if shift_ns % 1000 == 0 else None
-        self._dshift = Decimal(shift_ns) / 1000
+        self._dshift = _EXACT.divide(Decimal(shift_ns), _THOUSAND)
+        self._add = _EXACT.add
 
     def __call__(self, ts: Any) -> Any:
         if self.identity:
             return ts
         t = type(ts)
+        if t is Decimal:
+            if ts.is_finite():
+                return self._add(ts, self._dshift)
+            raise ValueError(f"timestamp is {ts}")
         if t is int:
             if self._int_us is not None:
                 return ts + self._int_us
-            d = Decimal(ts)
-        elif t is float:
+            return self._add(Decimal(ts), self._dshift)
+        if t is float:
             r = repr(ts)
             if r in ("nan", "inf", "-inf"):
                 raise ValueError(f"timestamp is {r}")
-            d = Decimal(r)
-        elif isinstance(ts, Decimal):
-            d = ts
-        elif isinstance(ts, orjson.Fragment):
-            raise TypeError("already shifted")
-        else:
-            raise ValueError(f"timestamp is not a number: {ts!r}")
-        with localcontext() as ctx:
-            ctx.prec = 60
-            return orjson.Fragment(_plain(d + self._dshift))
+            return self._add(Decimal(r), self._dshift)
+        raise ValueError(f"timestamp is not a number: {ts!r}")
 
 
 class RankRewriter:
@@ -235,6 +232,8 @@ class RankRewriter:
             self.metadata.append(ev)
             return None
         cat = get("cat")
+        if type(cat) is not str:
+            cat = None  # for the lookups below: a list or object is no category
         if cat in self._drop_cats or (not self._simple_filter and not self.filter.keep(ev)):
             self.dropped += 1
             return None
@@ -254,12 +253,20 @@ class RankRewriter:
         if ts is not None and not self.shift.identity:
             try:
                 ts = ev["ts"] = self.shift(ts)
-            except (ValueError, TypeError) as e:
-                raise InputError(self.path, f"bad ts: {e}", event_index=self.index) from None
+            except (ValueError, TypeError, ArithmeticError) as e:
+                why = e if isinstance(e, (ValueError, TypeError)) else f"{ts!r} cannot be shifted exactly"
+                raise InputError(self.path, f"bad ts: {why}", event_index=self.index) from None
         if new_pid or pid not in self.pid_first_ts:
             self.pid_first_ts.setdefault(pid, 0 if ts is None else ts)
         if "id" in ev:
             ev["id"] = self.map_id(ev["id"], "flow id")
+        elif type(ph) is str and ph in FLOW_PHASES:
+            raise InputError(
+                self.path,
+                f"flow event (ph {ph!r}) without an id: its arrow cannot be kept inside its rank",
+                event_index=self.index,
+                hint="use --salvage to drop such events",
+            )
         if "bind_id" in ev:
             ev["bind_id"] = self.map_id(ev["bind_id"], "bind_id")
         args = get("args")

@@ -1,24 +1,31 @@
 """The streaming pass of one rank: read -> rewrite -> write a fragment.
 
-ijson parses the rank's file incrementally into events; ``RankRewriter`` rewrites
-each in place; orjson serialises it straight into a compressed fragment. Memory per
-rank is the parser buffer, one output buffer (~1 MB) and the rewriter's small
-tables, however large the file.
+Two readers feed the same ``RankRewriter``:
 
-Numbers are parsed exactly (``use_float=False``: integers of any size, Decimals for
-the rest) and written back with their original digits. Measured, this costs about
-the same as binary floats with ijson's C backend, and it needs no special cases:
-epoch-microsecond timestamps (PyTorch <= 2.3) keep their nanoseconds, and integers
-beyond int64 (2026 Kineto's uint64 ``Comms Id``) — on which yajl's float path stops
-with "integer overflow" — go through unchanged.
+* the batched reader (``batches``): the event array cut into validated ~1 MB
+  batches, each decoded by one msgspec call, events encoded by msgspec — the normal
+  path, about 3x faster than ijson at parsing;
+* the exact reader: ijson parses the file incrementally, orjson writes each event.
+  It takes over whenever the batched reader hands a rank back (``NotBatchable``:
+  invalid or truncated JSON, the open-ended array form, an event array it cannot
+  locate), because its errors name the exact offset or event index and salvage
+  starts from them.
+
+Both parse numbers exactly — integers of any size, every other number a Decimal
+with its original digits — and write them back unchanged: epoch-microsecond
+timestamps (PyTorch <= 2.3) keep their nanoseconds, integers beyond int64/uint64
+(2026 Kineto's ``Comms Id``) go through as written. Memory per rank is one read
+buffer, one batch, one output buffer (~1 MB each) and the rewriter's small tables,
+however large the file.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 import ijson
+import msgspec
 import orjson
 
 from .errors import InputError
@@ -26,6 +33,7 @@ from .filters import EventFilter
 from .labels import rank_metadata
 from .plan import TAIL_WINDOW, RankPlan, complete_trailer
 from .rewrite import RankRewriter, dumps_exact
+from .batches import EventBatches, NotBatchable
 from .salvage import Framer, SalvageReport, tolerant_chunks
 from .sources import TraceReader
 from .trailer import find_trailer
@@ -33,6 +41,9 @@ from .writer import FLUSH_BYTES, Piece, PieceWriter
 
 PARSE_BUF = 1 << 18
 PROGRESS_EVERY = 1 << 22
+
+# Decimals as JSON numbers with their digits; integers of any size
+_encoder = msgspec.json.Encoder(decimal_format="number")
 
 
 @dataclass
@@ -95,6 +106,79 @@ def _rewriter(task: RankTask) -> RankRewriter:
     return RankRewriter(
         plan.rank, plan.shift_ns, task.flt, (plan.base_time_ns or 0) + plan.align_offset_ns, plan.path
     )
+
+
+class _ProgressAt:
+    """Reports compressed bytes consumed to ``progress`` every few MB, the rest on
+    ``close`` (which also closes the reader)."""
+
+    def __init__(self, reader: TraceReader, progress: Optional[Callable[[int], None]]) -> None:
+        self.reader = reader
+        self.progress = progress
+        self.reported = 0
+
+    def update(self) -> None:
+        if self.progress is not None:
+            raw = self.reader.tell_raw()
+            if raw - self.reported >= PROGRESS_EVERY:
+                self.progress(raw - self.reported)
+                self.reported = raw
+
+    def close(self) -> None:
+        raw = self.reader.tell_raw()
+        self.reader.close()
+        if self.progress is not None and raw > self.reported:
+            self.progress(raw - self.reported)
+            self.reported = raw
+
+
+class _Sink:
+    """One rank's rewritten events, encoded, separated and flushed into its piece.
+
+    State lives here (not in locals) so that a reader that stops early (the open
+    array form) can still finish the piece with what was written.
+    """
+
+    def __init__(
+        self, rw: RankRewriter, w: PieceWriter, encode: Callable[[Any], bytes], progress_at: _ProgressAt
+    ) -> None:
+        self.rw = rw
+        self.w = w
+        self.encode = encode
+        self.progress_at = progress_at
+        self.buf = bytearray()
+        self.first = True
+
+    def pump(self, batches: Iterable[List[Any]]) -> None:
+        """Feed every event of every batch (the hot loop: locals only)."""
+        feed, encode, buf, w, rw = self.rw.feed, self.encode, self.buf, self.w, self.rw
+        first = self.first
+        try:
+            for batch in batches:
+                for ev in batch:
+                    out = feed(ev)
+                    if out is None:
+                        continue
+                    try:
+                        data = encode(out)
+                    except (TypeError, ValueError, OverflowError) as e:  # orjson's error is a TypeError
+                        raise InputError(
+                            rw.path, f"event cannot be written as strict JSON: {e}", event_index=rw.index
+                        ) from None
+                    if first:
+                        first = False
+                    else:
+                        buf += b",\n"
+                    buf += data
+                if len(buf) >= FLUSH_BYTES:
+                    w.write(buf)
+                    buf.clear()
+                    self.progress_at.update()
+        finally:
+            self.first = first
+
+    def finish(self) -> Tuple[Piece, int]:
+        return _finish_piece(self.rw, self.w, self.buf, self.first, self.encode)
 
 
 def _finish_piece(
@@ -185,6 +269,67 @@ def _stream_salvage(
 
 
 def _stream_once(task: RankTask, progress: Optional[Callable[[int], None]]) -> RankResult:
+    """The strict pass: batched (fast) reading, or the exact ijson reader for
+    anything the batch stage hands back (its messages name the problem precisely)."""
+    reported = 0
+
+    def counted(n: int) -> None:
+        nonlocal reported
+        reported += n
+        progress(n)  # type: ignore[misc]
+
+    try:
+        return _stream_batched(task, counted if progress is not None else None)
+    except NotBatchable:
+        pass
+    already = reported
+
+    def after_restart(n: int) -> None:  # the bar already shows the first pass
+        nonlocal already
+        skip = min(n, already)
+        already -= skip
+        if n > skip:
+            progress(n - skip)  # type: ignore[misc]
+
+    return _stream_exact(task, after_restart if progress is not None else None)
+
+
+def _stream_batched(task: RankTask, progress: Optional[Callable[[int], None]]) -> RankResult:
+    """Read the rank as validated ~1 MB batches (``batches``), rewrite, encode with
+    msgspec. Raises :class:`NotBatchable` (having removed its partial fragment) when
+    the exact reader must take over."""
+    t0 = time.perf_counter()
+    plan = task.plan
+    reader = TraceReader(plan.path, plan.compression)
+    rw = _rewriter(task)
+    w = PieceWriter(task.codec, task.fragment_path, discard=task.fragment_path is None)
+    batches = EventBatches(reader, plan.layout)
+    progress_at = _ProgressAt(reader, progress)
+    sink = _Sink(rw, w, _encoder.encode, progress_at)
+    ok = False
+    try:
+        try:
+            sink.pump(batches)
+        except InputError as e:
+            if e.path == plan.path and e.event_index is None:
+                # a read or decompression problem: the exact reader reports it
+                # with its position (and salvage can take over from there)
+                raise NotBatchable(str(e)) from None
+            raise
+        piece, meta_out = sink.finish()
+        if not plan.trailer_known:
+            complete_trailer(plan, batches.trailer)
+        ok = True
+    finally:
+        progress_at.close()
+        if not ok:
+            w.abort()
+    return _result(task, rw, piece, meta_out, t0)
+
+
+def _stream_exact(task: RankTask, progress: Optional[Callable[[int], None]]) -> RankResult:
+    """The exact ijson reader: every byte through the incremental parser, so errors
+    carry the exact offset/event index and the open-ended array form is accepted."""
     t0 = time.perf_counter()
     plan = task.plan
     need_tail = not plan.trailer_known
@@ -194,30 +339,13 @@ def _stream_once(task: RankTask, progress: Optional[Callable[[int], None]]) -> R
     rw = _rewriter(task)
     w = PieceWriter(task.codec, task.fragment_path, discard=task.fragment_path is None)
     prefix = "traceEvents.item" if plan.layout == "object" else "item"
-    buf = bytearray()
-    sep = b",\n"
-    first = True
-    last_report = 0
+    progress_at = _ProgressAt(reader, progress)
+    sink = _Sink(rw, w, dumps_exact, progress_at)
     ok = False
     try:
         try:
-            for ev in ijson.items(reader, prefix, use_float=False, buf_size=PARSE_BUF):
-                out = rw.feed(ev)
-                if out is None:
-                    continue
-                if first:
-                    first = False
-                else:
-                    buf += sep
-                buf += dumps_exact(out)
-                if len(buf) >= FLUSH_BYTES:
-                    w.write(buf)
-                    buf.clear()
-                    if progress is not None:
-                        raw = reader.tell_raw()
-                        if raw - last_report >= PROGRESS_EVERY:
-                            progress(raw - last_report)
-                            last_report = raw
+            events = ijson.items(reader, prefix, use_float=False, buf_size=PARSE_BUF)
+            sink.pump([ev] for ev in events)
         except ijson.JSONError as e:
             problem = _json_problem(e)
             if not _open_array_end(plan.layout, problem, reader.tail()):
@@ -237,19 +365,14 @@ def _stream_once(task: RankTask, progress: Optional[Callable[[int], None]]) -> R
                 plan.path, f"invalid UTF-8 in a string ({e.reason})", event_index=rw.index + 1,
                 hint="use --salvage to repair it (invalid bytes become U+FFFD)",
             ) from None
-        except orjson.JSONEncodeError as e:
-            raise InputError(plan.path, f"event cannot be written as strict JSON: {e}", event_index=rw.index) from None
-        piece, meta_out = _finish_piece(rw, w, buf, first, dumps_exact)
+        piece, meta_out = sink.finish()
         if need_tail:
             complete_trailer(plan, find_trailer(reader.tail()))
         ok = True
     finally:
-        raw_total = reader.tell_raw()
-        reader.close()
+        progress_at.close()
         if not ok:
             w.abort()
-    if progress is not None and raw_total > last_report:
-        progress(raw_total - last_report)
     res = _result(task, rw, piece, meta_out, t0)
     res.warnings.extend(notes)
     return res

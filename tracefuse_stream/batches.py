@@ -1,0 +1,206 @@
+"""The fast reading stage: a rank's event array as validated ~1 MB batches.
+
+ijson tokenises in C but builds every value through Python callbacks, and that was
+70% of a merge's time (issue 3's profile). This stage reads the decompressed bytes
+in large chunks, cuts them after the last event that ends in the buffer, and decodes
+each batch with ONE msgspec call. Numbers come out exactly as ijson's
+``use_float=False`` gives them — integers of any size, every other number a
+``Decimal`` with its original digits — so the rewrite rules and the exactness
+promises do not change. Memory is one chunk, one batch and its decoded events.
+
+Why a cut is safe: a batch always starts at a true event boundary, so decoding
+``[`` + batch + ``]`` replays the real parse from there. A candidate cut is a ``}``,
+``,``, ``{`` sequence (white space allowed between); if that comma lies inside a
+string, the string is unterminated at the cut, and if it lies inside an event, the
+closing ``]`` meets an open object: neither decodes, and an earlier candidate is
+tried. Only a comma between two events of the array decodes.
+
+Anything this stage does not handle raises :class:`NotBatchable` before the caller
+has committed anything, and the caller re-reads the rank with the exact ijson reader,
+which reports the precise problem (truncation offset, invalid JSON at event N) or
+accepts the odd form (an array without its closing bracket). Valid traces never take
+that path; broken ones pay one extra partial read, on the error path only.
+"""
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+from typing import Any, Dict, Iterator, List, Optional
+
+import msgspec
+
+from .sources import TraceReader
+
+CHUNK_BYTES = 1 << 20  # read size; a batch is about this large
+MAX_BUFFER = 16 << 20  # no event boundary in this many bytes: not for this stage
+HEADER_LIMIT = 64 << 20  # "traceEvents" must start within this many bytes
+_CUT_ATTEMPTS = 3  # candidates that fail to decode before giving up on this stage
+
+_WS = frozenset(b" \t\r\n")
+_COMMA, _CLOSE = ord(","), ord("}")
+_KEY = b'"traceEvents"'
+_BYTE_POS = re.compile(r"\(byte (\d+)\)")
+
+# exact numbers: ints of any size (msgspec keeps them), Decimal for the rest
+_decoder = msgspec.json.Decoder(float_hook=Decimal)
+
+
+class NotBatchable(Exception):
+    """This rank must be read by the exact ijson reader instead (why in args[0])."""
+
+
+def _decode(data: Any) -> Any:
+    return _decoder.decode(data)
+
+
+def _error_byte(err: Exception) -> Optional[int]:
+    m = _BYTE_POS.search(str(err))
+    return int(m.group(1)) if m else None
+
+
+def _last_boundary(buf: bytearray, hi: int) -> int:
+    """Index of the comma of the last ``}`` ``,`` ``{`` before ``hi`` (-1: none)."""
+    while True:
+        j = buf.rfind(b"{", 1, hi)
+        if j < 0:
+            return -1
+        k = j - 1
+        while k > 0 and buf[k] in _WS:
+            k -= 1
+        if buf[k] == _COMMA:
+            m = k - 1
+            while m > 0 and buf[m] in _WS:
+                m -= 1
+            if buf[m] == _CLOSE:
+                return k
+        hi = j
+
+
+def _skip_ws(buf: bytearray, j: int) -> int:
+    while j < len(buf) and buf[j] in _WS:
+        j += 1
+    return j
+
+
+def _is_top_level_key(head: bytearray, i: int) -> bool:
+    try:
+        top = _decode(bytes(head[:i]) + b'"traceEvents":[]}')
+    except msgspec.DecodeError:
+        return False
+    return isinstance(top, dict)
+
+
+def _events_start(reader: TraceReader, layout: str) -> bytearray:
+    """Read up to the event array; return ``[`` + the bytes after its opening bracket.
+
+    For the object form, an occurrence of ``"traceEvents"`` counts only if it is a
+    top-level key: the text before it, closed as ``"traceEvents":[]}``, must decode
+    to an object (a key of a nested object or the same word as a value cannot).
+    """
+    head = bytearray()
+    search_from = 0
+    while True:
+        more = reader.read(CHUNK_BYTES)
+        if not more:
+            raise NotBatchable("no event array found")
+        head += more
+        if layout == "array":
+            i = 0
+            while i < len(head) and head[i] in _WS:
+                i += 1
+            if i == len(head):
+                continue
+            if head[i] != ord("["):
+                raise NotBatchable("array form does not start with '['")
+            return bytearray(head[i:])
+        while True:
+            i = head.find(_KEY, search_from)
+            if i < 0:
+                search_from = max(0, len(head) - len(_KEY))
+                break
+            j = _skip_ws(head, i + len(_KEY))
+            if j < len(head) and head[j] == ord(":"):
+                j = _skip_ws(head, j + 1)
+                if j >= len(head):
+                    search_from = i  # the value starts in the next chunk
+                    break
+                if head[j] == ord("[") and _is_top_level_key(head, i):
+                    return bytearray(head[j:])
+            elif j >= len(head):
+                search_from = i
+                break
+            search_from = i + 1
+        if len(head) > HEADER_LIMIT:
+            raise NotBatchable("event array does not start in the first 64 MB")
+
+
+class EventBatches:
+    """Iterate over lists of events of one rank; ``trailer`` holds the top-level keys
+    after the array once iteration has finished (``{}`` for the array form).
+
+    Raises :class:`NotBatchable` for anything but a complete, valid trace; never
+    an error about the input itself (the exact reader owns those messages).
+    """
+
+    def __init__(self, reader: TraceReader, layout: str) -> None:
+        self.reader = reader
+        self.layout = layout
+        self.trailer: Optional[Dict[str, Any]] = None
+
+    def __iter__(self) -> Iterator[List[Any]]:
+        buf = _events_start(self.reader, self.layout)  # buf[0] == '['
+        while True:
+            more = self.reader.read(CHUNK_BYTES)
+            if not more:
+                break
+            buf += more
+            cut = _last_boundary(buf, len(buf))
+            for _ in range(_CUT_ATTEMPTS):
+                if cut < 0:
+                    break  # no boundary yet: read more
+                batch = self._try_cut(buf, cut)
+                if batch is not None:
+                    del buf[1 : cut + 1]
+                    yield batch
+                    break
+                cut = _last_boundary(buf, cut)  # that comma was inside a string or event
+            else:
+                # several candidates in a row that do not decode: not bad luck with
+                # commas in strings but content this decoder refuses
+                raise NotBatchable(f"no decodable event boundary among {_CUT_ATTEMPTS} candidates")
+            if len(buf) > MAX_BUFFER:
+                raise NotBatchable(f"no event boundary in {len(buf)} bytes")
+        yield self._last(buf)
+
+    @staticmethod
+    def _try_cut(buf: bytearray, cut: int) -> Optional[List[Any]]:
+        """Decode ``buf[:cut]`` + ``]``; None when the cut is not an event boundary."""
+        try:
+            return _decode(buf[:cut] + b"]")
+        except msgspec.DecodeError as e:
+            pos = _error_byte(e)
+            if "truncated" in str(e) or (pos is not None and pos >= cut):
+                return None
+            raise NotBatchable(f"invalid JSON before byte {pos}: {e}") from None
+
+    def _last(self, buf: bytearray) -> List[Any]:
+        """The remaining events, the closing bracket and (object form) the trailer."""
+        try:
+            if self.layout == "array":
+                events = _decode(buf)
+                trailer: Dict[str, Any] = {}
+            else:
+                doc = _decode(b'{"traceEvents":' + bytes(buf))
+                if not isinstance(doc, dict):
+                    raise NotBatchable("end of file is not the end of a trace object")
+                events = doc.pop("traceEvents")
+                trailer = doc
+        except msgspec.DecodeError as e:
+            raise NotBatchable(f"end of the event array: {e}") from None
+        if not isinstance(events, list):
+            raise NotBatchable("traceEvents is not an array")
+        self.trailer = trailer
+        return events
+
+
+__all__ = ["EventBatches", "NotBatchable", "CHUNK_BYTES"]
