@@ -445,6 +445,17 @@ def test_trailer_skips_device_properties_and_tricky_strings():
     assert find_trailer(tail[40:]) == want
 
 
+def test_trailer_numbers_are_exact():
+    """Keys after the events keep every digit (no float in between)."""
+    tail = (b'{"traceEvents": [{"ph": "X", "ts": 1}], "baseTimeNanoseconds": 1790857026000000001, '
+            b'"x": 0.12345678901234567890123, "big": 123456789012345678901234567890, "f": 1.50}')
+    got = find_trailer(tail)
+    assert got["baseTimeNanoseconds"] == 1790857026000000001
+    assert got["x"] == Decimal("0.12345678901234567890123") and str(got["x"]) == "0.12345678901234567890123"
+    assert got["big"] == 123456789012345678901234567890
+    assert str(got["f"]) == "1.50"
+
+
 def test_trailer_none_for_truncated_and_empty_for_array_or_no_keys():
     full = b'{"traceEvents": [{"ph": "X", "ts": 1}], "baseTimeNanoseconds": 5}'
     assert find_trailer(full) == {"baseTimeNanoseconds": 5}

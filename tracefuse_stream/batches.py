@@ -24,11 +24,9 @@ that path; broken ones pay one extra partial read, on the error path only.
 from __future__ import annotations
 
 import re
-from decimal import Decimal
 from typing import Any, Dict, Iterator, List, Optional
 
-import msgspec
-
+from .exactjson import DecodeError, loads_exact
 from .sources import TraceReader
 
 CHUNK_BYTES = 1 << 20  # read size; a batch is about this large
@@ -41,16 +39,12 @@ _COMMA, _CLOSE = ord(","), ord("}")
 _KEY = b'"traceEvents"'
 _BYTE_POS = re.compile(r"\(byte (\d+)\)")
 
-# exact numbers: ints of any size (msgspec keeps them), Decimal for the rest
-_decoder = msgspec.json.Decoder(float_hook=Decimal)
-
-
 class NotBatchable(Exception):
     """This rank must be read by the exact ijson reader instead (why in args[0])."""
 
 
 def _decode(data: Any) -> Any:
-    return _decoder.decode(data)
+    return loads_exact(data)
 
 
 def _error_byte(err: Exception) -> Optional[int]:
@@ -85,7 +79,7 @@ def _skip_ws(buf: bytearray, j: int) -> int:
 def _is_top_level_key(head: bytearray, i: int) -> bool:
     try:
         top = _decode(bytes(head[:i]) + b'"traceEvents":[]}')
-    except msgspec.DecodeError:
+    except DecodeError:
         return False
     return isinstance(top, dict)
 
@@ -177,7 +171,7 @@ class EventBatches:
         """Decode ``buf[:cut]`` + ``]``; None when the cut is not an event boundary."""
         try:
             return _decode(buf[:cut] + b"]")
-        except msgspec.DecodeError as e:
+        except DecodeError as e:
             pos = _error_byte(e)
             if "truncated" in str(e) or (pos is not None and pos >= cut):
                 return None
@@ -195,7 +189,7 @@ class EventBatches:
                     raise NotBatchable("end of file is not the end of a trace object")
                 events = doc.pop("traceEvents")
                 trailer = doc
-        except msgspec.DecodeError as e:
+        except DecodeError as e:
             raise NotBatchable(f"end of the event array: {e}") from None
         if not isinstance(events, list):
             raise NotBatchable("traceEvents is not an array")

@@ -25,7 +25,10 @@ from .sources import READ_SIZE, TraceReader, detect_compression, find_inputs, in
 from .selection import compress_ranges
 from .trailer import find_trailer
 
-TAIL_WINDOW = 16 << 20
+# Tail windows tried in turn for the keys after the events: Kineto's trailer is a few
+# KB, so the first (small, cheap on memory) window nearly always suffices.
+TAIL_WINDOWS = (1 << 20, 16 << 20)
+TAIL_WINDOW = TAIL_WINDOWS[0]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -278,12 +281,24 @@ def _plan_strict(path: PathLike, position: int) -> RankPlan:
     return plan
 
 
+def trailer_of_file(path: PathLike) -> Tuple[Optional[Dict[str, Any]], int]:
+    """The keys after the events, from the smallest tail window that holds them
+    (None: the file does not end like a complete trace), and the decompressed size."""
+    trailer: Optional[Dict[str, Any]] = None
+    size = 0
+    for window in TAIL_WINDOWS:
+        tail, size = read_tail(path, window)
+        trailer = find_trailer(tail, whole=size <= len(tail))
+        if trailer is not None or size <= len(tail):
+            break
+    return trailer, size
+
+
 def load_trailer(plan: RankPlan) -> None:
     """Read the keys after the events from the file's tail (strict: must be complete)."""
     if plan.trailer_known:
         return
-    tail, size = read_tail(plan.path)
-    trailer = find_trailer(tail, whole=size <= len(tail))
+    trailer, size = trailer_of_file(plan.path)
     if trailer is None:
         plan.problems.append("truncated")
         raise InputError(

@@ -24,7 +24,7 @@ and constants, never events. The rules, and why (see docs/OUTPUT_FORMAT.md):
 from __future__ import annotations
 
 from decimal import Context, Decimal, Inexact, InvalidOperation, Overflow
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import orjson
 
@@ -132,6 +132,8 @@ class RankRewriter:
         self.path = path
         self.filter = flt
         self.shift = TimeShifter(shift_ns)
+        self._shifting = not self.shift.identity
+        self._add, self._dshift = self.shift._add, self.shift._dshift
         self.abs_base_ns = base_time_ns
         self.pid_base = (rank + 1) * PID_STRIDE
         self.id_off = rank << ID_BITS
@@ -143,7 +145,6 @@ class RankRewriter:
         self.pid_first_ts: Dict[int, Any] = {}
         self.pid_gpu_like: Set[int] = set()
         self.metadata: List[Event] = []
-        self.events_in = 0
         self.events_out = 0
         self.dropped = 0
         self.index = -1
@@ -151,6 +152,11 @@ class RankRewriter:
         # categories dropped outright, checked inline; other rules via flt.keep()
         self._drop_cats = flt.dropped_categories()
         self._simple_filter = flt.only_drops_categories()
+
+    @property
+    def events_in(self) -> int:
+        """Events fed so far (metadata and dropped ones included)."""
+        return self.index + 1
 
     # -- tables ---------------------------------------------------------------
     def map_pid(self, pid: Any) -> int:
@@ -217,76 +223,116 @@ class RankRewriter:
 
     # -- the hot path -----------------------------------------------------------
     def feed(self, ev: Event) -> Optional[Event]:
-        """Rewrite ``ev`` in place; ``None`` when it is dropped or buffered.
+        """Rewrite one event in place; ``None`` when it is dropped or buffered."""
+        kept = self.feed_batch((ev,))
+        return kept[0] if kept else None
 
-        The hot path of the whole tool: one call per event, so lookups are local
-        and rare cases (new pid, odd tid, shifted ts) leave the straight line.
+    def feed_batch(self, events: Sequence[Event]) -> List[Event]:
+        """Rewrite ``events`` in place; return the kept ones, in order (metadata is
+        buffered for ``labels``, filtered events are counted as dropped).
+
+        The hot path of the whole tool. One call per batch, so the rewriter's state
+        is bound to locals once per batch rather than looked up per event; rare cases
+        (new pid, odd tid, non-Decimal ts, flow ids) call out of the straight line,
+        after storing ``self.index`` for their error messages.
         """
-        self.index += 1
-        self.events_in += 1
-        if type(ev) is not dict:
-            raise InputError(self.path, f"event is not a JSON object: {ev!r:.60}", event_index=self.index)
-        get = ev.get
-        ph = get("ph")
-        if ph == "M":
-            self.metadata.append(ev)
-            return None
-        cat = get("cat")
-        if type(cat) is not str:
-            cat = None  # for the lookups below: a list or object is no category
-        if cat in self._drop_cats or (not self._simple_filter and not self.filter.keep(ev)):
-            self.dropped += 1
-            return None
-        ts = get("ts")
-        if self._window and not self._in_window(ph, ts, get("dur")):
-            self.dropped += 1
-            return None
-        p = get("pid")
-        pid = self.pids.get(p)
-        new_pid = pid is None
-        if new_pid:
-            pid = self.map_pid(p)
-        ev["pid"] = pid
-        tid = get("tid")
-        if type(tid) is not int or not 0 <= tid < UINT32:
-            ev["tid"] = self.map_tid(pid, tid)
-        if ts is not None and not self.shift.identity:
-            try:
-                ts = ev["ts"] = self.shift(ts)
-            except (ValueError, TypeError, ArithmeticError) as e:
-                why = e if isinstance(e, (ValueError, TypeError)) else f"{ts!r} cannot be shifted exactly"
-                raise InputError(self.path, f"bad ts: {why}", event_index=self.index) from None
-        if new_pid or pid not in self.pid_first_ts:
-            self.pid_first_ts.setdefault(pid, 0 if ts is None else ts)
-        if "id" in ev:
-            ev["id"] = self.map_id(ev["id"], "flow id")
-        elif type(ph) is str and ph in FLOW_PHASES:
-            raise InputError(
-                self.path,
-                f"flow event (ph {ph!r}) without an id: its arrow cannot be kept inside its rank",
-                event_index=self.index,
-                hint="use --salvage to drop such events",
-            )
-        if "bind_id" in ev:
-            ev["bind_id"] = self.map_id(ev["bind_id"], "bind_id")
-        args = get("args")
-        if type(args) is dict:
-            off = self.id_off
-            v = args.get("correlation")
-            if v is not None:
-                args["correlation"] = v + off if type(v) is int and 0 <= v < ID_LIMIT else self.map_id(v, "args['correlation']")
-            v = args.get("External id")
-            if v is not None:
-                args["External id"] = v + off if type(v) is int and 0 <= v < ID_LIMIT else self.map_id(v, "args['External id']")
-            args["rank"] = self.rank
-        elif args is None:
-            ev["args"] = {"rank": self.rank}
-        else:
-            raise InputError(self.path, "event args is not an object", event_index=self.index)
-        if cat in GPU_CATS:
-            self.pid_gpu_like.add(pid)
-        self.events_out += 1
-        return ev
+        kept: List[Event] = []
+        keep_event = kept.append
+        index = self.index
+        dropped = 0
+        path = self.path
+        buffer_meta = self.metadata.append
+        drop_cats = self._drop_cats
+        simple_filter = self._simple_filter
+        window = self._window
+        pids = self.pids
+        first_ts = self.pid_first_ts
+        shifting, add, dshift = self._shifting, self._add, self._dshift
+        id_off, rank = self.id_off, self.rank
+        gpu_like = self.pid_gpu_like
+        try:
+            for ev in events:
+                index += 1
+                if type(ev) is not dict:
+                    raise InputError(path, f"event is not a JSON object: {ev!r:.60}", event_index=index)
+                get = ev.get
+                ph = get("ph")
+                if ph == "M":
+                    buffer_meta(ev)
+                    continue
+                cat = get("cat")
+                if type(cat) is not str:
+                    cat = None  # for the lookups below: a list or object is no category
+                if cat in drop_cats or (not simple_filter and not self.filter.keep(ev)):
+                    dropped += 1
+                    continue
+                ts = get("ts")
+                if window and not self._in_window(ph, ts, get("dur")):
+                    dropped += 1
+                    continue
+                p = get("pid")
+                pid = pids.get(p)
+                new_pid = pid is None
+                if new_pid:
+                    self.index = index
+                    pid = self.map_pid(p)
+                ev["pid"] = pid
+                tid = get("tid")
+                if type(tid) is not int or not 0 <= tid < UINT32:
+                    ev["tid"] = self.map_tid(pid, tid)
+                if ts is not None and shifting:
+                    try:
+                        if type(ts) is Decimal and ts.is_finite():
+                            ts = ev["ts"] = add(ts, dshift)
+                        else:
+                            ts = ev["ts"] = self.shift(ts)
+                    except (ValueError, TypeError, ArithmeticError) as e:
+                        why = e if isinstance(e, (ValueError, TypeError)) else f"{ts!r} cannot be shifted exactly"
+                        raise InputError(path, f"bad ts: {why}", event_index=index) from None
+                if new_pid or pid not in first_ts:
+                    first_ts.setdefault(pid, 0 if ts is None else ts)
+                if "id" in ev:
+                    self.index = index
+                    ev["id"] = self.map_id(ev["id"], "flow id")
+                elif type(ph) is str and ph in FLOW_PHASES:
+                    raise InputError(
+                        path,
+                        f"flow event (ph {ph!r}) without an id: its arrow cannot be kept inside its rank",
+                        event_index=index,
+                        hint="use --salvage to drop such events",
+                    )
+                if "bind_id" in ev:
+                    self.index = index
+                    ev["bind_id"] = self.map_id(ev["bind_id"], "bind_id")
+                args = get("args")
+                if type(args) is dict:
+                    v = args.get("correlation")
+                    if v is not None:
+                        if type(v) is int and 0 <= v < ID_LIMIT:
+                            args["correlation"] = v + id_off
+                        else:
+                            self.index = index
+                            args["correlation"] = self.map_id(v, "args['correlation']")
+                    v = args.get("External id")
+                    if v is not None:
+                        if type(v) is int and 0 <= v < ID_LIMIT:
+                            args["External id"] = v + id_off
+                        else:
+                            self.index = index
+                            args["External id"] = self.map_id(v, "args['External id']")
+                    args["rank"] = rank
+                elif args is None:
+                    ev["args"] = {"rank": rank}
+                else:
+                    raise InputError(path, "event args is not an object", event_index=index)
+                if cat in GPU_CATS:
+                    gpu_like.add(pid)
+                keep_event(ev)
+        finally:
+            self.index = index
+            self.dropped += dropped
+            self.events_out += len(kept)
+        return kept
 
     def _in_window(self, ph: Any, ts: Any, dur: Any) -> bool:
         if ts is None:

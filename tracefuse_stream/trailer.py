@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, Optional
 
-import orjson
+from .exactjson import DecodeError, loads_exact
 
 # In REVERSED bytes: a whole JSON string, or one structural character.
 _REV_TOKEN = re.compile(rb'"(?:[^"]|"(?=\\(?:\\\\)*(?!\\)))*"|[\[\]{}]')
@@ -26,8 +26,8 @@ _TRACE_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*$')
 def _parse_after(tail: bytes, pos: int) -> Optional[Dict[str, Any]]:
     """Parse the text after the ``]`` at ``pos`` as the rest of the top-level object."""
     try:
-        obj = orjson.loads(b'{"traceEvents":[' + tail[pos:])
-    except orjson.JSONDecodeError:
+        obj = loads_exact(b'{"traceEvents":[' + tail[pos:])
+    except DecodeError:
         return None
     if not isinstance(obj, dict):
         return None
@@ -79,8 +79,8 @@ def find_trailer(tail: bytes, whole: bool = False) -> Optional[Dict[str, Any]]:
             depth -= 1
             if depth == 2 and candidate is not None and tok == b"{" and elem_end is not None:
                 try:
-                    elem = orjson.loads(tail[pos:elem_end])
-                except orjson.JSONDecodeError:
+                    elem = loads_exact(tail[pos:elem_end])
+                except DecodeError:
                     elem = None
                 elem_end = None
                 if isinstance(elem, dict) and "ph" in elem:
