@@ -31,7 +31,7 @@ from .sources import TraceReader
 
 CHUNK_BYTES = 1 << 20  # read size; a batch is about this large
 MAX_BUFFER = 16 << 20  # no event boundary in this many bytes: not for this stage
-HEADER_LIMIT = 64 << 20  # "traceEvents" must start within this many bytes
+HEADER_LIMIT = 16 << 20  # "traceEvents" must start within this many bytes (real headers: KBs)
 _CUT_ATTEMPTS = 3  # candidates that fail to decode before giving up on this stage
 
 _WS = frozenset(b" \t\r\n")
@@ -125,7 +125,7 @@ def _events_start(reader: TraceReader, layout: str) -> bytearray:
                 break
             search_from = i + 1
         if len(head) > HEADER_LIMIT:
-            raise NotBatchable("event array does not start in the first 64 MB")
+            raise NotBatchable(f"event array does not start in the first {HEADER_LIMIT >> 20} MB")
 
 
 class EventBatches:
