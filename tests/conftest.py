@@ -196,6 +196,18 @@ def run_cli(*args: Any, cwd: Any = None, timeout: float = 120, env: Optional[Dic
 
 
 # --------------------------------------------------------------------------- writing inputs
+def json_text(v: Any) -> str:
+    """JSON text with every Decimal written with its own digits (json.dumps cannot),
+    ", "/": " separators like json.dumps: an exact round trip of parsed inputs."""
+    if isinstance(v, Decimal):
+        return str(v)
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{json.dumps(k)}: {json_text(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, list):
+        return "[" + ", ".join(json_text(x) for x in v) + "]"
+    return json.dumps(v)
+
+
 def _decimal_default(obj: Any) -> Any:
     import orjson
 

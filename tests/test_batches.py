@@ -25,7 +25,7 @@ from tracefuse_stream import merge
 from tracefuse_stream.batches import EventBatches, NotBatchable
 from tracefuse_stream.sources import TraceReader
 
-from conftest import events_of, load_output, strict_loads
+from conftest import events_of, json_text, load_output, strict_loads
 
 
 def read_batches(path: Path, layout: str = "object") -> Tuple[List[Any], Dict[str, Any]]:
@@ -95,7 +95,7 @@ def test_real_traces_batches_equal_the_json_module(shared_fixtures, small_chunks
 # --------------------------------------------------------------------------- cut positions
 def _trace_text(events: List[Dict[str, Any]], sep: str, trailer: Dict[str, Any]) -> bytes:
     head = '{"schemaVersion": 1, "meta": {"traceEvents": [{"not": "these"}]},\n "traceEvents": [\n'
-    body = sep.join(_dumps(e) for e in events)
+    body = sep.join(json_text(e) for e in events)
     tail = "\n]" + "".join(f', "{k}": {json.dumps(v)}' for k, v in trailer.items()) + "}\n"
     return (head + body + tail).encode()
 
@@ -131,17 +131,6 @@ tricky_event = st.fixed_dictionaries(
 )
 
 
-def _dumps(v: Any) -> str:
-    """JSON text with every Decimal written with its own digits (json.dumps cannot)."""
-    if isinstance(v, Decimal):
-        return str(v)
-    if isinstance(v, dict):
-        return "{" + ", ".join(f"{json.dumps(k)}: {_dumps(x)}" for k, x in v.items()) + "}"
-    if isinstance(v, list):
-        return "[" + ", ".join(_dumps(x) for x in v) + "]"
-    return json.dumps(v)
-
-
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(
     events=st.lists(tricky_event, min_size=1, max_size=40),
@@ -154,10 +143,7 @@ def test_any_cut_position_gives_the_same_events(tmp_path, monkeypatch, events, s
     long decimals, any separator, any chunk size: the events are the json module's,
     or the stage hands over (NotBatchable) — never different events."""
     monkeypatch.setattr(batches_mod, "CHUNK_BYTES", chunk)
-    head = b'{"schemaVersion": 1, "meta": {"traceEvents": [{"not": "these"}]},\n "traceEvents": [\n'
-    body = sep.join(_dumps(e) for e in events).encode()
-    tail = b"\n]" + b"".join(f', "{k}": {json.dumps(v)}'.encode() for k, v in trailer.items()) + b"}\n"
-    text = head + body + tail
+    text = _trace_text(events, sep, trailer)
     p = tmp_path / "t.json"
     p.write_bytes(text)
     want_events, want_trailer = reference(text)

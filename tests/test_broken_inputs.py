@@ -32,6 +32,8 @@ import zstandard
 
 from tracefuse_stream.cli import main as cli_main
 
+from conftest import json_text
+
 # --------------------------------------------------------------------------- fixtures
 @pytest.fixture(scope="session")
 def real_traces(shared_fixtures: Path) -> Path:
@@ -109,17 +111,6 @@ def parse_exact(data: bytes) -> Any:
     return json.loads(data, parse_float=Decimal, parse_constant=bad)
 
 
-def jdump(v: Any) -> str:
-    """JSON text with Decimals written as their digits (exact round trip)."""
-    if isinstance(v, Decimal):
-        return str(v)
-    if isinstance(v, dict):
-        return "{" + ", ".join(f"{json.dumps(k)}: {jdump(x)}" for k, x in v.items()) + "}"
-    if isinstance(v, list):
-        return "[" + ", ".join(jdump(x) for x in v) + "]"
-    return json.dumps(v)
-
-
 def subset_trace(data: bytes, keep: Sequence[int]) -> bytes:
     """The same file (header and trailer bytes untouched) with only events ``keep``."""
     fr = framing(data)
@@ -135,7 +126,7 @@ def edit_events(data: bytes, edits: Dict[int, Callable[[Dict[str, Any]], Any]]) 
         s, e = fr.spans[k]
         ev = parse_exact(data[s:e])
         new = edits[k](ev)
-        blob = new if isinstance(new, bytes) else jdump(new).encode()
+        blob = new if isinstance(new, bytes) else json_text(new).encode()
         out = out[:s] + blob + out[e:]
     return out
 
@@ -637,7 +628,7 @@ def test_unparseable_event_is_skipped_and_counted(tmp_path, small):
     full = small[0]
     evs = events_exact(full)
     k = next(i for i, e in enumerate(evs) if i > 100 and e.get("ph") == "X")
-    data = edit_events(full, {k: lambda ev: jdump(ev).replace('"ph": "X"', '"ph" "X"', 1).encode()})
+    data = edit_events(full, {k: lambda ev: json_text(ev).replace('"ph": "X"', '"ph" "X"', 1).encode()})
     p = tmp_path / "rank0.json"
     p.write_bytes(data)
     r, out = merge(tmp_path, [p])
@@ -730,9 +721,9 @@ def test_json_that_is_not_a_trace(tmp_path, small):
     hdr = parse_exact(small[0])
     hdr.pop("traceEvents")
     cases = {
-        "no_trace_events.json": (jdump(hdr).encode(), "not a trace.*traceEvents"),
+        "no_trace_events.json": (json_text(hdr).encode(), "not a trace.*traceEvents"),
         "scalar.json": (json.dumps(hdr["distributedInfo"]["backend"]).encode(), "not a trace"),
-        "events_not_array.json": (jdump({**hdr, "traceEvents": {"ph": "X"}}).encode(), "traceEvents is not an array"),
+        "events_not_array.json": (json_text({**hdr, "traceEvents": {"ph": "X"}}).encode(), "traceEvents is not an array"),
     }
     for name, (data, what) in cases.items():
         p = tmp_path / name

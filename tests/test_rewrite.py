@@ -15,7 +15,6 @@ import zlib
 from decimal import Decimal
 from pathlib import Path
 
-import orjson
 import pytest
 
 from tracefuse_stream.errors import InputError, OutputError, TerminateSignal

@@ -43,6 +43,8 @@ MAX_ID_RANK = (1 << (53 - ID_BITS)) - 1
 SYNTH_TID_BASE = 1_000_000_000
 UINT32 = 1 << 32
 LINK_ARGS = ("correlation", "External id")  # rewritten like flow ids (see feed)
+# ids inside args that link a CPU op to its kernel (ac2g flows bind by correlation)
+ARG_IDS = ("correlation", "External id")
 # flow v1 phases: they bind by (cat, name, id), so an id is required
 FLOW_PHASES = frozenset("stf")
 GPU_CATS = frozenset(
@@ -306,20 +308,14 @@ class RankRewriter:
                     ev["bind_id"] = self.map_id(ev["bind_id"], "bind_id")
                 args = get("args")
                 if type(args) is dict:
-                    v = args.get("correlation")
-                    if v is not None:
-                        if type(v) is int and 0 <= v < ID_LIMIT:
-                            args["correlation"] = v + id_off
-                        else:
-                            self.index = index
-                            args["correlation"] = self.map_id(v, "args['correlation']")
-                    v = args.get("External id")
-                    if v is not None:
-                        if type(v) is int and 0 <= v < ID_LIMIT:
-                            args["External id"] = v + id_off
-                        else:
-                            self.index = index
-                            args["External id"] = self.map_id(v, "args['External id']")
+                    for key in ARG_IDS:
+                        v = args.get(key)
+                        if v is not None:
+                            if type(v) is int and 0 <= v < ID_LIMIT:
+                                args[key] = v + id_off
+                            else:
+                                self.index = index
+                                args[key] = self.map_id(v, f"args[{key!r}]")
                     args["rank"] = rank
                 elif args is None:
                     ev["args"] = {"rank": rank}
