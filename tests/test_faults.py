@@ -4,7 +4,7 @@
   files so that a write raises ``OSError(ENOSPC)`` after N bytes, plus a real
   ``/dev/full`` stdout): exit 3 with one line, nothing under the output name, no
   temporary file or fragment directory left.
-* SIGINT / SIGTERM in the middle of a merge of a ~120 MB input generated here from
+* SIGINT / SIGTERM in the middle of a merge of a ~240 MB input generated here from
   real events: exit 130, one line, no traceback, no output, no temp file, and with
   ``-j 2`` no worker process left alive.
 * Inputs are never opened for writing (checked by recording opens, and by mtime and
@@ -263,8 +263,9 @@ def test_stdout_on_a_full_device(tmp_path, ddp_files):
 # --------------------------------------------------------------------------- signals
 @pytest.fixture(scope="module")
 def big_inputs(tmp_path_factory: pytest.TempPathFactory, ddp_files: Dict[int, Path]):
-    """Two ~60 MB rank files: the real header and trailer of ranks 0 and 1 around
-    their real events repeated 26 times (a merge of both takes a few seconds)."""
+    """Two ~120 MB rank files: the real header and trailer of ranks 0 and 1 around
+    their real events repeated 52 times (a merge of both takes a few seconds even
+    with two workers on a fast machine; the tests interrupt it long before the end)."""
     d = tmp_path_factory.mktemp("big")
     paths = []
     for r in (0, 1):
@@ -275,7 +276,7 @@ def big_inputs(tmp_path_factory: pytest.TempPathFactory, ddp_files: Dict[int, Pa
         p = d / f"big{r}.json"
         with open(p, "wb") as f:
             f.write(raw[:i] + b"\n")
-            for k in range(26):
+            for k in range(52):
                 if k:
                     f.write(b",\n")
                 f.write(body)
@@ -379,7 +380,7 @@ def test_sigterm_before_the_output_phase(tmp_path, big_inputs):
     out = outdir / "m.json.gz"
     p = _start(["merge", *big_inputs, "-o", out, "-j", "1", "--window", "0:5"])
     try:
-        time.sleep(1.0)  # past the imports, inside the --window scan of 120 MB
+        time.sleep(1.0)  # past the imports, inside the --window scan of 240 MB
         assert p.poll() is None, "the scan ended before it could be interrupted"
         assert not any(outdir.iterdir()), "already writing: the test needs a longer scan"
         os.kill(p.pid, signal.SIGTERM)
