@@ -1,0 +1,319 @@
+#!/usr/bin/env python3
+"""Record small REAL Kineto traces with PyTorch on CPU (gloo) as test data.
+
+torch is needed only here, for recording; the tracefuse_stream package never imports it.
+Install the CPU build first: ``pip install torch==2.13.0`` (a +cpu wheel).
+
+Usage (from the repository root)::
+
+    python tools/record_traces.py --set ddp4 --out tests/data/recorded
+    python tools/record_traces.py --set all --out tests/data/recorded --force
+    python tools/record_traces.py --check tests/data/recorded/ddp4
+
+Each set is written to ``OUT/<set>/``. The launcher starts one OS process per rank
+(``subprocess``, the rank's environment has MASTER_ADDR=127.0.0.1, a free
+MASTER_PORT, RANK, WORLD_SIZE) which runs this same file in worker mode
+(``--worker-rank``). Seeds are fixed (model: SEED, data: SEED + 1000 + rank), so the
+same set always trains the same numbers; timestamps, pids and file names of course
+differ from run to run.
+
+Sets:
+
+ddp4            4 ranks, DDP, record_shapes + with_stack + profile_memory,
+                schedule(wait=1, warmup=1, active=2), default worker names.
+ddp4_samepid    like ddp4, but each rank is started as
+                ``unshare --pid --fork --mount-proc python ...``: every rank is pid 1
+                in its own pid namespace (container style), so all ranks share one pid.
+ddp2_cycles     2 ranks, schedule(wait=1, warmup=1, active=2, repeat=2): one file per
+                rank per cycle, all in one directory.
+ddp8_straggler  8 ranks, rank 5 sleeps 0.2 s per step before backward (and so before
+                the gradient all_reduce), with_stack, 2 active steps.
+ddp4_subgroups  4 ranks, sub-groups [0,1] and [2,3]: DDP syncs the gradients inside the
+                sub-group, plus one all_reduce of the loss on the world group per step.
+natural_order   12 independent processes without torch.distributed, each exporting
+                ``prof.export_chrome_trace("rank_<i>.json")`` (plain JSON), run in the
+                order 11, 10, ..., 0 so that time order is the reverse of rank order.
+                Each process wraps its work in record_function("rank_<i>").
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SEED = 1234
+HERE = Path(__file__).resolve()
+REPO = HERE.parent.parent
+
+
+@dataclass(frozen=True)
+class TraceSet:
+    name: str
+    world_size: int
+    distributed: bool = True
+    wait: int = 1
+    warmup: int = 1
+    active: int = 2
+    repeat: int = 1
+    record_shapes: bool = False
+    with_stack: bool = False
+    profile_memory: bool = False
+    samepid: bool = False
+    straggler: int | None = None  # rank that sleeps before backward
+    straggler_sleep_s: float = 0.2
+    subgroups: tuple[tuple[int, ...], ...] = field(default_factory=tuple)
+    # model / data size: keep the files small
+    d_in: int = 8
+    d_hidden: int = 16
+    d_out: int = 4
+    batch: int = 4
+
+    @property
+    def steps(self) -> int:
+        return (self.wait + self.warmup + self.active) * self.repeat
+
+
+SETS: dict[str, TraceSet] = {
+    s.name: s
+    for s in [
+        TraceSet("ddp4", 4, record_shapes=True, with_stack=True, profile_memory=True),
+        TraceSet("ddp4_samepid", 4, record_shapes=True, with_stack=True,
+                 profile_memory=True, samepid=True),
+        TraceSet("ddp2_cycles", 2, repeat=2, record_shapes=True),
+        TraceSet("ddp8_straggler", 8, with_stack=True, straggler=5),
+        TraceSet("ddp4_subgroups", 4, record_shapes=True, subgroups=((0, 1), (2, 3))),
+        TraceSet("natural_order", 12, distributed=False),
+    ]
+}
+
+
+# --------------------------------------------------------------------------- worker
+def run_worker(ts: TraceSet, rank: int, outdir: Path) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+    torch.set_num_threads(1)
+    print(f"[{ts.name}] rank {rank} os.getpid()={os.getpid()} host={socket.gethostname()}",
+          flush=True)
+
+    if not ts.distributed:
+        # natural_order: a few ops, no torch.distributed -> no distributedInfo.
+        torch.manual_seed(SEED + rank)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            with record_function(f"rank_{rank}"):
+                a = torch.full((2, 2), float(rank))
+                b = a + a
+                b.sum()
+        prof.export_chrome_trace(str(outdir / f"rank_{rank}.json"))
+        return
+
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("gloo", rank=rank, world_size=ts.world_size)
+    group = None
+    if ts.subgroups:
+        # every rank must take part in every new_group call, in the same order
+        groups = [dist.new_group(list(g)) for g in ts.subgroups]
+        group = next(g for g, members in zip(groups, ts.subgroups) if rank in members)
+
+    torch.manual_seed(SEED)
+    model = nn.Sequential(nn.Linear(ts.d_in, ts.d_hidden), nn.ReLU(),
+                          nn.Linear(ts.d_hidden, ts.d_out))
+    ddp = DDP(model, process_group=group)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    loss_fn = nn.MSELoss()
+    gen = torch.Generator().manual_seed(SEED + 1000 + rank)
+
+    handler = torch.profiler.tensorboard_trace_handler(str(outdir), use_gzip=True)
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        schedule=schedule(wait=ts.wait, warmup=ts.warmup, active=ts.active,
+                          repeat=ts.repeat),
+        on_trace_ready=handler,
+        record_shapes=ts.record_shapes,
+        with_stack=ts.with_stack,
+        profile_memory=ts.profile_memory,
+    ) as prof:
+        for _step in range(ts.steps):
+            x = torch.randn(ts.batch, ts.d_in, generator=gen)
+            y = torch.randn(ts.batch, ts.d_out, generator=gen)
+            opt.zero_grad()
+            loss = loss_fn(ddp(x), y)
+            if ts.straggler is not None and rank == ts.straggler:
+                time.sleep(ts.straggler_sleep_s)
+            loss.backward()  # DDP's gradient all_reduce runs here
+            opt.step()
+            if ts.subgroups:
+                world_loss = loss.detach().clone()
+                dist.all_reduce(world_loss)  # world group
+            prof.step()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+# --------------------------------------------------------------------------- launcher
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def record(ts: TraceSet, out: Path, force: bool, timeout: float) -> Path:
+    outdir = out / ts.name
+    if outdir.exists() and any(p.name != "README.md" for p in outdir.iterdir()):
+        if not force:
+            sys.exit(f"{outdir} is not empty; pass --force to replace it")
+        shutil.rmtree(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+
+    if ts.samepid and shutil.which("unshare") is None:
+        sys.exit("unshare not found: cannot record ddp4_samepid")
+
+    base_env = dict(os.environ)
+    base_env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONHASHSEED="0",
+                    GLOO_SOCKET_IFNAME="lo")
+    port = free_port()
+    ranks = list(range(ts.world_size))
+    if not ts.distributed:
+        ranks = ranks[::-1]  # reverse: time order is the opposite of rank order
+    procs = []
+    for rank in ranks:
+        cmd = [sys.executable, str(HERE), "--set", ts.name, "--out", str(out),
+               "--worker-rank", str(rank)]
+        if ts.samepid:
+            cmd = ["unshare", "--pid", "--fork", "--mount-proc"] + cmd
+        env = dict(base_env)
+        if ts.distributed:
+            env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                       WORLD_SIZE=str(ts.world_size), LOCAL_RANK=str(rank),
+                       LOCAL_WORLD_SIZE=str(ts.world_size))
+        p = subprocess.Popen(cmd, env=env)
+        if not ts.distributed:
+            if p.wait(timeout=timeout) != 0:
+                sys.exit(f"rank {rank} failed with {p.returncode}")
+        else:
+            procs.append((rank, p))
+    deadline = time.monotonic() + timeout
+    failed = []
+    for rank, p in procs:
+        try:
+            rc = p.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            rc = "timeout"
+        if rc != 0:
+            failed.append((rank, rc))
+    if failed:
+        sys.exit(f"{ts.name}: ranks failed: {failed}")
+    return outdir
+
+
+# --------------------------------------------------------------------------- check
+def _load(path: Path):
+    raw = gzip.open(path, "rb").read() if path.suffix == ".gz" else path.read_bytes()
+    return raw, json.loads(raw)
+
+
+def check(d: Path, expect_dist: bool | None = None) -> dict:
+    """Validate every trace in d and print a summary; returns it as a dict."""
+    files = sorted(p for p in d.iterdir() if p.name.endswith((".json", ".json.gz")))
+    if not files:
+        sys.exit(f"no traces in {d}")
+    summary = {"dir": str(d), "files": []}
+    for f in files:
+        raw, doc = _load(f)
+        ev = doc.get("traceEvents")
+        assert isinstance(ev, list), f"{f}: no traceEvents array"
+        keys = list(doc)
+        info = doc.get("distributedInfo")
+        if expect_dist is True:
+            assert isinstance(info, dict) and "rank" in info, f"{f}: no distributedInfo.rank"
+        if expect_dist is False:
+            assert info is None, f"{f}: unexpected distributedInfo"
+        ti = keys.index("traceEvents")
+        base = "absent"
+        if "baseTimeNanoseconds" in keys:
+            base = "before" if keys.index("baseTimeNanoseconds") < ti else "after"
+        cpu_pids = sorted({e.get("pid") for e in ev
+                           if e.get("ph") == "X" and isinstance(e.get("pid"), int)})
+        tids = sorted({e.get("tid") for e in ev if e.get("ph") == "X"}, key=str)
+        comms = {}
+        for e in ev:
+            n = e.get("name", "")
+            if n.startswith("gloo:") or n == "record_param_comms":
+                a = e.get("args", {})
+                k = (n, a.get("Collective name"), a.get("Process Group Name"),
+                     a.get("Process Group Description"), a.get("Group size"))
+                comms.setdefault(k, []).append(a.get("Seq"))
+        steps = sorted({e["name"] for e in ev if e.get("name", "").startswith("ProfilerStep#")})
+        entry = {
+            "file": f.name, "bytes": f.stat().st_size, "raw_bytes": len(raw),
+            "events": len(ev), "keys": keys, "baseTimeNanoseconds": base,
+            "rank": info.get("rank") if info else None,
+            "world_size": info.get("world_size") if info else None,
+            "cpu_pids": cpu_pids, "tids": tids, "steps": steps,
+            "comms": {" | ".join(map(str, k)): v for k, v in comms.items()},
+        }
+        summary["files"].append(entry)
+        print(f"{f.name}: {entry['bytes']} B ({entry['raw_bytes']} B raw), "
+              f"{entry['events']} events, rank={entry['rank']}/{entry['world_size']}, "
+              f"pids={cpu_pids}, tids={tids}, steps={steps}, base {base} traceEvents, "
+              f"keys={keys}")
+        for k, seqs in entry["comms"].items():
+            print(f"    {k}: Seq {seqs}")
+    total = sum(e["bytes"] for e in summary["files"])
+    print(f"{d}: {len(files)} files, {total} B")
+    return summary
+
+
+# --------------------------------------------------------------------------- main
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("Sets:", 1)[1])
+    ap.add_argument("--set", action="append", choices=[*SETS, "all"],
+                    help="trace set to record (repeatable; 'all' for every set)")
+    ap.add_argument("--out", type=Path, default=REPO / "tests" / "data" / "recorded",
+                    help="parent folder; the set goes to OUT/<set>/")
+    ap.add_argument("--force", action="store_true", help="replace a non-empty OUT/<set>/")
+    ap.add_argument("--timeout", type=float, default=300.0, help="seconds per set")
+    ap.add_argument("--check", type=Path, nargs="*", metavar="DIR",
+                    help="only validate and summarise the traces in DIR(s)")
+    ap.add_argument("--worker-rank", type=int, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+
+    if args.check is not None:
+        for d in args.check:
+            name = d.resolve().name
+            check(d, SETS[name].distributed if name in SETS else None)
+        return
+    if not args.set:
+        ap.error("--set NAME or --check DIR is required")
+    names = list(SETS) if "all" in args.set else args.set
+
+    if args.worker_rank is not None:
+        run_worker(SETS[names[0]], args.worker_rank, args.out / names[0])
+        return
+
+    import torch  # noqa: F401  (fail early, before spawning ranks)
+    print(f"torch {torch.__version__}", flush=True)
+    for name in names:
+        ts = SETS[name]
+        t0 = time.monotonic()
+        outdir = record(ts, args.out, args.force, args.timeout)
+        print(f"== {name}: recorded in {time.monotonic() - t0:.1f} s", flush=True)
+        check(outdir, ts.distributed)
+
+
+if __name__ == "__main__":
+    main()
