@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Write synthetic multi-rank benchmark inputs (thin wrapper of ``tracefuse_stream.synth``).
+"""Write synthetic multi-rank benchmark inputs (thin wrapper of ``tracefuse_synth``).
 
 Kept as a script so benchmarks can be run from a checkout without installing the
 package. Examples::
@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tracefuse_stream.synth import main  # noqa: E402
+from tracefuse_synth.generator import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

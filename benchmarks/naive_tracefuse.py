@@ -30,7 +30,7 @@ from pathlib import Path
 
 import orjson
 
-from tracefuse_stream.sources import find_inputs, open_trace
+from tracefuse_stream.read.sources import find_inputs, open_trace
 
 LINK_ARGS = ("correlation", "External id")
 

@@ -22,7 +22,7 @@ import time
 
 import ijson
 
-from tracefuse_stream.sources import find_inputs, open_trace
+from tracefuse_stream.read.sources import find_inputs, open_trace
 
 
 def count_events(path: str, use_float: bool) -> int:

@@ -3,7 +3,7 @@
 
     python benchmarks/stages.py RANK_FILE_OR_RUN_DIR [--reps 5] [--codec plain|gzip|zstd]
 
-Rebuilds the two readers of ``tracefuse_stream.stream`` stage by stage from the
+Rebuilds the two readers of ``tracefuse_stream.pipeline.stream`` stage by stage from the
 package's own pieces, each stage cumulative, on the decompressed file held in memory
 (no disk noise):
 
@@ -34,12 +34,12 @@ import ijson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tracefuse_stream.batches import EventBatches  # noqa: E402
-from tracefuse_stream.filters import EventFilter  # noqa: E402
-from tracefuse_stream.rewrite import RankRewriter  # noqa: E402
-from tracefuse_stream.sources import TraceReader, find_inputs  # noqa: E402
-from tracefuse_stream.stream import _encode_lines, _exact_encoder  # noqa: E402
-from tracefuse_stream.writer import FLUSH_BYTES, PieceWriter  # noqa: E402
+from tracefuse_stream.read.batches import EventBatches  # noqa: E402
+from tracefuse_stream.select.filters import EventFilter  # noqa: E402
+from tracefuse_stream.rewrite.rules import RankRewriter  # noqa: E402
+from tracefuse_stream.read.sources import TraceReader, find_inputs  # noqa: E402
+from tracefuse_stream.pipeline.stream import _encode_lines, _exact_encoder  # noqa: E402
+from tracefuse_stream.write.writer import FLUSH_BYTES, PieceWriter  # noqa: E402
 
 LEVELS = ["parse", "+feed", "+encode", "+write"]
 

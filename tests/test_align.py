@@ -1,4 +1,4 @@
-"""Tests for ``--align collectives`` (tracefuse_stream.align).
+"""Tests for ``--align collectives`` (tracefuse_stream.align.clock).
 
 The multi-host input is generated here from the real single-rank NCCL trace
 ``a100_nccl_rank0.json.gz`` (21 NCCL kernels, no ``Seq`` args, so the order
@@ -26,7 +26,7 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tracefuse_stream.align import (
+from tracefuse_stream.align.clock import (
     RankAlignment,
     RankCollectives,
     collect_collective_ends,

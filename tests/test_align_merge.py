@@ -16,7 +16,7 @@ import orjson
 import test_align
 from conftest import abs_ns, load_output, run_cli, to_ns
 from tracefuse_stream import merge
-from tracefuse_stream.align import is_collective_kernel
+from tracefuse_stream.align.clock import is_collective_kernel
 
 TOL_NS = 3_000
 

@@ -1,4 +1,4 @@
-"""The batched reading stage (``tracefuse_stream.batches``) and its hand-over to the
+"""The batched reading stage (``tracefuse_stream.read.batches``) and its hand-over to the
 exact ijson reader.
 
 The reference for every event list is Python's own ``json`` with floats parsed as
@@ -19,11 +19,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import tracefuse_stream.batches as batches_mod
-import tracefuse_stream.stream as stream_mod
+import tracefuse_stream.read.batches as batches_mod
+import tracefuse_stream.pipeline.stream as stream_mod
 from tracefuse_stream import merge
-from tracefuse_stream.batches import EventBatches, NotBatchable
-from tracefuse_stream.sources import TraceReader
+from tracefuse_stream.read.batches import EventBatches, NotBatchable
+from tracefuse_stream.read.sources import TraceReader
 
 from conftest import events_of, json_text, load_output, strict_loads
 
@@ -281,9 +281,9 @@ def test_hand_over_mid_file_gives_the_exact_result_and_honest_progress(tmp_path)
     evs = [{"ph": "X", "name": f"k{i}", "pid": 1, "tid": 2, "ts": i + 0.5, "dur": 1} for i in range(30000)]
     p = tmp_path / "open.json"
     p.write_bytes(("[" + ",\n".join(json.dumps(e) for e in evs)).encode())  # no closing ']'
-    from tracefuse_stream.filters import EventFilter
-    from tracefuse_stream.plan import plan_inputs
-    from tracefuse_stream.stream import RankTask, stream_rank
+    from tracefuse_stream.select.filters import EventFilter
+    from tracefuse_stream.plan.planner import plan_inputs
+    from tracefuse_stream.pipeline.stream import RankTask, stream_rank
 
     plan = plan_inputs([str(p)])[0]
     seen: List[int] = []

@@ -30,7 +30,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import pytest
 import zstandard
 
-from tracefuse_stream.cli import main as cli_main
+from tracefuse_stream.cli.app import main as cli_main
 
 from conftest import json_text
 

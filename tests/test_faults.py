@@ -30,8 +30,8 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 import pytest
 
-import tracefuse_stream.writer as writer_mod
-from tracefuse_stream.cli import main as cli_main
+import tracefuse_stream.write.writer as writer_mod
+from tracefuse_stream.cli.app import main as cli_main
 
 @pytest.fixture(scope="session")
 def real_traces(shared_fixtures: Path) -> Path:

@@ -2,7 +2,7 @@
 under an address-space cap, and its peak RSS is far below the input size.
 
 The input is generated inside the test, streaming: with the project's generator
-``tracefuse_stream.synth.write_run`` when it exists (its per-rank summary says what
+``tracefuse_synth.write_run`` when it exists (its per-rank summary says what
 it wrote), otherwise by repeating the real events of ``real/h100_bert_small.json.gz``
 with increasing timestamps and ids. The merged output is then counted by streaming
 it (ijson), per rank, against what was written.
@@ -97,7 +97,7 @@ def generate_rank(src: Dict[str, Any], path: Path, rank: int, target_bytes: int)
 
 def _synth_write_run():
     try:
-        from tracefuse_stream.synth import write_run
+        from tracefuse_synth.generator import write_run
     except ImportError:
         return None
     return write_run
@@ -130,7 +130,7 @@ def big_run(tmp_path_factory, shared_fixtures, h):
 def _idle_address_space_kb() -> int:
     out = subprocess.run(
         [sys.executable, "-c",
-         "import tracefuse_stream.merge\n"
+         "import tracefuse_stream.pipeline.orchestrate\n"
          "for l in open('/proc/self/status'):\n"
          "    if l.startswith('VmPeak:'): print(l.split()[1])"],
         capture_output=True, text=True, check=True,
@@ -141,7 +141,7 @@ def _idle_address_space_kb() -> int:
 MERGE_SCRIPT = textwrap.dedent(
     """
     import json, sys
-    from tracefuse_stream.merge import merge
+    from tracefuse_stream.pipeline.orchestrate import merge
     s = merge(sys.argv[1:-1], sys.argv[-1], jobs=1)
     status = dict(l.split(":", 1) for l in open("/proc/self/status") if ":" in l)
     print(json.dumps({

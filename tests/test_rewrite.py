@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from tracefuse_stream.errors import InputError, OutputError, TerminateSignal
-from tracefuse_stream.filters import EventFilter
-from tracefuse_stream.labels import rank_metadata
-from tracefuse_stream.rewrite import (
+from tracefuse_stream.select.filters import EventFilter
+from tracefuse_stream.rewrite.labels import rank_metadata
+from tracefuse_stream.rewrite.rules import (
     RankRewriter,
     TimeShifter,
     dumps_exact,
@@ -29,8 +29,8 @@ from tracefuse_stream.rewrite import (
     rank_of_pid,
 )
 from tracefuse_stream.timeunits import us_to_ns
-from tracefuse_stream.trailer import find_trailer
-from tracefuse_stream.writer import (
+from tracefuse_stream.read.trailer import find_trailer
+from tracefuse_stream.write.writer import (
     AtomicOutput,
     PieceWriter,
     Splicer,
@@ -583,7 +583,7 @@ def test_dumps_exact_lets_an_interruption_through(monkeypatch, exc, ev):
     """Ctrl-C (or the SIGTERM handler) firing inside orjson's ``default=`` callback
     arrives wrapped in JSONEncodeError; it must not be swallowed by the retry for
     big integers (it was: CI saw a SIGINT'd merge finish with exit 0)."""
-    import tracefuse_stream.rewrite as rewrite_mod
+    import tracefuse_stream.rewrite.rules as rewrite_mod
 
     def interrupted(obj):
         raise exc()

@@ -1,4 +1,4 @@
-"""Tests of the synthetic trace generator (``tracefuse_stream.synth``).
+"""Tests of the synthetic trace generator (``tracefuse_synth``).
 
 The generator is the source of every large test and benchmark input, so these tests
 pin down the properties other tests rely on: byte-for-byte determinism, strict JSON,
@@ -22,8 +22,8 @@ import psutil
 import pytest
 import zstandard
 
-from tracefuse_stream import synth
-from tracefuse_stream.synth import DEFAULT_BASE_TIME_NS, main, write_rank_trace, write_run
+import tracefuse_synth.generator as synth
+from tracefuse_synth.generator import DEFAULT_BASE_TIME_NS, main, write_rank_trace, write_run
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_DIR = REPO / "fixtures" / "sample_run"

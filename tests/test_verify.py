@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from tracefuse_stream import verify as V
-from tracefuse_stream.filters import EventFilter
-from tracefuse_stream.verify import main, verify
+from tracefuse_stream.verify import check as V
+from tracefuse_stream.select.filters import EventFilter
+from tracefuse_stream.verify.check import main, verify
 
 FIXTURES = Path(os.environ.get("TRACEFUSE_FIXTURES", "/work/shared/fixtures"))
 DDP4_DIR = FIXTURES / "ddp4_transformer_tb"
@@ -628,7 +628,7 @@ def test_cli_missing_file(tmp_path, capsys):
 
 def test_cli_module_entry(tmp_path, h100_job):
     out = write(tmp_path / "m.json", h100_job[1])
-    code = "import sys; from tracefuse_stream.verify import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; from tracefuse_stream.verify.check import main; sys.exit(main(sys.argv[1:]))"
     p = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, cwd="/work/main")
     assert p.returncode == 0, p.stderr
     assert "OK" in p.stdout
@@ -670,7 +670,7 @@ def test_no_trace_events(tmp_path):
 
 def test_end_to_end_merge_ddp4_then_verify(tmp_path):
     """The real merge engine's output of the ddp4 job verifies clean against its inputs."""
-    from tracefuse_stream.merge import merge
+    from tracefuse_stream.pipeline.orchestrate import merge
 
     out = tmp_path / "ddp4_merged.json.gz"
     merge([str(DDP4_DIR)], str(out))

@@ -14,7 +14,7 @@ import pytest
 from conftest import abs_ns, kept, load_input, load_output, non_meta, run_cli, to_ns
 from tracefuse_stream import merge
 from tracefuse_stream.errors import UsageError
-from tracefuse_stream.selection import parse_rank_spec
+from tracefuse_stream.select.ranges import parse_rank_spec
 
 
 @pytest.fixture(scope="module")
@@ -161,7 +161,7 @@ def test_split_outputs_equal_unsplit(ddp4, tmp_path, k, codec):
 def test_size_warning_mentions_remedies(monkeypatch, ddp4, tmp_path):
     import importlib
 
-    m = importlib.import_module("tracefuse_stream.merge")  # the module, not the function
+    m = importlib.import_module("tracefuse_stream.pipeline.orchestrate")  # the module, not the function
     monkeypatch.setattr(m, "SIZE_WARN_BYTES", 1000)
     s = merge([str(v["path"]) for v in ddp4.values()], str(tmp_path / "x.json.gz"))
     text = " ".join(s.warnings)

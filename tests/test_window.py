@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from tracefuse_stream.errors import InputError, UsageError
 from conftest import shared_fixtures_dir
-from tracefuse_stream.window import (
+from tracefuse_stream.select.window import (
     FLOAT_FAST_LIMIT,
     find_step_window,
     list_steps,

@@ -9,11 +9,11 @@ for keys after the events) -> ``stream`` (ijson events of one rank) -> ``rewrite
 ``cli`` and ``compat`` (TraceLens-compatible ``TraceFuse``) are the front doors,
 ``verify`` checks a merged file.
 """
-__version__ = "0.1.0"
+from tracefuse_stream._version import __version__
 
-from .compat import TraceFuse
-from .errors import InputError, OutputError, TraceFuseError, UsageError
-from .merge import MergeSummary, RankSummary, merge
+from tracefuse_stream.compat import TraceFuse
+from tracefuse_stream.errors import InputError, OutputError, TraceFuseError, UsageError
+from tracefuse_stream.pipeline.orchestrate import MergeSummary, RankSummary, merge
 
 __all__ = [
     "TraceFuse",

@@ -1,6 +1,6 @@
 """``python -m tracefuse_stream ...`` runs the command line."""
 import sys
 
-from .cli import main
+from tracefuse_stream.cli.app import main
 
 sys.exit(main())

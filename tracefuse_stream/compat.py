@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Union
 
-from .merge import MergeSummary, merge
+from tracefuse_stream.pipeline.orchestrate import MergeSummary, merge
 
 PathLike = Union[str, "os.PathLike[str]"]
 COMPRESSED_SUFFIXES = (".gz", ".zst", ".zstd")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, Iterator, Optional
 
-from .rewrite import PID_DEVICE_LIMIT, RankRewriter
+from tracefuse_stream.rewrite.rules import PID_DEVICE_LIMIT, RankRewriter
 
 Event = Dict[str, Any]
 

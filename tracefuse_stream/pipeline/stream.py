@@ -29,17 +29,17 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tupl
 import ijson
 import orjson
 
-from .errors import InputError
-from .exactjson import dumps_fast, encode_lines
-from .filters import EventFilter
-from .labels import rank_metadata
-from .plan import TAIL_WINDOW, RankPlan, complete_trailer, trailer_of_file
-from .rewrite import RankRewriter, dumps_exact
-from .batches import EventBatches, NotBatchable
-from .salvage import Framer, SalvageReport, tolerant_chunks
-from .sources import TraceReader
-from .trailer import find_trailer
-from .writer import FLUSH_BYTES, Piece, PieceWriter
+from tracefuse_stream.errors import InputError
+from tracefuse_stream.exactjson import dumps_fast, encode_lines
+from tracefuse_stream.select.filters import EventFilter
+from tracefuse_stream.rewrite.labels import rank_metadata
+from tracefuse_stream.plan.planner import TAIL_WINDOW, RankPlan, complete_trailer, trailer_of_file
+from tracefuse_stream.rewrite.rules import RankRewriter, dumps_exact
+from tracefuse_stream.read.batches import EventBatches, NotBatchable
+from tracefuse_stream.read.salvage import Framer, SalvageReport, tolerant_chunks
+from tracefuse_stream.read.sources import TraceReader
+from tracefuse_stream.read.trailer import find_trailer
+from tracefuse_stream.write.writer import FLUSH_BYTES, Piece, PieceWriter
 
 PARSE_BUF = 1 << 18
 PROGRESS_EVERY = 1 << 22

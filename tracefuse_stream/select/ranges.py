@@ -16,7 +16,7 @@ import math
 import re
 from typing import List, Set, Tuple
 
-from .errors import UsageError
+from tracefuse_stream.errors import UsageError
 
 #: A spec may not expand to more ranks than this (guards against ``0-999999999``).
 MAX_RANKS = 1 << 20

@@ -20,10 +20,10 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import ijson
 from ijson.common import ObjectBuilder
 
-from .errors import InputError, UsageError
-from .sources import READ_SIZE, TraceReader, detect_compression, find_inputs, input_size
-from .selection import compress_ranges
-from .trailer import find_trailer
+from tracefuse_stream.errors import InputError, UsageError
+from tracefuse_stream.read.sources import READ_SIZE, TraceReader, detect_compression, find_inputs, input_size
+from tracefuse_stream.select.ranges import compress_ranges
+from tracefuse_stream.read.trailer import find_trailer
 
 # Tail windows tried in turn for the keys after the events: Kineto's trailer is a few
 # KB, so the first (small, cheap on memory) window nearly always suffices.
@@ -229,7 +229,7 @@ def plan_file(path: PathLike, position: int, *, salvage: bool = False) -> RankPl
 
 
 def _plan_salvage(path: PathLike, position: int, err: InputError) -> RankPlan:
-    from .salvage import Framer, SalvageReport, tolerant_chunks
+    from tracefuse_stream.read.salvage import Framer, SalvageReport, tolerant_chunks
 
     report = SalvageReport()
     framer = Framer(tolerant_chunks(str(path), report), report, exact=True)

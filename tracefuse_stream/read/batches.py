@@ -26,8 +26,8 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, Iterator, List, Optional
 
-from .exactjson import DecodeError, loads_exact
-from .sources import TraceReader
+from tracefuse_stream.exactjson import DecodeError, loads_exact
+from tracefuse_stream.read.sources import TraceReader
 
 CHUNK_BYTES = 1 << 20  # read size; a batch is about this large
 MAX_BUFFER = 16 << 20  # no event boundary in this many bytes: not for this stage

@@ -12,10 +12,10 @@ from typing import Any, Dict, List, Optional
 
 import ijson
 
-from .errors import InputError
-from .plan import RankPlan
-from .timeunits import us_to_ns_or_none
-from .sources import TraceReader
+from tracefuse_stream.errors import InputError
+from tracefuse_stream.plan.planner import RankPlan
+from tracefuse_stream.timeunits import us_to_ns_or_none
+from tracefuse_stream.read.sources import TraceReader
 
 
 @dataclass

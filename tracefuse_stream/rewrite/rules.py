@@ -28,9 +28,9 @@ from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import orjson
 
-from .errors import InputError
-from .filters import EventFilter
-from .timeunits import us_to_ns
+from tracefuse_stream.errors import InputError
+from tracefuse_stream.select.filters import EventFilter
+from tracefuse_stream.timeunits import us_to_ns
 
 Event = Dict[str, Any]
 

@@ -2,7 +2,7 @@
 into fragments, splice them in rank order into one atomic output.
 
 Workers never send events to the parent: each writes its rank's compressed fragment
-to disk and returns a small :class:`~tracefuse_stream.stream.RankResult`. The
+to disk and returns a small :class:`~tracefuse_stream.pipeline.stream.RankResult`. The
 parent splices fragments strictly in rank order, so ``jobs=N`` output is byte-for-
 byte the ``jobs=1`` output whatever order workers finish in.
 """
@@ -21,13 +21,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from . import __version__
-from .errors import EXIT_VERIFY, Interrupted, TerminateSignal, TraceFuseError, UsageError
-from .filters import EventFilter
-from .plan import InputSpec, RankPlan, plan_inputs, world_size_warnings
-from .rewrite import dumps_exact
-from .stream import RankResult, RankTask, stream_rank
-from .writer import AtomicOutput, FragmentDir, Splicer, codec_for, piece_of
+from tracefuse_stream._version import __version__
+from tracefuse_stream.errors import EXIT_VERIFY, Interrupted, TerminateSignal, TraceFuseError, UsageError
+from tracefuse_stream.select.filters import EventFilter
+from tracefuse_stream.plan.planner import InputSpec, RankPlan, plan_inputs, world_size_warnings
+from tracefuse_stream.rewrite.rules import dumps_exact
+from tracefuse_stream.pipeline.stream import RankResult, RankTask, stream_rank
+from tracefuse_stream.write.writer import AtomicOutput, FragmentDir, Splicer, codec_for, piece_of
 
 Event = Dict[str, Any]
 SIZE_WARN_BYTES = 1 << 30
@@ -288,7 +288,7 @@ def _apply_alignment(
     Returns notes for the summary. Shifts are then renormalised so that no rank is
     shifted before the output base (no negative ts).
     """
-    from .align import estimate_offsets, load_clock_offsets, offsets_from_file
+    from tracefuse_stream.align.clock import estimate_offsets, load_clock_offsets, offsets_from_file
 
     hosts = {p.rank: p.host_name for p in plans}
     if clock_offsets is not None:
@@ -314,14 +314,14 @@ def _apply_alignment(
         for p in plans:
             p.shift_ns -= low
         notes.append(f"alignment moved a rank before the common base; output base lowered by {-low} ns")
-    from .align import format_alignment_table
+    from tracefuse_stream.align.clock import format_alignment_table
 
     notes.append("clock alignment:\n" + format_alignment_table(alignments))
     return notes
 
 
 def _collect_ends(path: str, base: Optional[int]) -> Any:
-    from .align import collect_collective_ends
+    from tracefuse_stream.align.clock import collect_collective_ends
 
     return collect_collective_ends(path, base)
 
@@ -337,7 +337,7 @@ def _map(fn: Callable[..., Any], arglist: List[tuple], jobs: int) -> List[Any]:
 
 
 def _first_event_ns(plan: RankPlan) -> Optional[int]:
-    from .info import scan_rank
+    from tracefuse_stream.report.info import scan_rank
 
     info = scan_rank(plan)
     return info.first_ns
@@ -354,7 +354,7 @@ def _resolve_window(
     if steps is not None and window_ms is not None:
         raise UsageError("use either --steps or --window, not both")
     if steps is not None:
-        from .window import find_step_window
+        from tracefuse_stream.select.window import find_step_window
 
         ref_rank = plans[0].rank if step_rank is None else step_rank
         ref = next((p for p in plans if p.rank == ref_rank), None)
@@ -367,7 +367,7 @@ def _resolve_window(
         off = ref.align_offset_ns
         return lo + off, hi + off
     if window_ms is not None:
-        from .window import window_from_ms
+        from tracefuse_stream.select.window import window_from_ms
 
         firsts = _map(_first_event_ns, [(p,) for p in plans], jobs)
         known = [f + p.align_offset_ns for f, p in zip(firsts, plans) if f is not None]
@@ -572,7 +572,7 @@ def _verify_outputs(summary: MergeSummary, groups: List[List[RankPlan]]) -> None
     """Run the verifier on every written file against the inputs of its ranks;
     salvaged merges are checked without ``--against`` (skipped events are known
     to be missing)."""
-    from .verify import verify as verify_file
+    from tracefuse_stream.verify.check import verify as verify_file
 
     salvaged = any(r.salvage for r in summary.ranks)
     for out, group in zip(summary.outputs, groups):

@@ -37,9 +37,9 @@ from typing import Any, Dict, Hashable, List, Mapping, Optional, Tuple, Union
 
 import ijson
 
-from .timeunits import us_to_ns_or_none as us_to_ns
-from .errors import InputError, UsageError
-from .sources import PathLike, open_trace
+from tracefuse_stream.timeunits import us_to_ns_or_none as us_to_ns
+from tracefuse_stream.errors import InputError, UsageError
+from tracefuse_stream.read.sources import PathLike, open_trace
 
 #: A match key: ``("seq", pg_name, collective_name, seq)`` when the kernel carries a
 #: ``Seq`` / ``Comms Id`` arg, else ``("order", kernel_name, stream, occurrence_index)``.

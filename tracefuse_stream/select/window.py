@@ -22,10 +22,10 @@ from typing import Dict, Optional, Tuple, Union
 
 import ijson
 
-from .timeunits import FLOAT_FAST_LIMIT, us_to_ns
-from .errors import InputError, UsageError
-from .selection import compress_ranges
-from .sources import PathLike, open_trace
+from tracefuse_stream.timeunits import FLOAT_FAST_LIMIT, us_to_ns
+from tracefuse_stream.errors import InputError, UsageError
+from tracefuse_stream.select.ranges import compress_ranges
+from tracefuse_stream.read.sources import PathLike, open_trace
 
 Number = Union[int, float, Decimal]
 

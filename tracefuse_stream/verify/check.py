@@ -1,7 +1,7 @@
 """``tracefuse verify``: show that a merged trace will render right in Perfetto.
 
 The merged file is read once, streaming (``ijson`` over ``traceEvents.item``, through
-:func:`~tracefuse_stream.sources.open_trace`, so ``.json``, ``.json.gz`` and
+:func:`~tracefuse_stream.read.sources.open_trace`, so ``.json``, ``.json.gz`` and
 ``.json.zst`` all work). Memory stays bounded by the number of processes, threads
 and flow keys, never by the number of events:
 
@@ -51,9 +51,9 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 import ijson
 import orjson
 
-from .errors import EXIT_OK, EXIT_USAGE, EXIT_VERIFY, InputError, TraceFuseError
-from .filters import EventFilter
-from .sources import detect_compression, find_inputs, open_trace
+from tracefuse_stream.errors import EXIT_OK, EXIT_USAGE, EXIT_VERIFY, InputError, TraceFuseError
+from tracefuse_stream.select.filters import EventFilter
+from tracefuse_stream.read.sources import detect_compression, find_inputs, open_trace
 
 __all__ = ["Finding", "VerifyReport", "verify", "main", "CODES"]
 

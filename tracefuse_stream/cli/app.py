@@ -12,8 +12,8 @@ import os
 import sys
 from typing import List, Optional, Sequence
 
-from . import __version__
-from .errors import (
+from tracefuse_stream._version import __version__
+from tracefuse_stream.errors import (
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -89,15 +89,15 @@ def build_parser() -> argparse.ArgumentParser:
 def _ranks(spec: Optional[str]) -> Optional[List[int]]:
     if spec is None:
         return None
-    from .selection import parse_rank_spec
+    from tracefuse_stream.select.ranges import parse_rank_spec
 
     return parse_rank_spec(spec)
 
 
 def cmd_merge(a: argparse.Namespace) -> int:
-    from .merge import merge
+    from tracefuse_stream.pipeline.orchestrate import merge
 
-    from .selection import parse_steps, parse_window_ms
+    from tracefuse_stream.select.ranges import parse_steps, parse_window_ms
 
     show_progress = not a.quiet and sys.stderr.isatty()
     summary = merge(
@@ -135,22 +135,22 @@ def cmd_merge(a: argparse.Namespace) -> int:
 
 
 def cmd_info(a: argparse.Namespace) -> int:
-    from .info import format_info, scan_rank
-    from .plan import plan_inputs
+    from tracefuse_stream.report.info import format_info, scan_rank
+    from tracefuse_stream.plan.planner import plan_inputs
 
     plans = plan_inputs(a.inputs, rank_from=a.rank_from, ranks=_ranks(a.ranks))
     rows = [scan_rank(p) for p in plans]
     out = {"ranks": [r.to_dict() for r in rows]}
     text = [format_info(rows)]
     if a.steps:
-        from .window import list_steps
+        from tracefuse_stream.select.window import list_steps
 
         steps = {p.rank: sorted(list_steps(p.path, strict=False)) for p in plans}
         out["steps"] = {str(r): v for r, v in steps.items()}
         for r, v in steps.items():
             text.append(f"rank {r}: ProfilerSteps {_ranges(v) or 'none'}")
     if a.align:
-        from .align import collect_collective_ends, estimate_offsets, format_alignment_table
+        from tracefuse_stream.align.clock import collect_collective_ends, estimate_offsets, format_alignment_table
 
         hosts = {p.rank: p.host_name for p in plans}
         coll = {p.rank: collect_collective_ends(p.path, p.base_time_ns) for p in plans}
@@ -166,14 +166,14 @@ def cmd_info(a: argparse.Namespace) -> int:
 
 
 def _ranges(nums: List[int]) -> str:
-    from .selection import compress_ranges
+    from tracefuse_stream.select.ranges import compress_ranges
 
     return compress_ranges(nums)
 
 
 def cmd_verify(a: argparse.Namespace) -> int:
     try:
-        from .verify import main as verify_main
+        from tracefuse_stream.verify.check import main as verify_main
     except ImportError:  # pragma: no cover
         print("tracefuse: verify is not available in this build", file=sys.stderr)
         return EXIT_USAGE

@@ -34,7 +34,7 @@ from typing import BinaryIO, Iterable, List, Optional
 
 import zstandard
 
-from .errors import OutputError
+from tracefuse_stream.errors import OutputError
 
 try:  # ISA-L deflate is several times faster than zlib at similar ratios.
     from isal import isal_zlib as _zlib  # type: ignore

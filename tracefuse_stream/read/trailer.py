@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, Optional
 
-from .exactjson import DecodeError, loads_exact
+from tracefuse_stream.exactjson import DecodeError, loads_exact
 
 # In REVERSED bytes: a whole JSON string, or one structural character.
 _REV_TOKEN = re.compile(rb'"(?:[^"]|"(?=\\(?:\\\\)*(?!\\)))*"|[\[\]{}]')

@@ -18,7 +18,7 @@ from typing import Any, BinaryIO, List, Optional, Sequence, Union
 
 import zstandard
 
-from .errors import InputError
+from tracefuse_stream.errors import InputError
 
 try:  # ISA-L inflates 2-3x faster than zlib; optional at run time.
     from isal import isal_zlib as _zlib_impl

@@ -1,0 +1,5 @@
+import sys
+
+from tracefuse_synth.generator import main
+
+sys.exit(main())
