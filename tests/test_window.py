@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tracefuse_stream.errors import InputError, UsageError
+from tracefuse_stream.errors import ErrorKind, InputError, UsageError
 from conftest import shared_fixtures_dir
 from tracefuse_stream.select.window import (
     FLOAT_FAST_LIMIT,
@@ -210,7 +210,8 @@ def test_truncated_file_is_input_error_or_partial(tmp_path):
     p.write_bytes(data[:cut])
     with pytest.raises(InputError) as ei:
         find_step_window(p, 0, 2, 2)
-    assert str(p) in str(ei.value) and "invalid JSON" in str(ei.value)
+    assert str(p) in str(ei.value) and "truncated" in str(ei.value)
+    assert ei.value.kind is ErrorKind.TRUNCATED and ei.value.offset == cut
     partial = list_steps(p, strict=False)
     full = list_steps(src)
     assert partial and set(partial) < set(full)

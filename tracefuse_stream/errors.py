@@ -8,6 +8,7 @@ as a traceback.
 """
 from __future__ import annotations
 
+import enum
 from typing import Optional
 
 EXIT_OK = 0
@@ -20,10 +21,40 @@ EXIT_INTERNAL = 70
 EXIT_INTERRUPTED = 130
 
 
+class ErrorKind(enum.Enum):
+    """What went wrong, for code that must decide (salvage or not, fall back or not).
+
+    Decisions read the kind, never the message text: messages are for people and may
+    be reworded; third-party messages (ijson, msgspec, zlib) are mapped to a kind at
+    one boundary, :mod:`tracefuse_stream.read.jsonerrors`.
+    """
+
+    MISSING = "missing"  # no such file or directory
+    UNREADABLE = "unreadable"  # exists but cannot be opened or read (permissions, I/O)
+    EMPTY = "empty"  # zero bytes or only white space
+    NOT_A_TRACE = "not_a_trace"  # valid JSON that is no trace, or not JSON at all
+    INVALID_JSON = "invalid_json"  # a syntax error inside the document
+    TRUNCATED = "truncated"  # the document (or its compressed stream) ends early
+    CORRUPT_STREAM = "corrupt_stream"  # gzip/zstd data that cannot be decompressed
+    INVALID_UTF8 = "invalid_utf8"
+    BAD_EVENT = "bad_event"  # a well-formed event the rules cannot merge (flow without id, ...)
+    CONFLICT = "conflict"  # inputs that contradict each other (duplicate ranks, ...)
+    USAGE = "usage"
+    OUTPUT = "output"
+    INTERRUPTED = "interrupted"
+    VERIFY = "verify"
+
+
 class TraceFuseError(Exception):
-    """Base class: a user-facing failure with a one-line message."""
+    """Base class: a user-facing failure with a one-line message and a kind."""
 
     exit_code = EXIT_INPUT
+    kind: ErrorKind = ErrorKind.INVALID_JSON
+
+    @property
+    def salvageable_kind(self) -> bool:
+        """Whether ``--salvage`` can do anything about this kind of problem."""
+        return self.kind in _SALVAGEABLE
 
 
 class InputError(TraceFuseError):
@@ -44,7 +75,9 @@ class InputError(TraceFuseError):
         event_index: Optional[int] = None,
         hint: Optional[str] = None,
         salvageable: bool = True,
+        kind: ErrorKind = ErrorKind.INVALID_JSON,
     ) -> None:
+        self.kind = kind
         self.path = str(path)
         self.salvageable = salvageable  # False: nothing a salvage pass could keep
         self.problem = problem
@@ -67,16 +100,18 @@ class InputError(TraceFuseError):
         # Errors raised in worker processes travel back pickled: rebuild from fields.
         return (
             _rebuild_input_error,
-            (self.path, self.problem, self.offset, self.event_index, self.hint, self.salvageable),
+            (self.path, self.problem, self.offset, self.event_index, self.hint, self.salvageable,
+             self.kind.value),
         )
 
 
 def _rebuild_input_error(
     path: str, problem: str, offset: Optional[int], event_index: Optional[int],
-    hint: Optional[str], salvageable: bool,
+    hint: Optional[str], salvageable: bool, kind: str,
 ) -> "InputError":
     return InputError(
-        path, problem, offset=offset, event_index=event_index, hint=hint, salvageable=salvageable
+        path, problem, offset=offset, event_index=event_index, hint=hint, salvageable=salvageable,
+        kind=ErrorKind(kind),
     )
 
 
@@ -84,18 +119,21 @@ class UsageError(TraceFuseError):
     """Arguments that cannot work together (bad rank spec, duplicate ranks, ...)."""
 
     exit_code = EXIT_USAGE
+    kind = ErrorKind.USAGE
 
 
 class OutputError(TraceFuseError):
     """The output cannot be written (exists, is an input, disk full, ...)."""
 
     exit_code = EXIT_OUTPUT
+    kind = ErrorKind.OUTPUT
 
 
 class Interrupted(TraceFuseError):
     """SIGINT/SIGTERM arrived; the temporary output was removed."""
 
     exit_code = EXIT_INTERRUPTED
+    kind = ErrorKind.INTERRUPTED
 
 
 class TerminateSignal(BaseException):
@@ -105,3 +143,9 @@ class TerminateSignal(BaseException):
     on the way (a codec error handler, a per-event skip in salvage mode) can mistake
     it for bad data; the merge turns it into :class:`Interrupted` after cleanup.
     """
+
+
+_SALVAGEABLE = frozenset(
+    {ErrorKind.INVALID_JSON, ErrorKind.TRUNCATED, ErrorKind.CORRUPT_STREAM, ErrorKind.INVALID_UTF8,
+     ErrorKind.BAD_EVENT}
+)

@@ -33,13 +33,13 @@ import statistics
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Dict, Hashable, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Hashable, Iterator, List, Mapping, Optional, Tuple, Union
 
-import ijson
 
 from tracefuse_stream.timeunits import us_to_ns_or_none as us_to_ns
-from tracefuse_stream.errors import InputError, UsageError
-from tracefuse_stream.read.sources import PathLike, open_trace
+from tracefuse_stream.errors import ErrorKind, InputError, UsageError
+from tracefuse_stream.read.events import iter_event_batches
+from tracefuse_stream.read.sources import PathLike
 
 #: A match key: ``("seq", pg_name, collective_name, seq)`` when the kernel carries a
 #: ``Seq`` / ``Comms Id`` arg, else ``("order", kernel_name, stream, occurrence_index)``.
@@ -151,27 +151,25 @@ def collect_collective_ends(
     if cap < 0:
         raise UsageError(f"collective cap must be >= 0, got {cap}")
     base = int(base_time_ns) if base_time_ns is not None else 0
-    # Fast path: binary floats (exact below 2**43 us, see us_to_ns). Epoch-us traces
-    # (no base) need exact decimals to keep nanoseconds, and yajl's float mode stops
-    # with "integer overflow" on integers beyond int64 (2026 Kineto's uint64
-    # ``Comms Id``): such a file is scanned again in exact mode.
-    exact = base_time_ns is None
-    result = _scan(path, base, cap, use_float=not exact)
-    if not exact and result.error is not None and "integer overflow" in result.error:
-        result = _scan(path, base, cap, use_float=False)
-    return result
+    return _scan(path, base, cap)
 
 
-def _scan(path: PathLike, base: int, cap: int, use_float: bool) -> RankCollectives:
-    """The single pass behind :func:`collect_collective_ends`."""
+def _collective_kernels(path: PathLike) -> Iterator[Dict[str, Any]]:
+    for batch in iter_event_batches(path, what="looking for collective kernels"):
+        for event in batch:
+            if type(event) is dict and is_collective_kernel(event):
+                yield event
+
+
+def _scan(path: PathLike, base: int, cap: int) -> RankCollectives:
+    """The single pass behind :func:`collect_collective_ends` (events from
+    :func:`~tracefuse_stream.read.events.iter_event_batches`: both layouts, exact
+    numbers)."""
     result = RankCollectives(path=str(path))
     seq_ends: Dict[MatchKey, int] = {}
     by_stream: Dict[Tuple[str, Hashable], List[int]] = {}
-    reader = open_trace(path)
     try:
-        for event in ijson.items(reader, "traceEvents.item", use_float=use_float):
-            if not isinstance(event, dict) or not is_collective_kernel(event):
-                continue
+        for event in _collective_kernels(path):
             ts = us_to_ns(event.get("ts"))
             dur = us_to_ns(event.get("dur"))
             if ts is None or dur is None or dur < 0:
@@ -203,11 +201,9 @@ def _scan(path: PathLike, base: int, cap: int, use_float: bool) -> RankCollectiv
             else:
                 by_stream.setdefault((name, _stream_of(event, args)), []).append(end)
     except InputError as e:
+        if e.kind in (ErrorKind.MISSING, ErrorKind.UNREADABLE):
+            raise
         result.error = e.problem
-    except (ijson.JSONError, UnicodeDecodeError) as e:  # IncompleteJSONError is a subclass
-        result.error = f"invalid or truncated JSON: {e}"
-    finally:
-        reader.close()
     ends: Dict[MatchKey, int] = dict(seq_ends)
     for (name, stream), values in by_stream.items():
         values.sort()

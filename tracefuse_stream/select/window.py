@@ -20,12 +20,12 @@ import re
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from typing import Dict, Optional, Tuple, Union
 
-import ijson
 
-from tracefuse_stream.timeunits import FLOAT_FAST_LIMIT, us_to_ns
+from tracefuse_stream.timeunits import FLOAT_FAST_LIMIT, us_to_ns, us_to_ns_or_none
 from tracefuse_stream.errors import InputError, UsageError
 from tracefuse_stream.select.ranges import compress_ranges
-from tracefuse_stream.read.sources import PathLike, open_trace
+from tracefuse_stream.read.events import iter_event_batches
+from tracefuse_stream.read.sources import PathLike
 
 Number = Union[int, float, Decimal]
 
@@ -63,57 +63,37 @@ def window_from_ms(first_event_abs_ns: int, start_ms: Number, end_ms: Number) ->
     return first_event_abs_ns + start_ns, first_event_abs_ns + end_ns
 
 
-def _json_error_line(e: Exception) -> str:
-    """The first line of an ijson error (yajl's message can be bytes, multi-line)."""
-    detail = e.args[0] if e.args else ""
-    if isinstance(detail, bytes):
-        detail = detail.decode("utf-8", "replace")
-    lines = str(detail).strip().splitlines()
-    return lines[0] if lines else type(e).__name__
-
-
 def _step_table(path: PathLike, *, strict: bool = True) -> Dict[int, Tuple[int, int]]:
     """Stream ``path`` once; return ``{step: (start_ns, end_ns)}`` relative to the
     file's own time base (i.e. ``ts`` x 1000). Only the table is kept in memory.
 
-    A JSON error raises InputError; with ``strict=False`` the pass stops there and
-    the steps seen so far are returned (for truncated files of killed jobs).
+    Events come from :func:`~tracefuse_stream.read.events.iter_event_batches`, so both
+    layouts and exact numbers (uint64 ``Comms Id``) read as in the merge. A JSON error
+    raises InputError; with ``strict=False`` the pass stops there and the steps seen
+    so far are returned (for truncated files of killed jobs).
     """
     table: Dict[int, Tuple[int, int]] = {}
-    reader = open_trace(path)
-    try:
-        try:
-            for ev in ijson.items(reader, "traceEvents.item", use_float=True):
-                if not isinstance(ev, dict) or ev.get("ph") != "X":
-                    continue
-                name = ev.get("name")
-                if not isinstance(name, str) or not name.startswith("ProfilerStep#"):
-                    continue
-                m = _STEP_NAME_RE.fullmatch(name)
-                if m is None:
-                    continue
-                try:
-                    start = us_to_ns(ev.get("ts"))
-                    dur = ev.get("dur", 0)
-                    dur_ns = us_to_ns(dur) if dur is not None else 0
-                except (TypeError, ValueError):
-                    continue  # a step without a usable time cannot bound a window
-                end = start + max(dur_ns, 0)
-                step = int(m.group(1))
-                old = table.get(step)
-                if old is not None:
-                    start, end = min(start, old[0]), max(end, old[1])
-                table[step] = (start, end)
-        except (ijson.JSONError, UnicodeDecodeError) as e:
-            if strict:
-                raise InputError(
-                    str(path),
-                    f"invalid JSON while looking for ProfilerStep events: {_json_error_line(e)}",
-                    offset=reader.offset,
-                    hint="the offset is where reading stopped; the error is shortly before it",
-                ) from None
-    finally:
-        reader.close()
+    for batch in iter_event_batches(path, strict=strict, what="looking for ProfilerStep events"):
+        for ev in batch:
+            if type(ev) is not dict or ev.get("ph") != "X":
+                continue
+            name = ev.get("name")
+            if not isinstance(name, str) or not name.startswith("ProfilerStep#"):
+                continue
+            m = _STEP_NAME_RE.fullmatch(name)
+            if m is None:
+                continue
+            start = us_to_ns_or_none(ev.get("ts"))
+            dur = ev.get("dur", 0)
+            dur_ns = us_to_ns_or_none(dur) if dur is not None else 0
+            if start is None or dur_ns is None:
+                continue  # a step without a usable time cannot bound a window
+            end = start + max(dur_ns, 0)
+            step = int(m.group(1))
+            old = table.get(step)
+            if old is not None:
+                start, end = min(start, old[0]), max(end, old[1])
+            table[step] = (start, end)
     return table
 
 

@@ -1,0 +1,134 @@
+"""One way to read the events of a trace: :func:`iter_event_batches` / :func:`iter_events`.
+
+Every pass that is not the merge itself — step windows, the first event of a rank,
+collective matching for clock alignment, ``info``, ``verify`` — needs the events of a
+file and nothing else. They all read them here, so they all accept both layouts
+(``{"traceEvents": [...]}`` and the bare ``[...]`` array), every compression the
+merge accepts, and numbers exactly as the merge reads them (integers of any size,
+other numbers as ``Decimal`` with their digits: a uint64 ``Comms Id`` is no error).
+
+Reading is the merge's own: validated ~1 MB batches decoded by msgspec
+(:mod:`tracefuse_stream.read.batches`); whatever that stage hands back (invalid or
+truncated JSON, an open-ended array, a damaged stream) is re-read from the start by
+the exact ijson reader, which skips the events already delivered and names the exact
+position of the problem. Both produce the same values, so a caller cannot tell which
+one it got, except by speed.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator, List, Optional
+
+import ijson
+
+from tracefuse_stream.errors import ErrorKind, InputError
+from tracefuse_stream.read.batches import EventBatches, NotBatchable
+from tracefuse_stream.read.jsonerrors import describe_json_error
+from tracefuse_stream.read.sources import PathLike, TraceReader
+
+EXACT_BATCH = 4096  # events per list handed out by the exact reader
+PARSE_BUF = 1 << 18
+
+
+def sniff_layout(path: PathLike, compression: Optional[str] = None) -> str:
+    """``"array"`` when the first non-blank byte is ``[``, else ``"object"`` (the
+    readers report anything else as not a trace)."""
+    reader = TraceReader(path, compression)
+    try:
+        while True:
+            chunk = reader.read(4096)
+            if not chunk:
+                return "object"
+            stripped = chunk.lstrip(b" \t\r\n\xef\xbb\xbf")
+            if stripped:
+                return "array" if stripped[:1] == b"[" else "object"
+    finally:
+        reader.close()
+
+
+def iter_event_batches(
+    path: PathLike,
+    *,
+    compression: Optional[str] = None,
+    layout: Optional[str] = None,
+    strict: bool = True,
+    what: str = "reading events",
+    progress: Optional[Callable[[int], None]] = None,
+) -> Iterator[List[Any]]:
+    """Lists of the events of ``path``, in file order.
+
+    ``strict``: a problem in the file raises :class:`InputError` naming the file, the
+    position and ``what`` the pass was doing; with ``strict=False`` iteration simply
+    ends after the last complete event (for truncated files of killed jobs).
+    ``progress`` receives compressed bytes read (first pass only).
+    """
+    layout = layout or sniff_layout(path, compression)
+    delivered = 0
+    reader = TraceReader(path, compression)
+    try:
+        last = 0
+        for batch in EventBatches(reader, layout):
+            if progress is not None:
+                now = reader.tell_raw()
+                progress(now - last)
+                last = now
+            delivered += len(batch)
+            yield batch
+        return
+    except NotBatchable:
+        pass
+    except InputError as e:
+        if e.event_index is not None:
+            raise
+        # a read or decompression problem: the exact reader reports it with its position
+    finally:
+        reader.close()
+    yield from _exact_batches(path, compression, layout, strict, what, delivered)
+
+
+def _exact_batches(
+    path: PathLike, compression: Optional[str], layout: str, strict: bool, what: str, skip: int
+) -> Iterator[List[Any]]:
+    reader = TraceReader(path, compression, keep_tail=4096 if layout == "array" else 0)
+    prefix = "traceEvents.item" if layout == "object" else "item"
+    index = 0
+    batch: List[Any] = []
+    try:
+        try:
+            for ev in ijson.items(reader, prefix, use_float=False, buf_size=PARSE_BUF):
+                index += 1
+                if index <= skip:
+                    continue
+                batch.append(ev)
+                if len(batch) >= EXACT_BATCH:
+                    yield batch
+                    batch = []
+        except (ijson.JSONError, UnicodeDecodeError) as e:
+            kind, problem = describe_json_error(e)
+            open_end = layout == "array" and kind is ErrorKind.TRUNCATED and _ends_after_event(reader.tail())
+            if strict and not open_end:
+                raise InputError(
+                    str(path), f"{problem} while {what}", kind=kind,
+                    offset=reader.offset if kind is ErrorKind.TRUNCATED else None,
+                    event_index=index,
+                ) from None
+        except InputError:
+            if strict:
+                raise
+        if batch:
+            yield batch
+    finally:
+        reader.close()
+
+
+def _ends_after_event(tail: bytes) -> bool:
+    """A bare ``[...]`` trace may omit its closing bracket (Chrome's array form)."""
+    return tail.rstrip().rstrip(b",").rstrip().endswith(b"}")
+
+
+def iter_events(path: PathLike, **kwargs: Any) -> Iterator[Any]:
+    """The events of ``path`` one by one (see :func:`iter_event_batches`)."""
+    for batch in iter_event_batches(path, **kwargs):
+        yield from batch
+
+
+__all__ = ["iter_events", "iter_event_batches", "sniff_layout"]
