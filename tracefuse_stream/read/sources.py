@@ -18,7 +18,7 @@ from typing import Any, BinaryIO, List, Optional, Sequence, Union
 
 import zstandard
 
-from tracefuse_stream.errors import InputError
+from tracefuse_stream.errors import ErrorKind, InputError
 
 try:  # ISA-L inflates 2-3x faster than zlib; optional at run time.
     from isal import isal_zlib as _zlib_impl
@@ -72,7 +72,7 @@ def find_inputs(paths: Sequence[PathLike]) -> List[Path]:
                 raise InputError(str(path), "not a regular file")
             out.append(path)
         else:
-            raise InputError(str(path), "no such file or directory")
+            raise InputError(str(path), "no such file or directory", kind=ErrorKind.MISSING)
     return out
 
 
@@ -118,6 +118,7 @@ class _Inflater:
         self._d = self._new()
         self._pending = b""
         self._error: Optional[str] = None
+        self.error_kind = ErrorKind.CORRUPT_STREAM  # until a clean end proves otherwise
         self._eof = False
         self.started = False  # at least one member/frame begun
 
@@ -156,6 +157,7 @@ class _Inflater:
                 self._eof = True
                 if self.started:
                     self._error = f"{self.compression} stream ends early (truncated file)"
+                    self.error_kind = ErrorKind.TRUNCATED
                     rest = b""
                     if self.compression == "gzip":
                         try:  # bytes still held in the inflater's window
@@ -242,7 +244,8 @@ class TraceReader(io.RawIOBase):
         try:
             self._file = open(path, "rb")
         except OSError as e:
-            raise InputError(self.path, f"cannot open: {e.strerror or e}") from None
+            kind = ErrorKind.MISSING if isinstance(e, FileNotFoundError) else ErrorKind.UNREADABLE
+            raise InputError(self.path, f"cannot open: {e.strerror or e}", kind=kind) from None
         self.compression = compression or detect_compression(path)
         self._raw = RawCounter(self._file)
         self.offset = 0
@@ -262,16 +265,22 @@ class TraceReader(io.RawIOBase):
             try:
                 return self._raw.read(READ_SIZE)
             except OSError as e:
-                raise InputError(self.path, f"read error: {e.strerror or e}", offset=self.offset) from None
+                raise InputError(
+                    self.path, f"read error: {e.strerror or e}", offset=self.offset, kind=ErrorKind.UNREADABLE
+                ) from None
         try:
             return self._inflater.read()
         except ValueError as e:
             offset = self.offset + len(self._buf)
             if self.compression == "gzip" and not self._inflater.tolerant:
                 offset = _zlib_decodable_length(self.path)  # ISA-L may hold back a byte
-            raise InputError(self.path, str(e), offset=offset, hint=SALVAGE_HINT) from None
+            raise InputError(
+                self.path, str(e), offset=offset, hint=SALVAGE_HINT, kind=self._inflater.error_kind
+            ) from None
         except OSError as e:
-            raise InputError(self.path, f"read error: {e.strerror or e}", offset=self.offset) from None
+            raise InputError(
+                    self.path, f"read error: {e.strerror or e}", offset=self.offset, kind=ErrorKind.UNREADABLE
+                ) from None
 
     def read(self, n: int = -1) -> bytes:
         if n is None or n < 0:

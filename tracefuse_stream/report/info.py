@@ -10,12 +10,9 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from typing import Any, Dict, List, Optional
 
-import ijson
-
-from tracefuse_stream.errors import InputError
 from tracefuse_stream.plan.planner import RankPlan
 from tracefuse_stream.timeunits import us_to_ns_or_none
-from tracefuse_stream.read.sources import TraceReader
+from tracefuse_stream.read.events import iter_event_batches
 
 
 @dataclass
@@ -48,14 +45,14 @@ def scan_rank(plan: RankPlan) -> RankInfo:
     """Count events and find the absolute time span of one rank (one streaming pass,
     numbers parsed exactly)."""
     base = plan.base_time_ns or 0
-    prefix = "traceEvents.item" if plan.layout == "object" else "item"
     n = 0
     lo: Optional[int] = None
     hi: Optional[int] = None
-    reader = TraceReader(plan.path, plan.compression)
-    try:
-        for ev in ijson.items(reader, prefix, use_float=False, buf_size=1 << 18):
-            n += 1
+    for batch in iter_event_batches(
+        plan.path, compression=plan.compression, layout=plan.layout, what="counting events"
+    ):
+        n += len(batch)
+        for ev in batch:
             if type(ev) is not dict or ev.get("ph") == "M":
                 continue
             start = us_to_ns_or_none(ev.get("ts"))
@@ -67,11 +64,6 @@ def scan_rank(plan: RankPlan) -> RankInfo:
                 lo = start
             if hi is None or end > hi:
                 hi = end
-    except (ijson.JSONError, UnicodeDecodeError) as e:
-        msg = (str(e).splitlines() or [type(e).__name__])[0]
-        raise InputError(plan.path, f"invalid JSON: {msg}", event_index=n) from None
-    finally:
-        reader.close()
     return RankInfo(
         rank=plan.rank,
         rank_from=plan.rank_source,
