@@ -21,6 +21,7 @@ from tracefuse_stream.errors import (
     EXIT_USAGE,
     TraceFuseError,
 )
+from tracefuse_stream.serve import add_open_arguments, cmd_open
 
 
 def _csv(s: str) -> List[str]:
@@ -83,6 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("verify", help="check that a merged trace will render right in Perfetto")
     v.add_argument("args", nargs=argparse.REMAINDER)
+
+    add_open_arguments(sub.add_parser("open", help="serve a trace once on 127.0.0.1 and print its Perfetto link"))
     return ap
 
 
@@ -193,6 +196,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return cmd_info(a)
         if a.command == "verify":
             return cmd_verify(a)
+        if a.command == "open":
+            return cmd_open(a)
     except TraceFuseError as e:
         print(f"tracefuse: error: {e}", file=sys.stderr)
         return e.exit_code
