@@ -396,3 +396,47 @@ def test_ssh_line_and_browser_rules() -> None:
     assert not browser_expected({"DISPLAY": ":0", "SSH_CONNECTION": "a b c d"}, "linux")
     assert browser_expected({}, "darwin")
     assert browser_expected({"BROWSER": "firefox"}, "linux")
+
+
+def test_origin_option_sets_cors_and_link(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    own_ui = "http://localhost:10000"
+    server = bind_server(str(SAMPLE_GZ), 0, own_ui)
+    ready: queue.Queue[int] = queue.Queue()
+    t = threading.Thread(
+        target=serve_until_sent,
+        args=(server,),
+        kwargs={"timeout_s": SAFETY_NET_S, "on_ready": ready.put},
+        daemon=True,
+    )
+    t.start()
+    port = ready.get(timeout=WAIT_S)
+    status, headers, _ = request(f"http://127.0.0.1:{port}/{SAMPLE_GZ.name}")
+    assert status == 200 and headers["access-control-allow-origin"] == own_ui
+    t.join(timeout=WAIT_S)
+    assert not t.is_alive()
+
+    gui_env(monkeypatch)
+    assert (
+        main(
+            [
+                "open",
+                str(SAMPLE_GZ),
+                "--port",
+                "0",
+                "--no-browser",
+                "--timeout",
+                "0.3",
+                "--origin",
+                own_ui + "/",
+            ]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out.splitlines()
+    port = _port_of(out)
+    assert f"{own_ui}/#!/?url=http://127.0.0.1:{port}/{SAMPLE_GZ.name}" in out
+    assert not any(
+        line.startswith("Note: ui.perfetto.dev") for line in out
+    )  # the CSP note is about ui.perfetto.dev only

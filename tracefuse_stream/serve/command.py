@@ -70,7 +70,7 @@ def add_open_arguments(p: argparse.ArgumentParser) -> None:
 
 def perfetto_link(port: int, file_name: str, origin: str = PERFETTO_ORIGIN) -> str:
     """``ORIGIN/#!/?url=http://127.0.0.1:PORT/NAME`` with NAME percent-encoded."""
-    return f"{origin.rstrip('/')}/#!/?url=http://127.0.0.1:{port}/{quote(file_name, safe='')}"
+    return f"{origin}/#!/?url=http://127.0.0.1:{port}/{quote(file_name, safe='')}"
 
 
 def is_remote_session(env: Mapping[str, str]) -> bool:
@@ -135,14 +135,15 @@ def cmd_open(a: argparse.Namespace, env: Optional[Mapping[str, str]] = None) -> 
     path = a.file
     size = check_servable(path)
     name = os.path.basename(path)
-    server = bind_server(path, a.port, a.origin)
+    origin = a.origin.rstrip("/")  # CORS compares the origin exactly: no trailing slash
+    server = bind_server(path, a.port, origin)
 
     def announce(port: int) -> None:
-        link = perfetto_link(port, name, a.origin)
+        link = perfetto_link(port, name, origin)
         _say(
             f"Serving {name} ({size:,} bytes) on 127.0.0.1:{port} until it has been downloaded once (Ctrl-C stops)."
         )
-        if port != DEFAULT_PORT and a.origin == PERFETTO_ORIGIN:
+        if port != DEFAULT_PORT and origin == PERFETTO_ORIGIN:
             _say(
                 f"Note: ui.perfetto.dev's Content-Security-Policy lets it fetch from 127.0.0.1:{DEFAULT_PORT} only; "
                 f"on port {port} it refuses the link unless its flag 'Relax Content Security Policy for "
