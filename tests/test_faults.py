@@ -4,11 +4,17 @@
   files so that a write raises ``OSError(ENOSPC)`` after N bytes, plus a real
   ``/dev/full`` stdout): exit 3 with one line, nothing under the output name, no
   temporary file or fragment directory left.
-* SIGINT / SIGTERM in the middle of a merge of a ~240 MB input generated here from
-  real events: exit 130, one line, no traceback, no output, no temp file, and with
-  ``-j 2`` no worker process left alive.
+* SIGINT / SIGTERM in the middle of a merge (of an input made here from the real
+  events of the recorded ddp4 job): exit 130, one line, no traceback, no output, no
+  temp file, and with ``-j 2`` no worker process left alive. The merge signals
+  itself after N input bytes (tracefuse_stream/pipeline/testhooks.py), so the
+  signal lands mid-merge on a fast machine as on a slow one: no sleeps.
 * Inputs are never opened for writing (checked by recording opens, and by mtime and
   content hash), and ``-o`` naming an input is refused (exit 3).
+
+The inputs are the real Kineto traces recorded in tests/data/recorded/ddp4: what is
+tested here is I/O and signal handling, which does not depend on which real job is
+merged, so the shared GPU traces are not needed.
 """
 from __future__ import annotations
 
@@ -30,22 +36,16 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 import pytest
 
+import tracefuse_stream.write.codecs as codecs_mod
 import tracefuse_stream.write.writer as writer_mod
 from tracefuse_stream.cli.app import main as cli_main
-
-@pytest.fixture(scope="session")
-def real_traces(shared_fixtures: Path) -> Path:
-    """The real traces beside the repository (conftest fails loudly without them)."""
-    return shared_fixtures
+from tracefuse_stream.pipeline.testhooks import ENV_LOG, ENV_SIGNAL
 
 
 @pytest.fixture(scope="session")
-def ddp_files(real_traces: Path) -> Dict[int, Path]:
-    out = {}
-    for f in sorted((real_traces / "ddp4_transformer_tb").glob("*.json.gz")):
-        out[json.loads(gzip.decompress(f.read_bytes()))["distributedInfo"]["rank"]] = f
-    assert sorted(out) == [0, 1, 2, 3]
-    return out
+def ddp_files(rec_ddp4_by_rank: Dict[int, Path]) -> Dict[int, Path]:
+    """rank -> file of the recorded 4-rank job (ranks from distributedInfo)."""
+    return rec_ddp4_by_rank
 
 
 def cli(*args: Any) -> Tuple[int, str, str]:
@@ -182,7 +182,7 @@ def test_disk_full_while_writing_rank_fragments(tmp_path, monkeypatch, ddp_files
             return FullDisk(f, 10_000)
         return f
 
-    monkeypatch.setattr(writer_mod, "open", fake_open, raising=False)
+    monkeypatch.setattr(codecs_mod, "open", fake_open, raising=False)
     out = tmp_path / "merged.json.gz"
     rc, _o, err = cli("merge", ddp_files[0], ddp_files[1], "-o", out, "-q", "-j", jobs)
     assert rc == 3, f"exit {rc}: {err}"
@@ -261,11 +261,13 @@ def test_stdout_on_a_full_device(tmp_path, ddp_files):
 
 
 # --------------------------------------------------------------------------- signals
+REPEAT = 24  # ~9 MB per rank: a few progress reports (every 4 MB read) per rank
+
+
 @pytest.fixture(scope="module")
 def big_inputs(tmp_path_factory: pytest.TempPathFactory, ddp_files: Dict[int, Path]):
-    """Two ~120 MB rank files: the real header and trailer of ranks 0 and 1 around
-    their real events repeated 52 times (a merge of both takes a few seconds even
-    with two workers on a fast machine; the tests interrupt it long before the end)."""
+    """Two plain ~9 MB rank files: the real header and trailer of ranks 0 and 1 around
+    their real events repeated (plain JSON: bytes read = bytes on disk)."""
     d = tmp_path_factory.mktemp("big")
     paths = []
     for r in (0, 1):
@@ -276,7 +278,7 @@ def big_inputs(tmp_path_factory: pytest.TempPathFactory, ddp_files: Dict[int, Pa
         p = d / f"big{r}.json"
         with open(p, "wb") as f:
             f.write(raw[:i] + b"\n")
-            for k in range(52):
+            for k in range(REPEAT):
                 if k:
                     f.write(b",\n")
                 f.write(body)
@@ -284,15 +286,6 @@ def big_inputs(tmp_path_factory: pytest.TempPathFactory, ddp_files: Dict[int, Pa
         paths.append(p)
     yield paths
     shutil.rmtree(d, ignore_errors=True)
-
-
-def _descendants(pid: int) -> List[int]:
-    import psutil
-
-    try:
-        return [c.pid for c in psutil.Process(pid).children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return []
 
 
 def _alive(pid: int) -> bool:
@@ -304,24 +297,25 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _start(args: Sequence[Any]) -> subprocess.Popen:
+def _run_signalled(args: Sequence[Any], spec: str, log: Path) -> Tuple[subprocess.Popen, str]:
+    """Run the CLI in its own session with the signal hook armed; (process, stderr)."""
     env = dict(os.environ)
     env.pop("TRACEFUSE_DEBUG", None)
-    # signal timing tests measure the merge alone: a verify pass after the commit
-    # would give a late signal a finished output to find
+    # the merge alone: a verify pass after the commit is not what is interrupted here
     env.pop("TRACEFUSE_VERIFY", None)
-    return subprocess.Popen(
+    env[ENV_SIGNAL] = spec
+    env[ENV_LOG] = str(log)
+    p = subprocess.Popen(
         [sys.executable, "-m", "tracefuse_stream", *map(str, args)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True,
     )
-
-
-def _wait_for(cond: Any, timeout: float, what: str) -> None:
-    t0 = time.monotonic()
-    while not cond():
-        if time.monotonic() - t0 > timeout:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
+    try:
+        _out, err_b = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    return p, err_b.decode("utf-8", "replace")
 
 
 SIGNAL_CASES = [
@@ -337,61 +331,74 @@ SIGNAL_CASES = [
 
 @pytest.mark.parametrize("signame,jobs,group,name", SIGNAL_CASES)
 def test_signal_mid_merge(tmp_path, big_inputs, signame, jobs, group, name):
-    sig = getattr(signal, signame)
+    total = sum(p.stat().st_size for p in big_inputs)
+    after = total // 3  # inside rank 0 (-j 1) / while both workers stream (-j 2)
     outdir = tmp_path / "out"
     outdir.mkdir()
     out = outdir / name
-    p = _start(["merge", *big_inputs, "-o", out, "-j", jobs])
-    try:
-        # mid-merge: the temporary output exists, then let it stream for a moment
-        _wait_for(lambda: any(outdir.glob(f".{name}.*.tracefuse-tmp")) or p.poll() is not None, 60, "the temp output")
-        assert p.poll() is None, "the merge ended before it could be interrupted"
-        time.sleep(0.3)
-        workers = _descendants(p.pid)
-        if jobs > 1:
-            assert len(workers) >= 2, f"expected worker processes, found {workers}"
-        assert p.poll() is None, "the merge ended before it could be interrupted"
-        if group:
-            os.killpg(p.pid, sig)
-        else:
-            os.kill(p.pid, sig)
-        _out, err_b = p.communicate(timeout=60)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    err = err_b.decode("utf-8", "replace")
+    log = tmp_path / "signal.json"
+    spec = f"{signame}:{after}" + (":group" if group else "")
+    p, err = _run_signalled(["merge", *big_inputs, "-o", out, "-j", jobs], spec, log)
+    assert log.exists(), f"the merge never counted {after} bytes (exit {p.returncode}): {err}"
+    sent = json.loads(log.read_text())
+    assert sent["signal"] == signame and sent["pid"] == p.pid
+    assert after <= sent["bytes_read"] <= total, sent  # mid-merge: before the commit
+    workers = sent["workers"]
+    if jobs > 1:
+        assert len(workers) == 2, f"expected 2 live worker processes when the signal came: {sent}"
+    else:
+        assert workers == []
     assert p.returncode == 130, f"exit {p.returncode}: {err}"
     line = one_line(err)
-    assert "interrupt" in line or "terminat" in line, line
+    assert ("interrupt" in line) if signame == "SIGINT" else ("terminat" in line), line
     assert_nothing_left(out)
     assert sorted(x.name for x in outdir.iterdir()) == []
+    # the parent has exited; its workers must be gone too (reaped or at least dead)
     deadline = time.monotonic() + 10
     while any(_alive(w) for w in workers) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not [w for w in workers if _alive(w)], "worker processes survived the interrupt"
 
 
-def test_sigterm_before_the_output_phase(tmp_path, big_inputs):
+def test_signal_hook_is_inert_without_its_variable(tmp_path, big_inputs, monkeypatch):
+    """Control for the test above: the same merge, hook unset, completes (exit 0)."""
+    monkeypatch.delenv(ENV_SIGNAL, raising=False)
+    out = tmp_path / "m.json"
+    rc, _o, err = cli("merge", *big_inputs, "-o", out, "-q", "-j", "1")
+    assert rc == 0, err
+    assert out.stat().st_size > 0 and not leftovers(tmp_path)
+
+
+def test_sigterm_before_the_output_phase(tmp_path, monkeypatch, ddp_files):
     """SIGTERM while the inputs are still being scanned (``--window`` reads every
-    rank before anything is written) is an interruption too: exit 130, one line."""
+    rank before anything is written) is an interruption too: exit 130, one line.
+    The signal is sent from inside the window computation, after the scan of every
+    rank and before any output exists (in process: deterministic, no sleep)."""
+    import tracefuse_stream.select.window as window_mod
+
     outdir = tmp_path / "out"
     outdir.mkdir()
     out = outdir / "m.json.gz"
-    p = _start(["merge", *big_inputs, "-o", out, "-j", "1", "--window", "0:5"])
+    real = window_mod.window_from_ms
+    seen: List[List[str]] = []
+
+    def scanned_then_terminated(*a: Any, **k: Any) -> Any:
+        seen.append(sorted(x.name for x in outdir.iterdir()))
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real(*a, **k)
+
+    def unhandled(signum: int, frame: Any) -> None:
+        raise AssertionError("the merge did not handle SIGTERM itself")
+
+    monkeypatch.setattr(window_mod, "window_from_ms", scanned_then_terminated)
+    prev = signal.signal(signal.SIGTERM, unhandled)
     try:
-        time.sleep(1.0)  # past the imports, inside the --window scan of 240 MB
-        assert p.poll() is None, "the scan ended before it could be interrupted"
-        assert not any(outdir.iterdir()), "already writing: the test needs a longer scan"
-        os.kill(p.pid, signal.SIGTERM)
-        _o, err_b = p.communicate(timeout=60)
+        rc, _o, err = cli("merge", *(ddp_files[r] for r in range(4)), "-o", out, "-j", "1", "--window", "0:5")
     finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    err = err_b.decode("utf-8", "replace")
-    assert p.returncode == 130, f"exit {p.returncode} (negative: killed by the signal): {err!r}"
-    one_line(err)
+        signal.signal(signal.SIGTERM, prev)
+    assert seen == [[]], f"the window was computed {len(seen)} times / after writing began: {seen}"
+    assert rc == 130, f"exit {rc}: {err!r}"
+    assert "terminat" in one_line(err)
     assert_nothing_left(out)
 
 
@@ -404,8 +411,8 @@ def _fingerprint(paths: Sequence[Path]) -> Dict[str, Tuple[int, int, str]]:
 
 
 @pytest.fixture
-def run_dir(tmp_path: Path, ddp_files: Dict[int, Path], real_traces: Path) -> Path:
-    """A copy of real inputs (never the shared originals: a bug must not damage them)."""
+def run_dir(tmp_path: Path, ddp_files: Dict[int, Path]) -> Path:
+    """A copy of real inputs (never the originals: a bug must not damage them)."""
     d = tmp_path / "run"
     d.mkdir()
     shutil.copy(ddp_files[0], d / "rank0.pt.trace.json.gz")

@@ -49,7 +49,8 @@ def rank_metadata(rw: RankRewriter) -> Iterator[Event]:
     labels: Dict[Any, str] = {}
     for ev in rw.metadata:
         n = ev.get("name")
-        a = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+        args = ev.get("args")
+        a: Dict[str, Any] = args if isinstance(args, dict) else {}
         if n == "process_name" and isinstance(a.get("name"), str):
             names[ev.get("pid")] = a["name"]
         elif n == "process_labels" and isinstance(a.get("labels"), str):
@@ -91,8 +92,8 @@ def rank_metadata(rw: RankRewriter) -> Iterator[Event]:
     for ev in rw.metadata:
         if ev.get("name") in PROCESS_META:
             continue
-        out = rw.pids.get(ev.get("pid"))
-        if out is None or out not in kept:
+        out_pid = rw.pids.get(ev.get("pid"))
+        if out_pid is None or out_pid not in kept:
             continue
         m = rw.rewrite_metadata(ev)
         if m.get("name") == "thread_name":
@@ -102,5 +103,14 @@ def rank_metadata(rw: RankRewriter) -> Iterator[Event]:
         if pid in kept and (pid, tid) not in named_threads:
             yield {
                 "ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
-                "ts": rw.pid_first_ts[pid], "args": {"name": str(orig), "rank": r},
+                "ts": rw.pid_first_ts[pid], "args": {"name": synthetic_thread_name(orig), "rank": r},
             }
+
+
+def synthetic_thread_name(orig: Any) -> str:
+    """The ``thread_name`` of a synthetic tid: the original tid's text, or
+    ``tid ''`` when that text is empty or blank (Kineto's ``""`` tid of "Record Window
+    End"): Perfetto counts a thread_name with an empty name as an import error
+    (``json_parser_failure``), which the input, having no thread_name there, lacks."""
+    text = str(orig)
+    return text if text.strip() else f"tid {orig!r}"
