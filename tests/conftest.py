@@ -514,17 +514,30 @@ def check_merge(out: Dict[str, Any], inputs: Dict[int, Any], **flt: Any) -> Dict
 
 
 # --------------------------------------------------------------------------- fixtures
+SHARED_REASON = "needs the real GPU traces in ../shared/fixtures (set TRACEFUSE_SHARED_FIXTURES)"
+
+
+def require_shared(*parts: str) -> Path:
+    """The shared fixtures folder (or ``parts`` inside it) for a test that needs it.
+
+    The GPU traces in ../shared/fixtures are extra coverage, not part of the
+    repository: a fresh clone without them must pass, so the test SKIPS with a
+    reason there. Where the environment variable ``CI`` is set they are required
+    and a missing folder FAILS the test loudly. Every test that needs the folder
+    comes through here (directly or through the ``shared_fixtures`` fixture)."""
+    d = shared_fixtures_dir()
+    p = d.joinpath(*parts)
+    if not ((d / "ddp4_transformer_tb").is_dir() and (d / "real").is_dir() and p.exists()):
+        msg = f"{SHARED_REASON}: {p} not found"
+        if os.environ.get("CI"):
+            pytest.fail(f"{msg}; they are required when CI is set", pytrace=False)
+        pytest.skip(msg)
+    return p
+
+
 @pytest.fixture(scope="session")
 def shared_fixtures() -> Path:
-    d = shared_fixtures_dir()
-    if not (d / "ddp4_transformer_tb").is_dir() or not (d / "real").is_dir():
-        pytest.fail(
-            f"real trace fixtures not found at {d} (expected ddp4_transformer_tb/ and real/ there). "
-            "They live in the shared directory beside the repository (../shared/fixtures); "
-            "set TRACEFUSE_SHARED_FIXTURES=/path/to/fixtures to point elsewhere.",
-            pytrace=False,
-        )
-    return d
+    return require_shared()
 
 
 @pytest.fixture(scope="session")
@@ -568,6 +581,58 @@ def ddp4_by_rank(ddp4_files: List[Path]) -> Dict[int, Path]:
     return out
 
 
+# --------------------------------------------------------------------------- recorded traces
+RECORDED = REPO / "tests" / "data" / "recorded"
+
+
+def recorded(name: str) -> Path:
+    """A folder of tests/data/recorded (real Kineto output, part of the repository:
+    missing is a broken checkout, so it fails, never skips)."""
+    d = RECORDED / name
+    if not d.is_dir():
+        pytest.fail(f"recorded traces {d} missing (see tests/data/recorded/README.md)", pytrace=False)
+    return d
+
+
+def by_rank(files: Iterable[Path]) -> Dict[int, Path]:
+    """rank -> file, from each file's ``distributedInfo.rank`` (names carry no rank)."""
+    out: Dict[int, Path] = {}
+    for f in files:
+        r = cached_input(f)["distributedInfo"]["rank"]
+        assert r not in out, f"two files claim rank {r}: {out[r]} and {f}"
+        out[r] = f
+    return dict(sorted(out.items()))
+
+
+@pytest.fixture(scope="session")
+def rec_ddp4_by_rank() -> Dict[int, Path]:
+    out = by_rank(sorted(recorded("ddp4").glob("*.json.gz")))
+    assert sorted(out) == [0, 1, 2, 3]
+    return out
+
+
+@pytest.fixture(scope="session")
+def rec_samepid_by_rank() -> Dict[int, Path]:
+    out = by_rank(sorted(recorded("ddp4_samepid").glob("*.json.gz")))
+    assert sorted(out) == [0, 1, 2, 3]
+    return out
+
+
+@pytest.fixture(scope="session", params=["recorded", "shared"])
+def ddp4_job(request: Any) -> SimpleNamespace:
+    """A real 4-rank gloo DDP job (shapes, stacks, memory): the one recorded in the
+    repository (always) and the shared one (when present; see require_shared).
+    For claims both show; ``dir``, ``files`` (by name) and ``by_rank``."""
+    if request.param == "recorded":
+        d = recorded("ddp4")
+    else:
+        d = require_shared("ddp4_transformer_tb")
+    files = sorted(d.glob("*.json.gz"))
+    ranks = by_rank(files)
+    assert len(files) == 4 and sorted(ranks) == [0, 1, 2, 3]
+    return SimpleNamespace(name=request.param, dir=d, files=files, by_rank=ranks)
+
+
 H = SimpleNamespace(
     strict_loads=strict_loads,
     gunzip_one_member=gunzip_one_member,
@@ -593,6 +658,9 @@ H = SimpleNamespace(
     norm=norm,
     check_rank_section=check_rank_section,
     check_merge=check_merge,
+    by_rank=by_rank,
+    recorded=recorded,
+    require_shared=require_shared,
     PERIOD_NS=PERIOD_NS,
     REPO=REPO,
 )

@@ -9,7 +9,9 @@ copies have every ``ts`` shifted by +1.2 ms, i.e. nodeB's clock runs 1.2 ms ahea
 and the correct offset for it is -1.2 ms. Rank 6 also gets a different
 ``baseTimeNanoseconds`` with ``ts`` moved the opposite way (same absolute times).
 
-Real fixtures are required: a missing one fails the test, it never skips.
+The A100 trace is one of the shared GPU traces: without ../shared/fixtures these tests
+skip (and fail when CI is set), through conftest's ``require_shared``. The CPU-only
+check runs on the recorded gloo job in the repository too.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from typing import Any, Dict, List, Optional
 import orjson
 import pytest
 import zstandard
+from conftest import require_shared, shared_fixtures_dir
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -38,11 +41,9 @@ from tracefuse_stream.align.clock import (
     us_to_ns,
 )
 from tracefuse_stream.errors import InputError, UsageError
-from conftest import shared_fixtures_dir
 
 FIXTURES = shared_fixtures_dir()
 A100 = FIXTURES / "real" / "a100_nccl_rank0.json.gz"
-DDP4 = FIXTURES / "ddp4_transformer_tb"
 
 SHIFT_NS = 1_200_000  # nodeB's clock is 1200.000 us ahead
 END_JITTER_NS = 2_000  # ends jitter uniformly within +-2 us
@@ -52,9 +53,8 @@ HOSTS: Dict[int, Optional[str]] = {r: ("nodeA" if r < 4 else "nodeB") for r in r
 
 
 def _require(path: Path) -> Path:
-    if not path.exists():
-        pytest.fail(f"required real fixture is missing: {path}")
-    return path
+    """``path`` (inside the shared fixtures) or skip/fail as conftest decides."""
+    return require_shared(*path.relative_to(FIXTURES).parts)
 
 
 def _load_json(path: Path) -> Dict[str, Any]:
@@ -154,7 +154,7 @@ def test_real_trace_uses_order_fallback(collected):
 def test_real_trace_end_times_are_exact_ns():
     src = _load_json(_require(A100))
     base = src["baseTimeNanoseconds"]
-    rc = collect_collective_ends(A100, base)
+    rc = collect_collective_ends(_require(A100), base)
     kernels = [e for e in src["traceEvents"] if is_collective_kernel(e)]
     # Exact: ts and dur are 3-decimal us; compare with a decimal-string computation.
     from decimal import Decimal
@@ -287,9 +287,8 @@ def test_unshifted_inputs_get_no_real_offset(collected):
     assert all(a.offset_ns == 0 and not a.applied for a in res.values())
 
 
-def test_gloo_cpu_only_job_gets_no_offset():
-    files = sorted(_require(DDP4).glob("*.json.gz"))
-    assert len(files) == 4
+def test_gloo_cpu_only_job_gets_no_offset(ddp4_job):
+    files = ddp4_job.files
     ranks: Dict[int, RankCollectives] = {}
     hosts: Dict[int, Optional[str]] = {}
     for f in files:

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Dict, List
 
 import orjson
-
 import test_align
 from conftest import abs_ns, load_output, run_cli, to_ns
+
 from tracefuse_stream import merge
 from tracefuse_stream.align.clock import is_collective_kernel
 
@@ -73,11 +73,16 @@ def test_second_host_shifted_1_2ms_is_aligned_within_3us(tmp_path):
     after = _median_gap_to_rank0(out)
     assert max(abs(g) for g in after.values()) <= TOL_NS, after
     hdr = out["tracefuse"]["ranks"]
+    assert sorted(hdr, key=int) == [str(r) for r in range(8)]
     for r in range(8):
         a = hdr[str(r)]["align"]
-        assert a["method"] == "collectives" and a["matched"] >= 3 or r < 4
-        if r >= 4:
-            assert a["applied"] and abs(a["offset_ns"] + 1_200_000) <= TOL_NS
+        assert a["method"] == "collectives", (r, a)
+        if r < 4:  # nodeA is the reference host: offset 0 by definition, nothing applied
+            assert a["host"] == "nodeA" and a["offset_ns"] == 0 and not a["applied"], (r, a)
+            assert "reference host" in a["reason"], (r, a)
+        else:  # nodeB: every one of the 21 NCCL kernels matched, offset applied
+            assert a["host"] == "nodeB" and a["matched"] == 21, (r, a)
+            assert a["applied"] and abs(a["offset_ns"] + 1_200_000) <= TOL_NS, (r, a)
     assert any("clock alignment" in w for w in s.warnings)  # printed in the summary
 
 
@@ -92,10 +97,11 @@ def test_one_host_job_moves_no_rank(tmp_path):
         assert abs(info["shift_ns"]) <= TOL_NS, (r, info["align"])
 
 
-def test_gloo_job_gets_no_offset_and_says_why(shared_fixtures, tmp_path):
-    files = sorted((shared_fixtures / "ddp4_transformer_tb").glob("*.gz"))
+def test_gloo_job_gets_no_offset_and_says_why(ddp4_job, tmp_path):
+    files = ddp4_job.files
     out = load_output(merge([str(f) for f in files], str(tmp_path / "g.json"), align="collectives").outputs[0])
-    for r, info in out["tracefuse"]["ranks"].items():
+    assert sorted(out["tracefuse"]["ranks"]) == ["0", "1", "2", "3"]
+    for _r, info in out["tracefuse"]["ranks"].items():
         assert info["shift_ns"] == 0 and not info["align"]["applied"]
         assert "no GPU collective" in info["align"]["reason"]
 
@@ -110,5 +116,23 @@ def test_clock_offsets_file_and_info_align(tmp_path):
     gaps = _median_gap_to_rank0(out)
     assert max(abs(g) for g in gaps.values()) <= TOL_NS
     info = run_cli("info", *paths, "--align")
-    assert info.returncode == 0
-    assert b"nodeB" in info.stdout and b"-1199." in info.stdout or b"-1200." in info.stdout
+    assert info.returncode == 0, info.stderr_text
+    rows = _alignment_rows(info.stdout.decode())
+    assert sorted(rows) == list(range(8))
+    for r, (host, offset_us) in rows.items():
+        assert host == ("nodeA" if r < 4 else "nodeB"), (r, host)
+        want = 0.0 if r < 4 else -1200.0
+        assert abs(offset_us - want) * 1000 <= TOL_NS, (r, offset_us)
+
+
+def _alignment_rows(text: str) -> Dict[int, tuple]:
+    """rank -> (host, offset_us) from the table ``info --align`` prints."""
+    lines = text.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.split()[:3] == ["rank", "host", "offset_us"])
+    rows = {}
+    for ln in lines[start + 1:]:
+        cells = ln.split()
+        if not cells or not cells[0].isdigit():
+            break
+        rows[int(cells[0])] = (cells[1], float(cells[2]))
+    return rows

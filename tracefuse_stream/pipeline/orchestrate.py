@@ -27,6 +27,7 @@ from tracefuse_stream.select.filters import EventFilter
 from tracefuse_stream.plan.planner import InputSpec, RankPlan, plan_inputs, world_size_warnings
 from tracefuse_stream.rewrite.rules import dumps_exact
 from tracefuse_stream.pipeline.stream import RankResult, RankTask, stream_rank
+from tracefuse_stream.pipeline import testhooks
 from tracefuse_stream.write.writer import AtomicOutput, FragmentDir, Splicer, codec_for, piece_of
 
 Event = Dict[str, Any]
@@ -168,6 +169,7 @@ class _Progress:
                 self.bar = None
 
     def __call__(self, n: int) -> None:
+        testhooks.bytes_read(self, n)  # a test's signal at N bytes (inactive unless its env var is set)
         if self.bar is not None and n > 0:
             self.bar.update(n)
 
