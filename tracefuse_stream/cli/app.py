@@ -73,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="apply all filters and report counts and estimated sizes; write nothing")
     m.add_argument("--verify", action="store_true", help="verify the merged output against the inputs")
     m.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no summary")
-    m.add_argument("--json-summary", action="store_true", help="print the summary as JSON on stdout")
+    m.add_argument("--json-summary", action="store_true", help="summary as JSON on stdout (stderr with -o -)")
 
     i = sub.add_parser("info", help="per-rank facts about the inputs (streams them, writes nothing)")
     _add_input_args(i)
@@ -125,8 +125,9 @@ def cmd_merge(a: argparse.Namespace) -> int:
         dry_run=a.dry_run,
         verify=True if a.verify else None,
     )
-    if a.json_summary:
-        print(json.dumps(summary.to_dict(), indent=2, default=str))
+    if a.json_summary:  # stdout holds only the trace with -o -
+        to = sys.stderr if a.output == "-" else sys.stdout
+        print(json.dumps(summary.to_dict(), indent=2, default=str), file=to)
     elif not a.quiet:
         print(summary.format_text(), file=sys.stderr if a.output == "-" else sys.stdout)
     if a.verify and not a.quiet:
@@ -204,8 +205,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         print("tracefuse: interrupted; no output written", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except BrokenPipeError:  # stdout closed (e.g. piped into head)
-        return EXIT_OK
+    except BrokenPipeError:  # stdout closed (e.g. piped into head): quiet, 141 like cat
+        from tracefuse_stream.write.pipes import quiet_broken_pipe
+
+        return quiet_broken_pipe()
     except Exception as e:  # a bug of ours: still one line, traceback on request
         if os.environ.get("TRACEFUSE_DEBUG"):
             raise
