@@ -21,6 +21,7 @@ from tracefuse_stream.errors import (
     EXIT_USAGE,
     TraceFuseError,
 )
+from tracefuse_stream.verify.cli import add_verify_arguments, cmd_verify
 from tracefuse_stream.serve import add_open_arguments, cmd_open
 
 
@@ -82,8 +83,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also estimate per-host clock offsets from collectives (no merge)")
     i.add_argument("--steps", action="store_true", help="also list the ProfilerStep numbers of each rank")
 
-    v = sub.add_parser("verify", help="check that a merged trace will render right in Perfetto")
-    v.add_argument("args", nargs=argparse.REMAINDER)
+    v = sub.add_parser(
+        "verify", help="check that a merged trace will render right in Perfetto",
+        description="Check that a merged trace renders right in Perfetto (and, with --against, "
+                    "that it holds exactly the kept input events). Exit 5 on error-level findings.",
+    )
+    add_verify_arguments(v)
 
     add_open_arguments(sub.add_parser("open", help="serve a trace once on 127.0.0.1 and print its Perfetto link"))
     return ap
@@ -173,15 +178,6 @@ def _ranges(nums: List[int]) -> str:
     from tracefuse_stream.select.ranges import compress_ranges
 
     return compress_ranges(nums)
-
-
-def cmd_verify(a: argparse.Namespace) -> int:
-    try:
-        from tracefuse_stream.verify.check import main as verify_main
-    except ImportError:  # pragma: no cover
-        print("tracefuse: verify is not available in this build", file=sys.stderr)
-        return EXIT_USAGE
-    return verify_main(a.args)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

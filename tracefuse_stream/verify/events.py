@@ -1,0 +1,340 @@
+"""Per-event checks of the merged file: pids, tids, process names, sort indexes, flows.
+
+One :class:`MergedChecker` consumes the merged file's events in file order (batch by
+batch, from :func:`tracefuse_stream.verify.passes.run_pass`) and keeps only small
+tables: per process, per thread, per flow key and per name, never per event. X
+events become fixed-size records for the overlap sort; with ``--against`` every
+non-metadata event also goes into its rank's digest.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any, Dict, Iterable, List, Optional, Sequence
+
+from tracefuse_stream.rewrite.rules import FLOW_PHASES, PID_STRIDE, rank_of_pid
+from tracefuse_stream.timeunits import us_to_ns_or_none
+from tracefuse_stream.verify.digest import MASK64, Digest, hashable, tuple_hashes
+from tracefuse_stream.verify.overlap import OverlapSorter, Slice, sweep
+from tracefuse_stream.verify.report import Findings, short_json
+
+U32_MAX = 2**32 - 1
+I32_MIN, I32_MAX = -(2**31), 2**31 - 1
+#: distinct event names remembered for the overlap examples.
+NAME_CAP = 200_000
+_NO_NAME = 0xFFFFFFFF
+
+
+def new_rank_stats() -> Dict[str, Any]:
+    return {
+        "events": 0, "metadata": 0, "complete": 0, "instants": 0, "counters": 0,
+        "flow_starts": 0, "flow_steps": 0, "flow_ends": 0, "flow_orphan_ends": 0,
+        "overlaps": 0, "processes": 0, "threads": 0,
+        "ts_min_ns": None, "ts_max_ns": None, "against": None,
+    }  # fmt: skip
+
+
+def rank_of_event(ev: dict) -> Optional[int]:
+    """``args.rank``, else the rank the pid rule gives, else None."""
+    args: Any = ev.get("args")
+    r: Any = args.get("rank") if type(args) is dict else None
+    if type(r) is int:
+        return r
+    pid: Any = ev.get("pid")
+    return rank_of_pid(pid) if type(pid) is int and pid >= PID_STRIDE else None
+
+
+class MergedChecker:
+    """State of the main pass over the merged file (see module docstring)."""
+
+    def __init__(
+        self, path: str, against: Sequence[str], max_examples: int, sort_chunk_records: Optional[int]
+    ) -> None:
+        self.path = path
+        self.against = list(against)
+        self.want_digest = bool(self.against)
+        self.max_examples = max_examples
+        self.F = Findings(max_examples)
+        self.ranks: Dict[Any, Dict[str, Any]] = {}
+        self.pids: Dict[Any, list] = {}  # pid -> [first rank, names, real events, other ranks]
+        self.threads: Dict[tuple, list] = {}  # (pid, tid) -> [index, rank, pid, tid, events, overlaps]
+        self.thread_list: List[list] = []
+        self.flows: Dict[Any, int] = {}  # key -> (rank+1) << 4 | flags
+        self.flow_names: Dict[tuple, int] = {}
+        self.flow_name_list: List[tuple] = []
+        self.names: Dict[Any, int] = {}
+        self.name_list: List[Any] = []
+        self.sorter = OverlapSorter(sort_chunk_records)
+        self.digests: Dict[Any, Digest] = {}
+        self.idx = -1
+
+    def rank_stats(self, r: Any) -> Dict[str, Any]:
+        st = self.ranks.get(r)
+        if st is None:
+            st = self.ranks[r] = new_rank_stats()
+        return st
+
+    def _name_id(self, name: Any) -> int:
+        try:
+            i = self.names.get(name)
+        except TypeError:
+            name = repr(name)
+            i = self.names.get(name)
+        if i is None:
+            if len(self.name_list) >= NAME_CAP:
+                return _NO_NAME
+            i = len(self.name_list)
+            self.names[name] = i
+            self.name_list.append(name)
+        return i
+
+    def handle(self, batch: Iterable[Any]) -> None:
+        """Check one batch of events (the hot loop: state bound to locals once per batch)."""
+        F = self.F
+        pids = self.pids
+        threads = self.threads
+        ranks = self.ranks
+        want_digest = self.want_digest
+        sorter = self.sorter
+        sbuf = sorter.buf
+        schunk = sorter.chunk
+        pack = sorter.REC.pack
+        OFF = sorter.OFF
+        names_get = self.names.get
+        to_ns = us_to_ns_or_none
+        idx = self.idx
+        try:
+            for ev in batch:
+                idx += 1
+                if type(ev) is not dict:
+                    F.add("event_not_object", None, {"event": idx, "value": short_json(ev, 80)})
+                    continue
+                ph = ev.get("ph")
+                pid: Any = ev.get("pid")
+                args: Any = ev.get("args")
+                rank: Any = args.get("rank") if type(args) is dict else None
+                if type(rank) is not int:
+                    F.add("rank_missing", None, {"event": idx, "ph": ph, "name": ev.get("name"), "pid": pid})
+                    rank = rank_of_pid(pid) if type(pid) is int and pid >= PID_STRIDE else None
+                st = ranks.get(rank) or self.rank_stats(rank)
+                st["events"] += 1
+                meta = ph == "M"
+                # pid
+                tp = type(pid)
+                if tp is int:
+                    if pid < 0 or pid > U32_MAX:
+                        F.add("pid_out_of_range", rank, {"event": idx, "pid": pid, "name": ev.get("name")})
+                    elif pid == 0 and not meta:
+                        F.add("zero_pid", rank, {"event": idx, "name": ev.get("name"), "ph": ph})
+                elif tp is str:
+                    F.add("string_pid", rank, {"event": idx, "pid": pid, "name": ev.get("name")})
+                else:
+                    F.add(
+                        "pid_invalid",
+                        rank,
+                        {"event": idx, "pid": short_json(pid, 60), "name": ev.get("name")},
+                    )
+                    pid = hashable(pid)
+                pinfo = pids.get(pid)
+                if pinfo is None:
+                    pinfo = pids[pid] = [rank, 0, 0, None]
+                    if tp is int and rank is not None and rank_of_pid(pid) != rank:
+                        F.add("pid_rank_mismatch", rank, {"pid": pid, "rank": rank})
+                elif pinfo[0] != rank:
+                    if pinfo[3] is None:
+                        pinfo[3] = set()
+                    if rank not in pinfo[3]:
+                        pinfo[3].add(rank)
+                        F.add("process_multi_rank", pinfo[0],
+                              {"pid": pid, "ranks": [pinfo[0], rank], "event": idx, "name": ev.get("name")})  # fmt: skip
+                if meta:
+                    st["metadata"] += 1
+                    name = ev.get("name")
+                    if name == "process_name":
+                        pinfo[1] += 1
+                    elif name == "process_sort_index" or name == "thread_sort_index":
+                        si = args.get("sort_index") if type(args) is dict else None
+                        if type(si) is not int or not I32_MIN <= si <= I32_MAX:
+                            F.add("sort_index_not_int32", rank,
+                                  {"event": idx, "name": name, "pid": pid, "sort_index": si})  # fmt: skip
+                    continue
+                pinfo[2] += 1
+                # tid
+                tid: Any = ev.get("tid")
+                tt = type(tid)
+                if tt is int:
+                    if tid < 0 or tid > U32_MAX:
+                        F.add(
+                            "tid_out_of_range",
+                            rank,
+                            {"event": idx, "pid": pid, "tid": tid, "name": ev.get("name")},
+                        )
+                    elif tid == 0 and tp is int:
+                        tid = pid  # what Perfetto does with tid 0
+                elif tt is str:
+                    F.add("string_tid", rank, {"event": idx, "pid": pid, "tid": tid})
+                elif tid is None:
+                    F.add("tid_missing", rank, {"event": idx, "pid": pid, "name": ev.get("name")})
+                else:
+                    F.add("tid_out_of_range", rank, {"event": idx, "pid": pid, "tid": short_json(tid, 60)})
+                    tid = hashable(tid)
+                tkey = (pid, tid)
+                tinfo = threads.get(tkey)
+                if tinfo is None:
+                    tinfo = threads[tkey] = [len(self.thread_list), rank, pid, tid, 0, 0]
+                    self.thread_list.append(tinfo)
+                tinfo[4] += 1
+                ts: Any = ev.get("ts")
+                ts_ns = ts * 1000 if type(ts) is int else to_ns(ts)
+                if ts_ns is not None:
+                    lo = st["ts_min_ns"]
+                    if lo is None or ts_ns < lo:
+                        st["ts_min_ns"] = ts_ns
+                    hi = st["ts_max_ns"]
+                    if hi is None or ts_ns > hi:
+                        st["ts_max_ns"] = ts_ns
+                dur_ns = None
+                if ph == "X":
+                    st["complete"] += 1
+                    dur: Any = ev.get("dur")
+                    dur_ns = dur * 1000 if type(dur) is int else to_ns(dur)
+                    if dur_ns is None or dur_ns < 0:
+                        F.add(
+                            "x_negative_dur",
+                            rank,
+                            {"event": idx, "name": ev.get("name"), "dur": short_json(dur, 40)},
+                        )
+                    elif ts_ns is not None and -OFF <= ts_ns and ts_ns + dur_ns < OFF:
+                        name = ev.get("name")
+                        try:
+                            nid = names_get(name)
+                        except TypeError:
+                            nid = None
+                        if nid is None:
+                            nid = self._name_id(name)
+                        sbuf.append(pack(tinfo[0], ts_ns + OFF, MASK64 - (ts_ns + dur_ns + OFF), idx, nid))
+                        if len(sbuf) >= schunk:
+                            sorter.spill()
+                            sbuf = sorter.buf
+                elif ph in FLOW_PHASES:
+                    self._flow(ev, ph, rank, st, idx)
+                elif ph == "i" or ph == "I":
+                    st["instants"] += 1
+                elif ph == "C":
+                    st["counters"] += 1
+                if want_digest:
+                    if ph != "X":
+                        dur = ev.get("dur")
+                        dur_ns = to_ns(dur) if dur is not None else None
+                    d = self.digests.get(rank)
+                    if d is None:
+                        d = self.digests[rank] = Digest()
+                    d.add(*tuple_hashes((ph, ev.get("cat"), ev.get("name"), ts_ns, dur_ns, pid)))
+        finally:
+            self.idx = idx
+
+    def _flow(self, ev: dict, ph: str, rank: Any, st: dict, idx: int) -> None:
+        fid: Any = ev.get("id")
+        t = type(fid)
+        if t is int:
+            val = fid
+        elif t is str:
+            try:
+                val = int(fid, 16)
+            except ValueError:
+                self.F.add("flow_bad_id", rank, {"event": idx, "ph": ph, "id": fid})
+                return
+        elif t is Decimal or t is float:
+            self.F.add("flow_float_id", rank, {"event": idx, "ph": ph, "cat": ev.get("cat"), "id": fid})
+            return
+        else:
+            self.F.add("flow_bad_id", rank, {"event": idx, "ph": ph, "id": short_json(fid, 40)})
+            return
+        cn_key = (hashable(ev.get("cat")), hashable(ev.get("name")))
+        cn: Any = self.flow_names.get(cn_key)
+        if cn is None:
+            cn = self.flow_names[cn_key] = len(self.flow_name_list)
+            self.flow_name_list.append(cn_key)
+        key: Any = (val << 20) | cn if cn < (1 << 20) and val >= 0 else (cn, val)
+        rr = (rank + 1) if type(rank) is int and rank >= 0 else 0
+        cur = self.flows.get(key)
+        flag = 1 if ph == "s" else 2 if ph == "f" else 0
+        if ph == "s":
+            st["flow_starts"] += 1
+        elif ph == "f":
+            st["flow_ends"] += 1
+        else:
+            st["flow_steps"] += 1
+        if cur is None:
+            self.flows[key] = (rr << 4) | flag
+            return
+        if cur >> 4 != rr and not cur & 8:
+            self.F.add("flow_key_shared", rank,
+                       {"cat": cn_key[0], "name": cn_key[1], "id": val,
+                        "ranks": [(cur >> 4) - 1, rank], "event": idx})  # fmt: skip
+            cur |= 8
+        if flag == 1 and cur & 1:
+            self.F.add(
+                "flow_duplicate_start", rank, {"cat": cn_key[0], "name": cn_key[1], "id": val, "event": idx}
+            )
+        self.flows[key] = cur | flag
+
+    def finish_structure(self) -> None:
+        """After the pass: process names, per-rank process/thread counts, orphan flow ends."""
+        F = self.F
+        for pid, (rank, names, real, _others) in self.pids.items():
+            if names == 0 and real > 0:
+                F.add("process_unnamed", rank, {"pid": pid, "events": real})
+            elif names > 1:
+                F.add("process_named_twice", rank, {"pid": pid, "process_name_events": names})
+            if real > 0:
+                self.rank_stats(rank)["processes"] += 1
+        for tinfo in self.thread_list:
+            self.rank_stats(tinfo[1])["threads"] += 1
+        orphans: Dict[Any, int] = {}
+        for key, v in self.flows.items():
+            if v & 2 and not v & 1:
+                r = (v >> 4) - 1 if v >> 4 else None
+                orphans[r] = orphans.get(r, 0) + 1
+                if isinstance(key, tuple):
+                    cn, val = key
+                else:
+                    cn, val = key & ((1 << 20) - 1), key >> 20
+                cat, name = self.flow_name_list[cn]
+                F.add("flow_orphan_end", r, {"cat": cat, "name": name, "id": val})
+        for r, n in orphans.items():
+            self.rank_stats(r)["flow_orphan_ends"] = n
+        self.flows = {}
+
+    def finish_overlaps(self) -> None:
+        """Sort and sweep the X-event records; per-thread overlap counts into the rank stats."""
+        F = self.F
+        names = self.name_list
+        threads = self.thread_list
+
+        def nm(i: int) -> Any:
+            return names[i] if i < len(names) else "<name not kept>"
+
+        def on_overlap(th: int, ev: Slice, parent: Slice) -> None:
+            tinfo = threads[th]
+            tinfo[5] += 1
+            rank = tinfo[1]
+            self.rank_stats(rank)["overlaps"] += 1
+            F.add("overlap_x", rank, {
+                "pid": tinfo[2], "tid": tinfo[3],
+                "event": {"name": nm(ev[2]), "ts_ns": ev[3], "end_ns": ev[0], "index": ev[1]},
+                "overlaps": {"name": nm(parent[2]), "ts_ns": parent[3], "end_ns": parent[0], "index": parent[1]},
+            })  # fmt: skip
+
+        try:
+            sweep(self.sorter, on_overlap)
+        finally:
+            self.sorter.close()
+        for r in self.ranks:
+            per = [{"pid": t[2], "tid": t[3], "overlaps": t[5]} for t in threads if t[1] == r and t[5]]
+            if per:
+                per.sort(key=lambda x: -x["overlaps"])
+                self.ranks[r]["overlaps_by_thread"] = per[:20]
+
+
+__all__ = ["MergedChecker", "new_rank_stats", "rank_of_event"]
