@@ -10,44 +10,42 @@
    under the output name (nor a temporary file) on failure.
 
 Traces are generated: the random ones event by event, the corrupted ones from the
-real traces in the shared fixtures directory.
+real Kineto traces recorded in the repository (tests/data/recorded).
 """
 from __future__ import annotations
 
 import gzip
 import json
-import os
 import tempfile
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
-import pytest
 import zstandard
+from conftest import read_bytes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tracefuse_stream import merge
 from tracefuse_stream.errors import TraceFuseError
 
-SHARED_DEFAULT = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures"
 PERIOD_NS = 7_889_238 * 10**9
+RECORDED = Path(__file__).resolve().parent / "data" / "recorded"
 
 
-def _shared_dir() -> Path:
-    env = os.environ.get("TRACEFUSE_SHARED_FIXTURES")
-    return Path(env) if env else SHARED_DEFAULT
+def _real(rel: str) -> bytes:
+    """The decompressed text of a real trace recorded in the repository."""
+    p = RECORDED / rel
+    assert p.is_file(), f"recorded trace {p} missing (see tests/data/recorded/README.md)"
+    return read_bytes(p)
 
 
-def _real(name: str) -> bytes:
-    d = _shared_dir()
-    p = d / "real" / name
-    if not p.is_file():
-        pytest.fail(
-            f"real trace fixture {p} not found; set TRACEFUSE_SHARED_FIXTURES to the shared fixtures",
-            pytrace=False,
-        )
-    return gzip.decompress(p.read_bytes())
+def _ddp4_rank0() -> str:
+    """tests/data/recorded/ddp4: the file of rank 0 (names carry a pid, not a rank)."""
+    for p in sorted((RECORDED / "ddp4").glob("*.json.gz")):
+        if json.loads(read_bytes(p))["distributedInfo"]["rank"] == 0:
+            return str(p.relative_to(RECORDED))
+    raise AssertionError("tests/data/recorded/ddp4 has no rank 0")
 
 
 def parse_exact(data: bytes) -> Any:
@@ -58,12 +56,9 @@ def parse_exact(data: bytes) -> Any:
 
 
 def read_output(path: Path) -> Dict[str, Any]:
-    raw = path.read_bytes()
-    if raw[:2] == b"\x1f\x8b":
-        raw = gzip.decompress(raw)
-    elif raw[:4] == b"\x28\xb5\x2f\xfd":
-        raw = zstandard.ZstdDecompressor().decompressobj().decompress(raw)
-    obj = parse_exact(raw)
+    # conftest's reader: gzip must be ONE member, zstd is read across ALL its frames
+    # (the writer emits several; a one-frame reader would see a truncated trace)
+    obj = parse_exact(read_bytes(path))
     assert isinstance(obj, dict)
     return obj
 
@@ -196,8 +191,8 @@ def _pid_key(p: Any) -> Tuple[str, Any]:
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(run=runs())
-def test_random_valid_runs_merge_with_all_invariants(run):
+@given(run=runs(), out_ext=st.sampled_from([".json", ".json.gz", ".json.zst"]))
+def test_random_valid_runs_merge_with_all_invariants(run, out_ext):
     with tempfile.TemporaryDirectory() as td:
         d = Path(td)
         files = []
@@ -206,7 +201,7 @@ def test_random_valid_runs_merge_with_all_invariants(run):
             p = d / f"rank{r}{ext}"
             p.write_bytes(data)
             files.append(p)
-        out = d / "out" / "merged.json.gz"
+        out = d / "out" / ("merged" + out_ext)
         out.parent.mkdir()
         summary = merge([str(f) for f in files], str(out), jobs=1)
         o = read_output(out)
@@ -264,10 +259,10 @@ _SOURCES: Dict[str, bytes] = {}
 
 def _source(name: str) -> bytes:
     if name not in _SOURCES:
-        if name == "mi250":
-            _SOURCES[name] = _real("mi250_minitoy.json.gz")
-        else:  # the head of a real H100 trace (first 400 events), as a bare event array
-            obj = json.loads(_real("h100_bert_small.json.gz"))
+        if name == "tiny":  # a whole real trace, Kineto's own layout (20 events)
+            _SOURCES[name] = _real("natural_order/rank_0.json")
+        else:  # the head of a real DDP rank (first 400 events), as a bare event array
+            obj = json.loads(_real(_ddp4_rank0()))
             _SOURCES[name] = json.dumps(obj["traceEvents"][:400], indent=1).encode()
     return _SOURCES[name]
 
@@ -296,7 +291,7 @@ def corrupt(data: bytes, ops: List[Tuple[Any, ...]]) -> bytes:
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    source=st.sampled_from(["mi250", "h100_array"]),
+    source=st.sampled_from(["tiny", "ddp4_array"]),
     codec=st.sampled_from(["plain", "plain", "gzip", "zstd"]),
     where=st.sampled_from(["decompressed", "compressed"]),
     ops=st.lists(corruption, min_size=1, max_size=3),
@@ -316,12 +311,12 @@ def test_random_corruptions_merge_or_fail_cleanly(source, codec, where, ops, wit
         inputs = [str(p)]
         if with_intact_rank:
             q = d / "intact.json"
-            q.write_bytes(_source("mi250"))
+            q.write_bytes(_source("tiny"))
             inputs.insert(0, str(q))
         outdir = d / "out"
         outdir.mkdir()
         for salvage in (False, True):
-            out = outdir / ("salvaged.json.gz" if salvage else "strict.json")
+            out = outdir / ("salvaged.json.zst" if salvage else "strict.json.gz")
             try:
                 summary = merge(inputs, str(out), jobs=1, salvage=salvage, rank_from="order")
             except TraceFuseError as e:
@@ -343,12 +338,12 @@ def test_random_corruptions_merge_or_fail_cleanly(source, codec, where, ops, wit
 def test_relative_ts_beyond_2_43_us_keeps_every_digit():
     """Kineto's base is floored to a ~91-day period once per process, so a process
     profiled ~10+ days into its life writes relative ts above 2**43 us (~101.8 days),
-    where a double no longer holds 3 decimals. Generated from the real MI250 trace:
+    where a double no longer holds 3 decimals. Generated from a real recorded trace:
     rank 1 is rank 0 with every ts moved up by 5e12 us and its base moved down by the
     same amount (same absolute times). Both must come out exact."""
     import re
 
-    text = _real("mi250_minitoy.json.gz")
+    text = _real(_ddp4_rank0())
     move_us = 5 * 10**12
     base0 = json.loads(text)["baseTimeNanoseconds"]
     t1 = re.sub(

@@ -8,11 +8,11 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from conftest import require_shared
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tracefuse_stream.errors import ErrorKind, InputError, UsageError
-from conftest import shared_fixtures_dir
 from tracefuse_stream.select.window import (
     FLOAT_FAST_LIMIT,
     find_step_window,
@@ -21,17 +21,9 @@ from tracefuse_stream.select.window import (
     window_from_ms,
 )
 
-FIXTURES = shared_fixtures_dir()
-DDP4 = FIXTURES / "ddp4_transformer_tb"
-REAL = FIXTURES / "real"
-
-
-def _ddp4_files():
-    # Missing fixtures must FAIL the test, never skip it.
-    assert DDP4.is_dir(), f"shared fixture directory missing: {DDP4}"
-    files = sorted(DDP4.glob("*.pt.trace.json.gz"))
-    assert len(files) == 4, f"expected 4 rank files in {DDP4}, found {len(files)}"
-    return files
+# the profiled steps of each real 4-rank job (schedule wait 1, warmup 1, active 2 / 3;
+# tests/data/recorded/README.md and ../shared/fixtures/README.md)
+STEPS = {"recorded": [2, 3], "shared": [2, 3, 4]}
 
 
 def _load_exact(path: Path):
@@ -56,10 +48,11 @@ def _reference_steps(doc):
 
 
 @pytest.fixture(scope="module")
-def ddp4():
-    """[(path, rank, base_ns, reference step table)] for the 4-rank job, by rank."""
+def ddp4(ddp4_job):
+    """[(path, rank, base_ns, reference step table)] for a real 4-rank job (the
+    recorded one and the shared one), by rank."""
     out = []
-    for p in _ddp4_files():
+    for p in ddp4_job.files:
         doc = _load_exact(p)
         out.append((p, doc["distributedInfo"]["rank"], int(doc["baseTimeNanoseconds"]), _reference_steps(doc)))
     out.sort(key=lambda t: t[1])
@@ -68,52 +61,61 @@ def ddp4():
 
 
 # ---------------------------------------------------------------- real 4-rank job
-def test_ddp4_has_steps_2_to_4(ddp4):
+@pytest.fixture(scope="module")
+def steps(ddp4_job):
+    return STEPS[ddp4_job.name]
+
+
+def test_ddp4_has_its_profiled_steps(ddp4, steps):
     for _, _, _, ref in ddp4:
-        assert sorted(ref) == [2, 3, 4]
+        assert sorted(ref) == steps
 
 
-@pytest.mark.parametrize("first,last", [(2, 2), (2, 4), (3, 4), (4, 4), (2, 3)])
-def test_step_window_matches_independent_computation(ddp4, first, last):
-    for path, rank, base, ref in ddp4:
-        got = find_step_window(path, base, first, last, rank=rank)
-        expected = (base + ref[first][0], base + ref[last][1])
-        assert got == expected
-        assert all(type(x) is int for x in got)
-        assert got[0] < got[1]
+def test_step_window_matches_independent_computation(ddp4, steps):
+    pairs = [(a, b) for a in steps for b in steps if a <= b]  # every window of the job
+    assert len(pairs) >= 3
+    for first, last in pairs:
+        for path, rank, base, ref in ddp4:
+            got = find_step_window(path, base, first, last, rank=rank)
+            expected = (base + ref[first][0], base + ref[last][1])
+            assert got == expected, (path.name, first, last)
+            assert all(type(x) is int for x in got)
+            assert got[0] < got[1]
 
 
-def test_step_window_known_values(ddp4):
-    # Rank 0, computed by hand from the file: base 1790857026000000000,
+def test_step_window_known_values(ddp4_by_rank):
+    # Rank 0 of the shared job, computed by hand from the file: base 1790857026000000000,
     # ProfilerStep#2 ts 5081916105182.348, ProfilerStep#4 ts 5081916284966.006 dur 102947.906.
-    path, rank, base, _ = ddp4[0]
+    path = ddp4_by_rank[0]
+    base = int(_load_exact(path)["baseTimeNanoseconds"])
     assert base == 1790857026000000000
     start, end = find_step_window(path, base, 2, 4, rank=0)
     assert start == 1790857026000000000 + 5081916105182348
     assert end == 1790857026000000000 + 5081916284966006 + 102947906
 
 
-def test_step_window_absolute_is_in_the_file_name_epoch(ddp4):
+def test_step_window_absolute_is_in_the_file_name_epoch(ddp4, steps):
     # tensorboard_trace_handler puts time.time_ns() at export in the file name;
     # the steps were recorded shortly (< 10 s) before it.
     for path, rank, base, _ in ddp4:
         export_ns = int(path.name.split(".")[1])
-        start, end = find_step_window(path, base, 2, 4, rank=rank)
+        start, end = find_step_window(path, base, steps[0], steps[-1], rank=rank)
         assert 0 < export_ns - end < 10 * 10**9
 
 
-def test_missing_step_lists_steps_present(ddp4):
+def test_missing_step_lists_steps_present(ddp4, steps):
     path, rank, base, _ = ddp4[0]
+    present = f"steps present: {steps[0]}-{steps[-1]}"
     with pytest.raises(UsageError) as ei:
         find_step_window(path, base, 2, 9, rank=0)
     msg = str(ei.value)
     assert "step 9 not found on rank 0" in msg
     assert str(path) in msg
-    assert "steps present: 2-4" in msg
+    assert present in msg
     with pytest.raises(UsageError) as ei:
         find_step_window(path, base, 0, 9)
     assert "steps 0 and 9 not found in" in str(ei.value)
-    assert "steps present: 2-4" in str(ei.value)
+    assert present in str(ei.value)
 
 
 def test_first_after_last_is_usage_error_without_reading(tmp_path):
@@ -124,10 +126,10 @@ def test_first_after_last_is_usage_error_without_reading(tmp_path):
         find_step_window(tmp_path / "nope.json", 0, -1, 2)
 
 
-def test_list_steps_on_ddp4(ddp4):
+def test_list_steps_on_ddp4(ddp4, steps):
     for path, _, _, ref in ddp4:
         got = list_steps(path)
-        assert list(got) == [2, 3, 4]
+        assert list(got) == steps
         for n, (s, e) in got.items():
             assert s == pytest.approx(ref[n][0] / 1000, abs=1e-3)
             assert e == pytest.approx(ref[n][1] / 1000, abs=1e-3)
@@ -136,8 +138,7 @@ def test_list_steps_on_ddp4(ddp4):
 
 def test_real_gpu_trace_union_of_cpu_and_gpu_annotation():
     # mi300: ProfilerStep#N exists as user_annotation (CPU) and gpu_user_annotation (GPU).
-    path = REAL / "mi300_resnet_rank0.json.gz"
-    assert path.is_file(), f"shared fixture missing: {path}"
+    path = require_shared("real", "mi300_resnet_rank0.json.gz")
     doc = _load_exact(path)
     ref = _reference_steps(doc)
     base = int(doc["baseTimeNanoseconds"])
@@ -146,8 +147,7 @@ def test_real_gpu_trace_union_of_cpu_and_gpu_annotation():
 
 
 def test_old_trace_without_base_has_absolute_epoch_us():
-    path = REAL / "a100_no_distinfo_epoch_ts.json.gz"
-    assert path.is_file(), f"shared fixture missing: {path}"
+    path = require_shared("real", "a100_no_distinfo_epoch_ts.json.gz")
     # ProfilerStep#1009: ts 1661203462598772 (integer epoch us), dur 75473
     assert find_step_window(path, None, 1009, 1009) == (
         1661203462598772000,
@@ -201,8 +201,8 @@ def test_key_order_and_gzip_detection_by_content(tmp_path):
     assert find_step_window(p, 10**9, 5, 5) == (10**9 + 7125, 10**9 + 9625)
 
 
-def test_truncated_file_is_input_error_or_partial(tmp_path):
-    src = _ddp4_files()[0]
+def test_truncated_file_is_input_error_or_partial(tmp_path, rec_ddp4_by_rank):
+    src = rec_ddp4_by_rank[0]
     data = gzip.decompress(src.read_bytes())
     p = tmp_path / "killed.json"
     # cut the file between the last two ProfilerStep events (a killed job)
