@@ -8,27 +8,29 @@ it decides the rank of every file, the common output base
 Nothing here holds events; the cost is a header parse per file plus, for the older
 "base after events" layout, one decompression of the file.
 """
+
 from __future__ import annotations
 
-import collections
 import os
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-import ijson
-from ijson.common import ObjectBuilder
-
-from tracefuse_stream.errors import InputError, UsageError
-from tracefuse_stream.read.sources import READ_SIZE, TraceReader, detect_compression, find_inputs, input_size
+from tracefuse_stream.errors import InputError, TraceFuseError, UsageError
+from tracefuse_stream.plan.cycles import Cycle, CycleChoice, choose_cycle, group_cycles, iso_utc, parse_cycle
+from tracefuse_stream.plan.headers import (  # noqa: F401  (re-exported: stream, tests)
+    TAIL_WINDOW,
+    TAIL_WINDOWS,
+    read_header,
+    read_tail,
+    trailer_of_file,
+)
+from tracefuse_stream.plan.ranks import assign_ranks, identity, rank_source_note
+from tracefuse_stream.plan.starts import empty_rank_note, far_apart_warning, peek_first_ts, set_start
+from tracefuse_stream.read.discover import OWN_OUTPUT_PROBLEM, Discovery, discover, is_own_output
+from tracefuse_stream.read.sources import TraceReader, detect_compression, input_size
 from tracefuse_stream.select.ranges import compress_ranges
-from tracefuse_stream.read.trailer import find_trailer
-
-# Tail windows tried in turn for the keys after the events: Kineto's trailer is a few
-# KB, so the first (small, cheap on memory) window nearly always suffices.
-TAIL_WINDOWS = (1 << 20, 16 << 20)
-TAIL_WINDOW = TAIL_WINDOWS[0]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -45,14 +47,19 @@ class RankPlan:
     header: Dict[str, Any]  # top-level keys before traceEvents (+ trailer once known)
     trailer_known: bool
     rank: int = -1
-    rank_source: str = "order"  # "distributedInfo", "order", "explicit"
+    rank_source: str = "order"  # "distributedInfo", "filename", "order", "explicit" (see ranks)
     base_time_ns: Optional[int] = None
     shift_ns: int = 0
     align_offset_ns: int = 0  # clock correction folded into shift_ns
     align: Optional[Dict[str, Any]] = None
-    problems: List[str] = field(default_factory=list)
+    problems: List[str] = field(default_factory=list)  # notes worth a warning line
+    strict_error: Optional[str] = None  # why strict reading failed (salvage plans)
     needs_salvage: bool = False  # strict reading failed; stream with the salvage reader
-    first_ts: Any = None  # first event ts seen by a salvage plan (base guessing)
+    first_ts: Any = None  # ts of the first timed event (see starts.peek_first_ts)
+    empty: bool = False  # no timed event at all: does not decide the output base
+    start_ns: Optional[int] = None  # absolute epoch ns of the first timed event
+    cycle: Optional[int] = None  # 1-based profiling cycle, when the inputs hold several
+    from_dir: bool = False  # found by listing a directory (not given by path)
 
     @property
     def world_size(self) -> Optional[int]:
@@ -74,121 +81,6 @@ class RankPlan:
             if isinstance(r, int) and not isinstance(r, bool) and r >= 0:
                 return r
         return None
-
-
-def read_header(path: PathLike) -> Tuple[str, Dict[str, Any], bool]:
-    """Parse the top-level keys before ``traceEvents``.
-
-    Returns ``(layout, header, saw_events)``. ``saw_events`` is False when the object
-    ended without a ``traceEvents`` key (not a trace).
-    """
-    _check_starts_like_json(path)
-    reader = TraceReader(path)
-    header: Dict[str, Any] = {}
-    try:
-        events = ijson.parse(reader, use_float=False, buf_size=1 << 16)
-        first = next(events)
-        if first[1] == "start_array":
-            return "array", header, True
-        if first[1] != "start_map":
-            raise InputError(str(path), "not a trace: top level is not a JSON object or array")
-        for prefix, ev, val in events:
-            if ev == "map_key":
-                if val == "traceEvents":
-                    nxt = next(events)
-                    if nxt[1] != "start_array":
-                        raise InputError(str(path), "traceEvents is not an array", offset=reader.offset)
-                    return "object", header, True
-                builder = ObjectBuilder()
-                depth = 0
-                for _p, e, v in events:
-                    builder.event(e, v)
-                    if e in ("start_map", "start_array"):
-                        depth += 1
-                    elif e in ("end_map", "end_array"):
-                        depth -= 1
-                    if depth == 0:
-                        break
-                header[val] = builder.value
-            elif ev == "end_map":
-                return "object", header, False
-        raise InputError(str(path), "file ends inside the header (truncated)", offset=reader.offset)
-    except (ijson.JSONError, UnicodeDecodeError) as e:
-        text = e.args[0] if e.args else type(e).__name__
-        if isinstance(text, bytes):
-            text = text.decode("utf-8", errors="replace")
-        msg = (str(text).splitlines() or [type(e).__name__])[0].strip()
-        raise InputError(
-            str(path), f"invalid JSON in the header: {msg}", offset=reader.offset,
-            hint="use --salvage to merge what can be read",
-        ) from None
-    finally:
-        reader.close()
-
-
-def _check_starts_like_json(path: PathLike) -> None:
-    """Empty files and non-JSON files get their own, exact message."""
-    reader = TraceReader(path)
-    try:
-        skipped = 0
-        while True:
-            chunk = reader.read(1 << 16)
-            if not chunk:
-                raise InputError(
-                    str(path), "file is empty" if not skipped else "file contains only whitespace",
-                    salvageable=False,
-                )
-            stripped = chunk.lstrip(b" \t\r\n")
-            if stripped:
-                break
-            skipped += len(chunk)
-        at = skipped + len(chunk) - len(stripped)
-        if stripped[:3] == b"\xef\xbb\xbf":
-            raise InputError(str(path), "starts with a UTF-8 byte-order mark, which JSON does not allow", offset=at)
-        first = stripped[:1]
-        if first in b'"-0123456789tfn' and first:
-            raise InputError(
-                str(path), "not a trace: the top level is a single JSON value, not an object or array",
-                offset=at, salvageable=False,
-            )
-        if first not in (b"{", b"["):
-            raise InputError(
-                str(path), f"not JSON: starts with {stripped[:12]!r}, not '{{' or '['", offset=at,
-                salvageable=False,
-            )
-    finally:
-        reader.close()
-
-
-def read_tail(path: PathLike, window: int = TAIL_WINDOW) -> Tuple[bytes, int]:
-    """The last ``window`` decompressed bytes of the file, and the decompressed size.
-
-    Plain files are read by seeking; compressed ones are decompressed in a stream,
-    keeping only the last ``window`` bytes (flat memory).
-    """
-    reader = TraceReader(path)
-    try:
-        if reader.compression == "plain":
-            size = os.path.getsize(path)
-            with open(path, "rb") as f:
-                f.seek(max(0, size - window))
-                return f.read(), size
-        chunks: "collections.deque[bytes]" = collections.deque()
-        kept = 0
-        total = 0
-        while True:
-            chunk = reader.read(READ_SIZE)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            kept += len(chunk)
-            total += len(chunk)
-            while chunks and kept - len(chunks[0]) >= window:
-                kept -= len(chunks.popleft())
-        data = b"".join(chunks)
-        return data[-window:], total
-    finally:
-        reader.close()
 
 
 def _coerce_base(path: str, value: Any) -> Optional[int]:
@@ -253,7 +145,7 @@ def _plan_salvage(path: PathLike, position: int, err: InputError) -> RankPlan:
         needs_salvage=True,
         first_ts=first_ts,
     )
-    plan.problems.append(f"strict read failed: {err}")
+    plan.strict_error = str(err)
     return plan
 
 
@@ -274,24 +166,9 @@ def _plan_strict(path: PathLike, position: int) -> RankPlan:
         header=header,
         trailer_known=layout == "array",
     )
-    if layout == "object" and (
-        "baseTimeNanoseconds" not in header or "distributedInfo" not in header
-    ):
+    if layout == "object" and ("baseTimeNanoseconds" not in header or "distributedInfo" not in header):
         load_trailer(plan)
     return plan
-
-
-def trailer_of_file(path: PathLike) -> Tuple[Optional[Dict[str, Any]], int]:
-    """The keys after the events, from the smallest tail window that holds them
-    (None: the file does not end like a complete trace), and the decompressed size."""
-    trailer: Optional[Dict[str, Any]] = None
-    size = 0
-    for window in TAIL_WINDOWS:
-        tail, size = read_tail(path, window)
-        trailer = find_trailer(tail, whole=size <= len(tail))
-        if trailer is not None or size <= len(tail):
-            break
-    return trailer, size
 
 
 def load_trailer(plan: RankPlan) -> None:
@@ -308,35 +185,6 @@ def load_trailer(plan: RankPlan) -> None:
             hint="use --salvage to merge the complete events it has",
         )
     complete_trailer(plan, trailer)
-
-
-def assign_ranks(
-    plans: List[RankPlan], rank_from: str = "auto"
-) -> None:
-    """Give every plan its rank: ``distributedInfo.rank`` (``auto``) else list position.
-
-    Two files with the same rank are an error naming both files.
-    """
-    if rank_from not in ("auto", "order"):
-        raise UsageError(f"--rank-from must be 'auto' or 'order', not {rank_from!r}")
-    for p in plans:
-        if p.rank_source == "explicit":
-            continue
-        r = p.dist_rank if rank_from == "auto" else None
-        if r is not None:
-            p.rank, p.rank_source = r, "distributedInfo"
-        else:
-            p.rank, p.rank_source = p.position, "order"
-    seen: Dict[int, RankPlan] = {}
-    for p in plans:
-        if p.rank in seen:
-            other = seen[p.rank]
-            raise UsageError(
-                f"rank {p.rank} appears twice: {other.path} ({other.rank_source}) and "
-                f"{p.path} ({p.rank_source}); use --rank-from order to number files by "
-                f"their position instead"
-            )
-        seen[p.rank] = p
 
 
 def world_size_warnings(plans: Sequence[RankPlan]) -> List[str]:
@@ -376,14 +224,59 @@ def assign_shifts(plans: Sequence[RankPlan]) -> int:
                         "baseTimeNanoseconds missing and no other rank has one: "
                         "times stay relative to an unknown base"
                     )
-    bases = [p.base_time_ns or 0 for p in plans]
-    out_base = min(bases) if bases else 0
-    for p, b in zip(plans, bases):
-        p.shift_ns = b - out_base
+    # a rank without base and without a timed event has nothing to place: it must
+    # not force B = 0 (epoch) on the others; it gets the common base (shift 0)
+    deciding = [p.base_time_ns or 0 for p in plans if p.base_time_ns is not None or not p.empty]
+    out_base = min(deciding) if deciding else 0
+    for p in plans:
+        if p.base_time_ns is None and p.empty:
+            p.base_time_ns = out_base
+        p.shift_ns = (p.base_time_ns or 0) - out_base
+        set_start(p)
     return out_base
 
 
 InputSpec = Union[Sequence[PathLike], Mapping[int, PathLike]]
+
+
+class PlanList(List[RankPlan]):
+    """The selected plans, sorted by rank, plus what the summary must say about the
+    inputs: files skipped in directories, the cycles found, notes and warnings."""
+
+    def __init__(self, plans: Sequence[RankPlan] = ()) -> None:
+        super().__init__(plans)
+        self.skipped: List[Tuple[str, str]] = []
+        self.cycles: List[Cycle] = []
+        self.broken: List[Tuple[str, Any]] = []  # (path, error) when planning keeps going
+        self.notes: List[str] = []
+
+    def warnings(self) -> List[str]:
+        """Every summary line about the inputs (world sizes, rank sources, skipped files,
+        far-apart spans, empty ranks, cycles)."""
+        out = world_size_warnings(self) + rank_source_note(self) + far_apart_warning(self)
+        out += empty_rank_note(self) + list(self.notes)
+        out += [f"skipped {path}: {why}" for path, why in self.skipped]
+        return out
+
+
+def _plan_candidates(found: Discovery, salvage: bool, keep_going: bool, out: PlanList) -> List[RankPlan]:
+    plans: List[RankPlan] = []
+    for c in found.candidates:
+        try:
+            p = plan_file(c.path, len(plans), salvage=salvage)
+        except TraceFuseError as e:
+            if not keep_going:
+                raise
+            out.broken.append((str(c.path), e))
+            continue
+        p.from_dir = c.from_dir
+        if is_own_output(p.header):
+            if not c.from_dir:
+                raise InputError(p.path, OWN_OUTPUT_PROBLEM, hint="give the rank traces it was made from")
+            found.skip(p.path, "a merged output of tracefuse-stream (not a rank trace)")
+            continue
+        plans.append(p)
+    return plans
 
 
 def plan_inputs(
@@ -392,41 +285,117 @@ def plan_inputs(
     rank_from: str = "auto",
     ranks: Optional[Sequence[int]] = None,
     salvage: bool = False,
+    cycle: CycleChoice = None,
 ) -> List[RankPlan]:
-    """Plan every input: find files, read headers, assign ranks, select ``ranks``.
+    """The plans to merge (a :class:`PlanList`; see :func:`plan_all`)."""
+    return plan_all(inputs, rank_from=rank_from, ranks=ranks, salvage=salvage, cycle=cycle)
 
-    ``inputs`` is a list of files/directories (rank = distributedInfo.rank or list
-    position) or a ``{rank: path}`` mapping (explicit ranks). Returns the selected
-    plans sorted by rank, with shifts assigned.
+
+def input_warnings(plans: Sequence[RankPlan]) -> List[str]:
+    """Summary lines about the inputs of a merge (see :meth:`PlanList.warnings`)."""
+    return plans.warnings() if isinstance(plans, PlanList) else world_size_warnings(plans)
+
+
+def plan_all(
+    inputs: InputSpec,
+    *,
+    rank_from: str = "auto",
+    ranks: Optional[Sequence[int]] = None,
+    salvage: bool = False,
+    cycle: CycleChoice = None,
+    every_cycle: bool = False,
+    keep_going: bool = False,
+) -> PlanList:
+    """Plan every input: find files, read headers, group cycles, assign ranks, select.
+
+    ``inputs`` is a list of files/directories (rank from ``distributedInfo.rank``, the
+    file name or the natural order, see ``ranks``) or a ``{rank: path}`` mapping
+    (explicit ranks). Files of the same rank again form profiling cycles: one cycle
+    merges, several need ``cycle`` (N, ``"latest"``), or ``every_cycle`` (``info``:
+    all plans, each with its ``cycle``). ``keep_going`` (``info``): files that cannot
+    be planned are listed in ``.broken`` instead of stopping. Returns the selected
+    plans sorted by (cycle,) rank, with shifts assigned.
     """
-    plans: List[RankPlan] = []
+    out = PlanList()
+    cycle = parse_cycle(cycle)
     if isinstance(inputs, Mapping):
+        plans: List[RankPlan] = []
         for pos, (r, path) in enumerate(sorted(inputs.items())):
             if not isinstance(r, int) or r < 0:
                 raise UsageError(f"rank keys must be non-negative integers, not {r!r}")
+            found = discover([path])
             if not Path(path).is_file():
-                find_inputs([path])  # raises the right error
                 raise InputError(str(path), "not a regular file")
-            p = plan_file(path, pos, salvage=salvage)
-            p.rank, p.rank_source = r, "explicit"
+            p = _plan_candidates(found, salvage, False, out)[0]
+            p.position, p.rank, p.rank_source = pos, r, "explicit"
             plans.append(p)
+        groups = [Cycle(1, None, plans)]
     else:
         if isinstance(inputs, (str, os.PathLike)):
             inputs = [inputs]
-        files = find_inputs(list(inputs))
-        if not files:
+        if not inputs:
             raise UsageError("no input files given")
-        plans = [plan_file(f, i, salvage=salvage) for i, f in enumerate(files)]
-    assign_ranks(plans, rank_from)
-    plans.sort(key=lambda p: p.rank)
+        found = discover(list(inputs))
+        plans = _plan_candidates(found, salvage, keep_going, out)
+        out.skipped = found.skipped
+        if not plans:
+            if out.broken:
+                return out
+            raise InputError(str(inputs[0]), "no trace files to merge (every file was skipped)")
+        for p in plans:
+            peek_first_ts(p)
+            _coerce_start(p)
+        groups = group_cycles(plans, [identity(p, rank_from) for p in plans])
+    out.cycles = groups
+    where = ", ".join(str(i) for i in inputs) if not isinstance(inputs, Mapping) else "the inputs"
+    chosen = groups if every_cycle else [choose_cycle(groups, cycle, where)]
+    for g in chosen:
+        assign_ranks(g.plans, rank_from)
+        if len(groups) > 1:
+            for p in g.plans:
+                p.cycle = g.index
+    if len(groups) > 1 and not every_cycle:
+        c = chosen[0]
+        out.notes.append(f"merged profiling cycle {c.index} of {len(groups)} (starts {_cycle_start(c)})")
+    selected: List[RankPlan] = [p for g in chosen for p in g.plans]
+    selected.sort(key=lambda p: (p.cycle or 0, p.rank))
     if ranks is not None:
         wanted = set(ranks)
-        have = {p.rank for p in plans}
+        have = {p.rank for p in selected}
         missing = sorted(wanted - have)
         if missing:
             raise UsageError(
-                f"--ranks asks for rank(s) {compress_ranges(missing)} but the inputs have ranks {compress_ranges(sorted(have))}"
+                f"--ranks asks for rank(s) {compress_ranges(missing)} but the inputs have ranks "
+                f"{compress_ranges(sorted(have))}"
             )
-        plans = [p for p in plans if p.rank in wanted]
-    assign_shifts(plans)
-    return plans
+        selected = [p for p in selected if p.rank in wanted]
+    for g in chosen:
+        assign_shifts([p for p in selected if p.cycle == (g.index if len(groups) > 1 else None)])
+    out.extend(selected)
+    return out
+
+
+def _coerce_start(p: RankPlan) -> None:
+    """A first start estimate for cycle ordering (before shifts are assigned)."""
+    base = p.header.get("baseTimeNanoseconds")
+    p.base_time_ns = _coerce_base(p.path, base)
+    set_start(p)
+
+
+def _cycle_start(c: Cycle) -> str:
+    return iso_utc(c.start_ns)
+
+
+def count_cycles(inputs: InputSpec, *, rank_from: str = "auto", salvage: bool = False) -> int:
+    """How many profiling cycles the inputs hold (``--cycle all``)."""
+    return len(plan_all(inputs, rank_from=rank_from, salvage=salvage, every_cycle=True).cycles)
+
+
+def clamp_output_base(plans: Sequence[RankPlan], base_ns: int) -> int:
+    """Keep the output base >= 0: a clock correction that moves an epoch-timestamp rank
+    (base 0) earlier is a negative shift of that rank, never a negative base."""
+    if base_ns >= 0:
+        return base_ns
+    for p in plans:
+        p.shift_ns += base_ns
+    return 0

@@ -3,16 +3,24 @@
 Per rank: file, rank (and where it came from), world size, host, bytes, events,
 base time and the absolute time span (first ts to last ts+dur). The span makes
 clock and base problems visible before a merge ("rank 5 starts 91 days later").
+
+``info`` is the tool to look at a directory that does not merge: it lists every
+profiling cycle (where ``merge`` asks which one), names the skipped files, and a
+file it cannot read gets a ``BROKEN`` line with the error while the table of the
+readable ones is still printed (the exit code is then 1).
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from tracefuse_stream.plan.planner import RankPlan
-from tracefuse_stream.timeunits import us_to_ns_or_none
+from tracefuse_stream.errors import InputError, TraceFuseError
+from tracefuse_stream.plan.cycles import describe_cycles
+from tracefuse_stream.plan.planner import InputSpec, PlanList, RankPlan, plan_all
 from tracefuse_stream.read.events import iter_event_batches
+from tracefuse_stream.timeunits import us_to_ns_or_none
 
 
 @dataclass
@@ -28,6 +36,7 @@ class RankInfo:
     events: int
     first_ns: Optional[int]  # absolute epoch ns
     last_ns: Optional[int]
+    cycle: Optional[int] = None  # 1-based profiling cycle when the inputs hold several
 
     @property
     def span_ms(self) -> Optional[float]:
@@ -76,6 +85,7 @@ def scan_rank(plan: RankPlan) -> RankInfo:
         events=n,
         first_ns=None if lo is None else base + lo,
         last_ns=None if hi is None else base + hi,
+        cycle=plan.cycle,
     )
 
 
@@ -86,16 +96,20 @@ def _iso(ns: Optional[int]) -> str:
     return dt.strftime("%Y-%m-%d %H:%M:%S.") + f"{(ns // 1000) % 1_000_000:06d}Z"
 
 
-def format_info(rows: List[RankInfo]) -> str:
-    """A readable per-rank table."""
+def format_info(rows: List[RankInfo], broken: Sequence[Tuple[str, str]] = ()) -> str:
+    """A readable per-rank table (a ``cycle`` column when there are several); files
+    that could not be read get one ``BROKEN`` line each, after the table."""
+    cyc = any(r.cycle is not None for r in rows)
     lines = [
-        f"{'rank':>5} {'from':<15} {'world':>5} {'host':<12} {'MB':>9} {'events':>11} "
+        ("cycle " if cyc else "")
+        + f"{'rank':>5} {'from':<15} {'world':>5} {'host':<12} {'MB':>9} {'events':>11} "
         f"{'base time (ns)':>20} {'first event (UTC)':<28} {'span ms':>10}  file"
     ]
     for r in rows:
         span = "-" if r.span_ms is None else f"{r.span_ms:,.3f}"
         lines.append(
-            f"{r.rank:>5} {r.rank_from:<15} {r.world_size if r.world_size is not None else '-':>5} "
+            (f"{r.cycle:>5} " if cyc else "")
+            + f"{r.rank:>5} {r.rank_from:<15} {r.world_size if r.world_size is not None else '-':>5} "
             f"{(r.host_name or '-')[:12]:<12} {r.bytes / 1e6:>9.2f} {r.events:>11,} "
             f"{r.base_time_ns if r.base_time_ns is not None else '(none: epoch ts)':>20} "
             f"{_iso(r.first_ns):<28} {span:>10}  {r.path}"
@@ -103,5 +117,50 @@ def format_info(rows: List[RankInfo]) -> str:
     if rows:
         firsts = [r.first_ns for r in rows if r.first_ns is not None]
         if len(firsts) > 1:
-            lines.append(f"ranks start within {(max(firsts) - min(firsts)) / 1e6:,.3f} ms of each other")
+            what = "files start" if cyc else "ranks start"
+            lines.append(f"{what} within {(max(firsts) - min(firsts)) / 1e6:,.3f} ms of each other")
+    for path, err in broken:
+        lines.append(f"BROKEN {path}: {err}")
     return "\n".join(lines)
+
+
+def collect_info(
+    inputs: InputSpec, *, rank_from: str = "auto", ranks: Optional[Sequence[int]] = None
+) -> Tuple[PlanList, List[RankInfo], Dict[str, Any], List[str]]:
+    """Plan and scan every readable input, every cycle: ``(plans, rows, json, text)``.
+
+    Broken files land in ``plans.broken`` (and as ``{"path", "broken"}`` entries in the
+    JSON list) instead of stopping; the caller decides the exit code from them.
+    """
+    plans = plan_all(inputs, rank_from=rank_from, ranks=ranks, every_cycle=True, keep_going=True)
+    plans.broken[:] = [(path, broken_text(e)) for path, e in plans.broken]
+    rows: List[RankInfo] = []
+    good: List[RankPlan] = []
+    for p in plans:
+        try:
+            rows.append(scan_rank(p))
+            good.append(p)
+        except TraceFuseError as e:
+            plans.broken.append((p.path, broken_text(e)))
+    plans[:] = good
+    text = []
+    if len(plans.cycles) > 1:
+        text.append(f"{len(plans.cycles)} profiling cycles: {describe_cycles(plans.cycles)}")
+    text.append(format_info(rows, plans.broken))
+    text.extend(f"note: {w}" for w in plans.warnings())
+    listing: List[Dict[str, Any]] = [r.to_dict() for r in rows]
+    listing += [{"path": path, "broken": err} for path, err in plans.broken]
+    out: Dict[str, Any] = {"ranks": listing}
+    if len(plans.cycles) > 1:
+        out["cycles"] = [c.to_dict() for c in plans.cycles]
+    return plans, rows, out, text
+
+
+def broken_text(e: Any) -> str:
+    """What is wrong with a file, without its path (the line names it) and without a
+    ``--salvage`` hint (``info`` has no such option)."""
+    if isinstance(e, InputError):
+        where = f" (at event #{e.event_index})" if e.event_index is not None else ""
+        where = f" (at byte {e.offset})" if e.offset is not None and not where else where
+        return f"{e.problem}{where}"
+    return str(e)

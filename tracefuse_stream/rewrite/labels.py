@@ -23,6 +23,16 @@ SORT_GPU = 100
 SORT_OTHER = 900
 PROCESS_META = frozenset({"process_name", "process_labels", "process_sort_index"})
 _GPU_LABEL = re.compile(r"\bGPU\s*(\d+)\b")
+# other accelerators as Kineto names their device processes: "MTIA 9", "XPU 0", "HPU 1"
+_DEVICE_LABEL = re.compile(r"^\s*([A-Za-z][A-Za-z_]*)\s+(\d+)\s*$")
+
+
+def device_of(text: Optional[str]) -> Optional[tuple]:
+    """``("MTIA", 9)`` for a device process label/name other than CPU/GPU, else None."""
+    m = _DEVICE_LABEL.match(text or "")
+    if m and m.group(1).upper() not in ("CPU", "GPU", "PID", "RANK"):
+        return m.group(1), int(m.group(2))
+    return None
 
 
 def _describe(pid: Any, labels: Optional[str], gpu_like: bool) -> tuple:
@@ -64,8 +74,12 @@ def rank_metadata(rw: RankRewriter) -> Iterator[Event]:
             continue
         kind, dev = _describe(orig, labels.get(orig), out in rw.pid_gpu_like)
         orig_name = names.get(orig)
+        lab = labels.get(orig) or ""
+        accel = None if isinstance(orig, str) or "CPU" in lab else device_of(lab) or device_of(orig_name)
+        if accel is not None:  # an accelerator Kineto names by its own kind (MTIA, XPU, ...)
+            kind, dev = "GPU", accel[1]
         if kind == "GPU":
-            title = f"RANK {r} - GPU {dev}"
+            title = f"RANK {r} - {accel[0] if accel else 'GPU'} {dev}"
             sort = SORT_GPU + min(int(dev), SORT_OTHER - SORT_GPU - 1)
             detail = f"pid {orig}"
         elif kind == "CPU":

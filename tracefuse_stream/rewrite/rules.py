@@ -14,10 +14,11 @@ and constants, never events. The rules, and why (see docs/OUTPUT_FORMAT.md):
   value (what newer PyTorch writes), strings/floats/out-of-range become
   ``1_000_000_000 + i`` and keep their original text as the thread name.
 * **flow ids and link args** — Perfetto binds flows by (cat, name, id) across the
-  whole file, and every rank counts ids from 1. ``id``, ``args.correlation`` and
-  ``args["External id"]`` become ``r * 2**32 + id`` (exact integers < 2**53 for ids
-  < 2**32 and ranks < 2**21), which keeps ``ac2g id == correlation``. Original:
-  ``id % 2**32``.
+  whole file, and every rank counts ids from 1. ``id`` and every arg of
+  :data:`LINK_ID_ARGS` (``correlation``, ``External id``, ...) become
+  ``r * 2**32 + id`` (exact integers < 2**53 for ids < 2**32 and ranks < 2**21),
+  which keeps ``ac2g id == correlation`` and keeps tools that join on those args
+  inside one rank. Original: ``id % 2**32``.
 * **ts** — shifted by exactly ``shift_ns`` nanoseconds with decimal arithmetic, so
   no precision is lost; unshifted ranks keep the parsed value untouched.
 """
@@ -42,9 +43,35 @@ ID_LIMIT = 1 << ID_BITS
 MAX_ID_RANK = (1 << (53 - ID_BITS)) - 1
 SYNTH_TID_BASE = 1_000_000_000
 UINT32 = 1 << 32
-LINK_ARGS = ("correlation", "External id")  # rewritten like flow ids (see feed)
-# ids inside args that link a CPU op to its kernel (ac2g flows bind by correlation)
-ARG_IDS = ("correlation", "External id")
+# Args that link events *inside one rank*: per-process counters, so every rank uses the
+# same numbers, and a tool joining on them across a merged file (TraceLens, HTA, a
+# script) would join rank 0's op to rank 3's kernel. Each is rewritten with the flow-id
+# rule r * 2**32 + id. The one table, key -> why (names as Kineto writes them; checked
+# against Kineto's output_json / CudaMetadataFields, HTA and TraceLens):
+LINK_ID_ARGS: Dict[str, str] = {
+    "correlation": "CUPTI/roctracer correlation id: runtime launch <-> GPU activity; equals the ac2g flow id",
+    "External id": "profiler op id: cpu_op <-> its runtime launches <-> their kernels (TraceLens, HTA join on it)",
+    "external id": "the same link as 'External id', as PyTorch 1.8/1.9 spelled it",
+    "wait_on_cuda_event_record_corr_id": (
+        "cuda_sync (Stream Wait Event / Event Sync) -> correlation of the cudaEventRecord it waits on "
+        "(HTA's stream dependencies); -1 = unknown, kept"
+    ),
+    "wait_on_cuda_event_id": "CUPTI CUDA event id: pairs a wait with the record of the same event",
+    "Python id": "python_function node id: the python call tree (TraceLens, HTA call stacks)",
+    "Python parent id": "the parent node's 'Python id' in that tree",
+}
+# Not in the table, on purpose: "Ev Idx", "Record function id", "Profiler Event Index"
+# (an event's own index, joined on by nothing), "Sequence number" / "Fwd thread id"
+# (autograd numbering; its forward->backward link is the fwdbwd flow, whose id is
+# rewritten), "Python module id" (a module's instance number), "cbid"/"cid" (API ids,
+# the same on every rank by design), "stream"/"device"/"wait_on_stream" (resources).
+#: links whose value must be an id (else the strict merge stops: the link would escape
+#: its rank); the other keys carry sentinels (-1) and non-ids, which stay as they are.
+STRICT_LINK_ARGS = frozenset({"correlation", "External id", "external id"})
+LINK_ARGS = tuple(LINK_ID_ARGS)
+ARG_IDS = LINK_ARGS  # older name
+COMMON_LINK_ARGS = ("correlation", "External id")
+_RARE_LINK_KEYS = frozenset(LINK_ID_ARGS) - frozenset(COMMON_LINK_ARGS)
 # flow v1 phases: they bind by (cat, name, id), so an id is required
 FLOW_PHASES = frozenset("stf")
 GPU_CATS = frozenset(
@@ -252,6 +279,7 @@ class RankRewriter:
         shifting, add, dshift = self._shifting, self._add, self._dshift
         id_off, rank = self.id_off, self.rank
         gpu_like = self.pid_gpu_like
+        no_rare_links, rare_links = _RARE_LINK_KEYS.isdisjoint, _RARE_LINK_KEYS.intersection
         try:
             for ev in events:
                 index += 1
@@ -308,12 +336,22 @@ class RankRewriter:
                     ev["bind_id"] = self.map_id(ev["bind_id"], "bind_id")
                 args = get("args")
                 if type(args) is dict:
-                    for key in ARG_IDS:
+                    # the two common links by lookup; the rarer ones only when one of
+                    # them is there (one C-level isdisjoint, no allocation)
+                    for key in COMMON_LINK_ARGS:
                         v = args.get(key)
                         if v is not None:
                             if type(v) is int and 0 <= v < ID_LIMIT:
                                 args[key] = v + id_off
                             else:
+                                self.index = index
+                                args[key] = self.map_id(v, f"args[{key!r}]")
+                    if not no_rare_links(args):
+                        for key in rare_links(args):
+                            v = args[key]
+                            if type(v) is int and 0 <= v < ID_LIMIT:
+                                args[key] = v + id_off
+                            elif key in STRICT_LINK_ARGS or _is_id(v):
                                 self.index = index
                                 args[key] = self.map_id(v, f"args[{key!r}]")
                     args["rank"] = rank
@@ -354,6 +392,22 @@ class RankRewriter:
     def pid_map(self) -> List[List[Any]]:
         """``[[original pid, output pid], ...]`` in order of first appearance."""
         return [[p, self.pids[p]] for p in self.pid_order]
+
+
+def _is_id(v: Any) -> bool:
+    """A non-strict link value that is still an id (hex string, integral number)?
+    Sentinels such as -1 and other non-ids are not rewritten."""
+    if type(v) is str:
+        try:
+            return 0 <= int(v, 16) < ID_LIMIT
+        except ValueError:
+            return False
+    if not isinstance(v, (float, Decimal)) or isinstance(v, bool):
+        return False
+    try:
+        return v == int(v) and 0 <= v < ID_LIMIT
+    except (ValueError, OverflowError, ArithmeticError):
+        return False
 
 
 def default_number(obj: Any, _decimal: type = Decimal, _fragment: Any = orjson.Fragment) -> Any:

@@ -1,0 +1,169 @@
+"""Profiling cycles: several files of the same rank in one directory.
+
+``schedule(..., repeat=N)`` with ``tensorboard_trace_handler`` writes one file per rank
+*per cycle* into one folder. Numbering those files as ranks builds a trace in which
+"RANK 1" is really rank 0's second cycle, so files are grouped into cycles instead:
+all files in order of time (each trace's first timed event, else the ``time_ns`` of a
+``<worker>.<time_ns>.pt.trace.json`` name, else input order), a new cycle starting
+whenever a rank already seen in the current cycle appears again. That stays right when
+a rank misses a cycle (its next file still lands in the cycle of its time).
+
+One cycle merges as it is; several need a choice (``--cycle N``, ``latest``, ``all``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Dict, Hashable, List, Optional, Sequence, Union
+
+from tracefuse_stream.errors import UsageError
+from tracefuse_stream.plan.ranks import tensorboard_parts
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tracefuse_stream.plan.planner import RankPlan
+
+CycleChoice = Union[None, int, str]  # None: only one allowed; N (1-based); "latest"; "all"
+
+
+@dataclass
+class Cycle:
+    """One profiling cycle: its 1-based index, earliest start and files."""
+
+    index: int
+    start_ns: Optional[int]
+    plans: List[RankPlan]
+
+    @property
+    def files(self) -> List[str]:
+        return [p.path for p in self.plans]
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "cycle": self.index,
+            "start_ns": self.start_ns,
+            "start_utc": iso_utc(self.start_ns),
+            "files": self.files,
+        }
+
+
+def iso_utc(ns: Optional[int]) -> str:
+    """``2026-12-01 08:11:31.974163Z`` for epoch nanoseconds (``-`` when unknown)."""
+    if ns is None:
+        return "-"
+    dt = datetime.fromtimestamp(ns // 1_000_000_000, tz=timezone.utc)
+    return dt.strftime("%Y-%m-%d %H:%M:%S.") + f"{(ns // 1000) % 1_000_000:06d}Z"
+
+
+def parse_cycle(value: Union[str, int, None]) -> CycleChoice:
+    """``--cycle`` value: a 1-based number, ``latest`` or ``all``."""
+    if value is None or isinstance(value, int) and not isinstance(value, bool):
+        if isinstance(value, int) and value < 1:
+            raise UsageError(f"--cycle must be 1 or more (cycles count from 1), not {value}")
+        return value
+    text = str(value).strip().lower()
+    if text in ("latest", "all"):
+        return text
+    if text.isdigit() and int(text) >= 1:
+        return int(text)
+    raise UsageError(f"--cycle must be a cycle number (1, 2, ...), 'latest' or 'all', not {value!r}")
+
+
+def _order_key(p: RankPlan) -> tuple:
+    if p.start_ns is not None:
+        return (0, p.start_ns, p.position)
+    tb = tensorboard_parts(p.path)
+    if tb is not None:
+        return (1, tb[1], p.position)
+    return (2, 0, p.position)
+
+
+def group_cycles(plans: Sequence[RankPlan], ids: Sequence[Hashable]) -> List[Cycle]:
+    """Cycles of ``plans`` (``ids[i]`` is the rank identity of ``plans[i]``)."""
+    ident = {id(p): k for p, k in zip(plans, ids)}
+    groups: List[List[RankPlan]] = [[]]
+    seen: set = set()
+    for p in sorted(plans, key=_order_key):
+        k = ident[id(p)]
+        if k in seen:
+            groups.append([])
+            seen = set()
+        groups[-1].append(p)
+        seen.add(k)
+    cycles = []
+    for i, g in enumerate(groups, 1):
+        g.sort(key=lambda p: p.position)
+        starts = [p.start_ns for p in g if p.start_ns is not None]
+        cycles.append(Cycle(i, min(starts) if starts else None, g))
+    return cycles
+
+
+def describe_cycles(cycles: Sequence[Cycle]) -> str:
+    """One line: ``cycle 1 (starts ...Z, 2 files: a, b); cycle 2 (...)``."""
+    parts = []
+    for c in cycles:
+        names = ", ".join(Path(f).name for f in c.files)
+        parts.append(f"cycle {c.index} (starts {iso_utc(c.start_ns)}, {len(c.files)} file(s): {names})")
+    return "; ".join(parts)
+
+
+def choose_cycle(cycles: List[Cycle], choice: CycleChoice, where: str) -> Cycle:
+    """The cycle to merge; several without a choice is a usage error listing them."""
+    if choice is None:
+        if len(cycles) == 1:
+            return cycles[0]
+        raise UsageError(
+            f"{where} holds {len(cycles)} profiling cycles (the same ranks appear again, "
+            f"e.g. schedule(repeat=N)): {describe_cycles(cycles)}; "
+            "choose one with --cycle N, --cycle latest, or --cycle all (one output per cycle)"
+        )
+    if choice == "latest":
+        return cycles[-1]
+    if choice == "all":
+        raise UsageError("--cycle all is handled by merging each cycle on its own")  # pragma: no cover
+    assert isinstance(choice, int)
+    if choice > len(cycles):
+        raise UsageError(f"--cycle {choice}: {where} holds {len(cycles)} cycle(s): {describe_cycles(cycles)}")
+    return cycles[choice - 1]
+
+
+def cycle_names(output: str, count: int) -> List[str]:
+    """``merged.json.gz`` -> ``merged.cycle1.json.gz``, ... (as ``--split-ranks`` names)."""
+    if output == "-":
+        raise UsageError("--cycle all writes one file per cycle and needs a file name for -o, not stdout")
+    path = Path(output)
+    name = path.name
+    lower = name.lower()
+    for suf in (".json.gz", ".json.zst", ".json.zstd", ".json", ".gz", ".zst", ".zstd"):
+        if lower.endswith(suf):
+            stem, ext = name[: -len(suf)], name[-len(suf) :]
+            break
+    else:
+        stem, ext = name, ""
+    return [str(path.with_name(f"{stem}.cycle{i}{ext}")) for i in range(1, count + 1)]
+
+
+def merge_each_cycle(merge_one: Callable[..., Any], kwargs: Dict[str, Any], output: str) -> Any:
+    """``--cycle all``: one merge per cycle into ``cycle_names(output)``; the summaries
+    are combined (all ranks of all cycles, warnings prefixed with their cycle)."""
+    from tracefuse_stream.plan.planner import count_cycles
+
+    n = count_cycles(
+        kwargs["inputs"], rank_from=kwargs.get("rank_from", "auto"), salvage=kwargs.get("salvage", False)
+    )
+    names = cycle_names(str(output), n)
+    summaries = [merge_one(output=name, cycle=i, **kwargs) for i, name in enumerate(names, 1)]
+    first = summaries[0]
+    first.warnings[:] = [f"cycle 1: {w}" for w in first.warnings]
+    for i, s in enumerate(summaries[1:], 2):
+        first.ranks.extend(s.ranks)
+        first.bytes_in += s.bytes_in
+        first.bytes_out += s.bytes_out
+        first.json_bytes += s.json_bytes
+        first.seconds += s.seconds
+        first.outputs.extend(s.outputs)
+        first.verify_reports.extend(s.verify_reports)
+        first.warnings.extend(f"cycle {i}: {w}" for w in s.warnings)
+    first.output = ", ".join(s.output for s in summaries)
+    return first

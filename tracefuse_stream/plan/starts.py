@@ -1,0 +1,90 @@
+"""When each rank starts, read cheaply: its first timed event.
+
+Three decisions need a rank's time before the merge: the order of profiling cycles,
+whether a rank is *empty* (no timed event at all: it must not decide the output base,
+where a missing ``baseTimeNanoseconds`` would otherwise force B = 0 and move every
+real rank to epoch microseconds, where a double has 0.25 us steps), and whether the
+ranks come from one run at all (spans days apart). The first timed event is enough
+for all three and costs only the start of each file: the read stops there.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import TYPE_CHECKING, List, Sequence
+
+import ijson
+
+from tracefuse_stream.errors import TraceFuseError
+from tracefuse_stream.read.sources import TraceReader
+from tracefuse_stream.timeunits import us_to_ns_or_none
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tracefuse_stream.plan.planner import RankPlan
+
+#: ranks whose first events lie further apart than this are named in a warning: one
+#: job's ranks start within minutes (the profiler schedule is per rank, but the steps
+#: are shared); a day apart means two runs merged by mistake.
+FAR_APART_NS = 24 * 3600 * 10**9
+
+
+def peek_first_ts(plan: RankPlan) -> None:
+    """Set ``plan.first_ts`` (relative us of the first timed non-metadata event) and
+    ``plan.empty`` (the event array has none). A read problem leaves both unknown:
+    the streaming pass reports it (or salvages)."""
+    if plan.needs_salvage:
+        plan.empty = plan.first_ts is None
+        return
+    prefix = "traceEvents.item" if plan.layout == "object" else "item"
+    reader = TraceReader(plan.path, plan.compression)
+    try:
+        for ev in ijson.items(reader, prefix, use_float=False, buf_size=1 << 16):
+            if type(ev) is dict and ev.get("ph") != "M":
+                ts = ev.get("ts")
+                if isinstance(ts, (int, Decimal)) and not isinstance(ts, bool):
+                    plan.first_ts = ts
+                    return
+        plan.empty = True
+    except (ijson.JSONError, UnicodeDecodeError, TraceFuseError, OSError, ValueError):
+        return
+    finally:
+        reader.close()
+
+
+def set_start(plan: RankPlan) -> None:
+    """``plan.start_ns``: absolute epoch ns of the first timed event (base known)."""
+    ns = us_to_ns_or_none(plan.first_ts)
+    plan.start_ns = None if ns is None else (plan.base_time_ns or 0) + ns
+
+
+def far_apart_warning(plans: Sequence[RankPlan], limit_ns: int = FAR_APART_NS) -> List[str]:
+    """One line naming the ranks that start more than ``limit_ns`` after the others."""
+    timed = sorted((p.start_ns, p.rank) for p in plans if p.start_ns is not None)
+    if len(timed) < 2 or timed[-1][0] - timed[0][0] <= limit_ns:
+        return []
+    clusters: List[List[tuple]] = [[timed[0]]]
+    for t in timed[1:]:
+        if t[0] - clusters[-1][-1][0] > limit_ns:
+            clusters.append([])
+        clusters[-1].append(t)
+    from tracefuse_stream.plan.cycles import iso_utc
+    from tracefuse_stream.select.ranges import compress_ranges
+
+    desc = "; ".join(
+        f"rank(s) {compress_ranges(sorted(r for _, r in c))} start {iso_utc(c[0][0])}" for c in clusters
+    )
+    days = (timed[-1][0] - timed[0][0]) / 86400e9
+    return [
+        f"ranks start {days:,.1f} days apart (more than {limit_ns / 86400e9:g} day): {desc}; "
+        "are these traces from one run?"
+    ]
+
+
+def empty_rank_note(plans: Sequence[RankPlan]) -> List[str]:
+    """Name the ranks without any timed event (they do not decide the output base)."""
+    empty = sorted(p.rank for p in plans if p.empty)
+    if not empty:
+        return []
+    from tracefuse_stream.select.ranges import compress_ranges
+
+    return [f"rank(s) {compress_ranges(empty)} have no timed events (ignored for the output base)"]

@@ -1,0 +1,205 @@
+"""Which files of a run directory are rank traces, and what the rest are.
+
+Real run directories hold more than traces: ``config.json``, ``execution_details.json``,
+metrics arrays, earlier merged outputs of this tool, and sometimes no traces at all but
+one subfolder per run. Merging any of those as a rank gives a silent wrong merge (an
+empty "RANK 0 - CPU (pid None)" forces the output base to 0), so a directory is read
+like this:
+
+* candidates are its ``*.json``, ``*.json.gz``, ``*.json.zst`` files (not recursive),
+  in natural order (``rank_2`` before ``rank_10``: numbers compared as numbers);
+* a candidate whose JSON is cleanly *not* a trace (an object without ``traceEvents``,
+  an array whose first item is not an event, a single value) is skipped and named;
+  a damaged file is not judged here: the planner reports it (or salvages it);
+* a merged output of this tool (its ``tracefuse`` header key, known once the planner
+  has read the file's keys) is skipped with a note (see :func:`is_own_output`);
+* without a trace at the top, subfolders that hold traces are named in the error.
+
+A file given explicitly by path is never skipped: not being a trace is an error there.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, List, Mapping, Optional, Sequence, Tuple, Union
+
+import ijson
+
+from tracefuse_stream.errors import InputError, TraceFuseError, UsageError
+from tracefuse_stream.read.sources import TRACE_SUFFIXES, TraceReader
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+#: subfolder files sniffed to decide whether a subfolder holds traces
+SUBFOLDER_SNIFF = 3
+_DIGITS = re.compile(r"(\d+)")
+
+
+@dataclass
+class Candidate:
+    """One file to plan: where it came from decides what a problem with it means."""
+
+    path: Path
+    from_dir: bool  # found by listing a directory (may be skipped) vs given explicitly
+
+
+@dataclass
+class Discovery:
+    """The candidate trace files, in order, and what was left out and why."""
+
+    candidates: List[Candidate] = field(default_factory=list)
+    skipped: List[Tuple[str, str]] = field(default_factory=list)  # (path, why)
+
+    def skip(self, path: PathLike, why: str) -> None:
+        self.skipped.append((str(path), why))
+
+
+def natural_key(name: str) -> Tuple[Any, ...]:
+    """Sort key comparing digit runs as numbers: ``rank_2`` < ``rank_10``."""
+    return tuple(int(part) if part.isdigit() else part for part in _DIGITS.split(name))
+
+
+def is_trace_name(name: str) -> bool:
+    return name.endswith(TRACE_SUFFIXES)
+
+
+def is_own_output(header: Mapping[str, Any]) -> bool:
+    """True for a merged file written by this tool (its top-level ``tracefuse`` key)."""
+    tf = header.get("tracefuse")
+    return isinstance(tf, dict) and tf.get("tool") == "tracefuse-stream"
+
+
+OWN_OUTPUT_PROBLEM = (
+    "is a merged output of tracefuse-stream, not a rank trace "
+    "(merging it again would add its ranks as one more rank)"
+)
+
+
+def not_a_trace(path: PathLike) -> Optional[str]:
+    """Why ``path`` is cleanly not a Kineto trace, or None (a trace, or damaged: the
+    planner judges those). Reads only the top-level keys / the first array item."""
+    try:
+        reader = TraceReader(path)
+    except TraceFuseError:
+        return None
+    try:
+        events = ijson.parse(reader, use_float=False, buf_size=1 << 16)
+        _prefix, first, _value = next(events)
+        if first == "start_map":
+            keys: List[str] = []
+            depth = 0
+            for _prefix, ev, val in events:
+                if depth == 0 and ev == "map_key":
+                    if val == "traceEvents":
+                        return None
+                    keys.append(val)
+                elif ev in ("start_map", "start_array"):
+                    depth += 1
+                elif ev in ("end_map", "end_array"):
+                    if depth == 0:
+                        shown = ", ".join(keys[:5]) + (", ..." if len(keys) > 5 else "")
+                        return f"a JSON object without traceEvents (keys: {shown or 'none'})"
+                    depth -= 1
+            return None
+        if first == "start_array":
+            _p, ev, _v = next(events)
+            if ev == "end_array":
+                return "an empty JSON array"
+            if ev != "start_map":
+                return "a JSON array of non-objects"
+            depth = 0
+            for _prefix, ev, val in events:
+                if depth == 0 and ev == "map_key" and val == "ph":
+                    return None
+                if ev in ("start_map", "start_array"):
+                    depth += 1
+                elif ev in ("end_map", "end_array"):
+                    if depth == 0:
+                        return "a JSON array whose first item is not a trace event (no 'ph')"
+                    depth -= 1
+            return None
+        return "a single JSON value, not an object or array"
+    except (ijson.JSONError, UnicodeDecodeError, StopIteration, TraceFuseError, OSError):
+        return None
+    finally:
+        reader.close()
+
+
+def _trace_files(folder: Path) -> List[Path]:
+    try:
+        found = [c for c in folder.iterdir() if c.is_file() and is_trace_name(c.name)]
+    except OSError as e:
+        raise InputError(str(folder), f"cannot list directory: {e.strerror or e}") from None
+    return sorted(found, key=lambda c: natural_key(c.name))
+
+
+def _run_subfolders(folder: Path) -> List[str]:
+    """Subfolders (one level down) whose first few candidate files are traces."""
+    runs: List[str] = []
+    try:
+        subs = sorted((c for c in folder.iterdir() if c.is_dir()), key=lambda c: natural_key(c.name))
+    except OSError:
+        return runs
+    for sub in subs:
+        try:
+            files = _trace_files(sub)
+        except InputError:
+            continue
+        if any(not_a_trace(f) is None for f in files[:SUBFOLDER_SNIFF]):
+            runs.append(sub.name + "/")
+    return runs
+
+
+def discover(paths: Sequence[PathLike]) -> Discovery:
+    """Expand files and directories into candidate trace files (see module doc)."""
+    out = Discovery()
+    for p in paths:
+        path = Path(p)
+        if path.is_dir():
+            files = _trace_files(path)
+            kept = 0
+            for f in files:
+                why = not_a_trace(f)
+                if why is None:
+                    out.candidates.append(Candidate(f, from_dir=True))
+                    kept += 1
+                else:
+                    out.skip(f, f"not a trace: {why}")
+            runs = _run_subfolders(path)
+            if not kept:
+                if runs:
+                    raise UsageError(
+                        f"{path}: no trace files here, but the subfolders {', '.join(runs)} hold traces "
+                        f"(one run each?); pass the run folder to merge, e.g. {path / runs[0]}"
+                    )
+                what = "no *.json, *.json.gz or *.json.zst trace files"
+                if files:
+                    what = f"no trace files ({len(files)} JSON file(s), none a trace: {files[0].name}, ...)"
+                raise InputError(str(path), f"directory contains {what}")
+            for r in runs:
+                out.skip(path / r, "subfolder with traces: not read (folders are not searched recursively)")
+        elif path.exists():
+            if not path.is_file():
+                raise InputError(str(path), "not a regular file")
+            why = not_a_trace(path)
+            if why is not None:
+                raise InputError(str(path), f"not a trace: {why}", salvageable=False)
+            out.candidates.append(Candidate(path, from_dir=False))
+        else:
+            raise InputError(str(path), "no such file or directory")
+    return out
+
+
+__all__ = [
+    "Candidate",
+    "Discovery",
+    "discover",
+    "is_own_output",
+    "is_trace_name",
+    "natural_key",
+    "not_a_trace",
+    "OWN_OUTPUT_PROBLEM",
+]
