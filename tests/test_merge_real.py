@@ -1,5 +1,6 @@
-"""The core merge on real PyTorch profiler traces (../shared/fixtures), through the
-API. Every expectation is derived from the input files in the test (conftest's
+"""The core merge on real PyTorch profiler traces, through the API: the 4-rank job
+recorded in the repository (always) and the GPU traces of ../shared/fixtures (when
+present; required in CI). Every expectation is derived from the input files in the test (conftest's
 ``check_merge`` replays the rules of docs/OUTPUT_FORMAT.md event by event): kept
 events in input order with exact counts, absolute times to the nanosecond, pids,
 tids, flow ids, correlation/External id, args.rank, regenerated metadata, header.
@@ -31,13 +32,19 @@ def all_ts(out):
 
 # ---------------------------------------------------------------- the 4-rank job
 @pytest.fixture(scope="module")
-def ddp4_merged(ddp4_dir, tmp_path_factory, h):
+def ddp4_merged(ddp4_job, tmp_path_factory, h):
     out = tmp_path_factory.mktemp("ddp4") / "merged.json"
-    summary = merge([ddp4_dir], str(out), jobs=1)
+    summary = merge([ddp4_job.dir], str(out), jobs=1)
     return summary, h.load_output(out, exact=True)
 
 
-def test_ddp4_ranks_from_distributed_info_and_exact_counts(ddp4_merged, ddp4_by_rank, h):
+@pytest.fixture(scope="module")
+def ddp4_by_rank_of_job(ddp4_job):
+    return ddp4_job.by_rank
+
+
+def test_ddp4_ranks_from_distributed_info_and_exact_counts(ddp4_merged, ddp4_by_rank_of_job, h):
+    ddp4_by_rank = ddp4_by_rank_of_job
     summary, out = ddp4_merged
     # the file names carry no rank: ranks come from distributedInfo only
     for r, p in ddp4_by_rank.items():
@@ -60,15 +67,16 @@ def test_ddp4_ranks_from_distributed_info_and_exact_counts(ddp4_merged, ddp4_by_
     assert summary.events_out == len(out["traceEvents"])
 
 
-def test_ddp4_pids_labels_and_flows(ddp4_merged, ddp4_by_rank, h):
+def test_ddp4_pids_labels_and_flows(ddp4_merged, ddp4_by_rank_of_job, h):
     _, out = ddp4_merged
     sections = h.split_by_rank(out)
     in_fwdbwd = {}
-    for r, path in ddp4_by_rank.items():
+    for r, path in ddp4_by_rank_of_job.items():
         evs = h.cached_input(path)["traceEvents"]
         os_pid = next(e["pid"] for e in evs if e["ph"] != "M" and isinstance(e["pid"], int))
-        assert os_pid >= 5000
-        cpu = (r + 1) * 10000 + 5000  # first non-device pid of the rank
+        # the pid rule: integer pids below 5000 keep their value in the rank's block,
+        # others get the rank's first slot from 5000 (the CPU pid comes first)
+        cpu = (r + 1) * 10000 + (os_pid if 0 <= os_pid < 5000 else 5000)
         names = {m["pid"]: m["args"]["name"] for m in sections[r] if m.get("name") == "process_name"}
         assert names[cpu] == f"RANK {r} - CPU (python, pid {os_pid})"
         assert {e["pid"] for e in sections[r]} == set(names)
@@ -76,7 +84,7 @@ def test_ddp4_pids_labels_and_flows(ddp4_merged, ddp4_by_rank, h):
         out_ids = {e["id"] for e in sections[r] if e.get("cat") == "fwdbwd"}
         assert out_ids == {(r << 32) + i for i in in_fwdbwd[r]}
     # precondition that makes the uniqueness meaningful: every rank used the same ids
-    assert len(set.intersection(*in_fwdbwd.values())) > 100
+    assert len(set.intersection(*in_fwdbwd.values())) >= 10
     sort = sorted(
         (m["args"]["sort_index"], m["args"]["rank"]) for m in out["traceEvents"] if m.get("name") == "process_sort_index"
     )
@@ -186,14 +194,14 @@ def test_dict_inputs_keys_are_ranks(real_dir, ddp4_by_rank, tmp_path, h):
 
 
 @pytest.mark.parametrize("ranks", [[0, 2], [3], [1, 2, 3]])
-def test_rank_subset(ddp4_dir, ddp4_by_rank, ranks, tmp_path, h):
+def test_rank_subset(ddp4_job, ranks, tmp_path, h):
     out = tmp_path / "m.json"
-    merge([ddp4_dir], str(out), ranks=ranks)
+    merge([ddp4_job.dir], str(out), ranks=ranks)
     o = h.load_output(out, exact=True)
-    h.check_merge(o, {r: ddp4_by_rank[r] for r in ranks})
+    h.check_merge(o, {r: ddp4_job.by_rank[r] for r in ranks})
     assert sorted(h.split_by_rank(o)) == ranks
     with pytest.raises(UsageError, match="7"):
-        merge([ddp4_dir], str(tmp_path / "n.json"), ranks=[0, 7])
+        merge([ddp4_job.dir], str(tmp_path / "n.json"), ranks=[0, 7])
 
 
 # ---------------------------------------------------------------- key orders and bases
@@ -205,10 +213,16 @@ def test_rank_subset(ddp4_dir, ddp4_by_rank, ranks, tmp_path, h):
         ("real/h100_bert_small.json.gz", "after"),
         ("real/mi250_minitoy.json.gz", "after"),
         ("ddp4", "before"),
+        ("shared_ddp4", "before"),
     ],
 )
-def test_both_key_orders_single_file(rel, base_is, shared_fixtures, ddp4_by_rank, tmp_path, h):
-    path = ddp4_by_rank[1] if rel == "ddp4" else shared_fixtures / rel
+def test_both_key_orders_single_file(rel, base_is, rec_ddp4_by_rank, request, tmp_path, h):
+    if rel == "ddp4":  # the recorded job
+        path = rec_ddp4_by_rank[1]
+    elif rel == "shared_ddp4":
+        path = request.getfixturevalue("ddp4_by_rank")[1]
+    else:
+        path = h.require_shared(*rel.split("/"))
     trace = h.cached_input(path)
     assert key_position(trace, "baseTimeNanoseconds") == base_is  # what the file really is
     out = tmp_path / "one.json"
@@ -221,7 +235,8 @@ def test_both_key_orders_single_file(rel, base_is, shared_fixtures, ddp4_by_rank
 
 
 @pytest.mark.parametrize("variant", ["distinfo_after", "distinfo_and_base_after_compact"])
-def test_resaved_file_with_distributed_info_after_events(variant, ddp4_by_rank, tmp_path, h):
+def test_resaved_file_with_distributed_info_after_events(variant, ddp4_job, tmp_path, h):
+    ddp4_by_rank = ddp4_job.by_rank
     src = h.cached_input(ddp4_by_rank[2], exact=True)
     assert key_position(src, "distributedInfo") == "before"
     keys = [k for k in src if k not in ("distributedInfo", "baseTimeNanoseconds", "traceEvents")]
@@ -264,9 +279,14 @@ def test_resaved_trailer_with_device_properties_and_tricky_strings(real_dir, tmp
 
 
 @pytest.mark.parametrize("later_rank", [1, 0])
-@pytest.mark.parametrize("src_name", ["ddp4", "h100"])
-def test_two_ranks_with_bases_one_period_apart(src_name, later_rank, ddp4_by_rank, real_dir, tmp_path, h):
-    path = ddp4_by_rank[0] if src_name == "ddp4" else real_dir / "h100_bert_small.json.gz"
+@pytest.mark.parametrize("src_name", ["ddp4", "shared_ddp4", "h100"])
+def test_two_ranks_with_bases_one_period_apart(src_name, later_rank, rec_ddp4_by_rank, request, tmp_path, h):
+    if src_name == "ddp4":  # the recorded job
+        path = rec_ddp4_by_rank[0]
+    elif src_name == "shared_ddp4":
+        path = request.getfixturevalue("ddp4_by_rank")[0]
+    else:
+        path = h.require_shared("real", "h100_bert_small.json.gz")
     src = h.cached_input(path, exact=True)
     copy = h.shifted_copy(src, h.PERIOD_NS, rank=None)
     copy.pop("distributedInfo", None)
@@ -288,7 +308,7 @@ def test_two_ranks_with_bases_one_period_apart(src_name, later_rank, ddp4_by_ran
     secs = h.split_by_rank(o)
     ts_a = [e["ts"] for e in h.non_meta(secs[0])]
     ts_b = [e["ts"] for e in h.non_meta(secs[1])]
-    assert ts_a == ts_b and len(ts_a) > 1000
+    assert ts_a == ts_b and len(ts_a) > 400
 
 
 def test_old_trace_without_base_with_a_new_one(ddp4_by_rank, real_dir, tmp_path, h):
