@@ -21,8 +21,18 @@ from tracefuse_stream.align.clock import is_collective_kernel
 TOL_NS = 3_000
 
 
+def _slim(src: dict) -> dict:
+    """The real trace with every collective kernel and metadata event but only every
+    10th other event: alignment looks at collective ends only, and 8 ranks of the
+    full 40k-event trace made these the slowest tests of the suite."""
+    evs = src["traceEvents"]
+    keep = [e for i, e in enumerate(evs) if e.get("ph") == "M" or is_collective_kernel(e) or i % 10 == 0]
+    assert sum(map(is_collective_kernel, keep)) == 21 and len(keep) < len(evs) // 5
+    return dict(src, traceEvents=keep)
+
+
 def _write_job(tmp: Path, shift_ns: int, seed: int) -> List[str]:
-    src = test_align._load_json(test_align._require(test_align.A100))
+    src = _slim(test_align._load_json(test_align._require(test_align.A100)))
     rng = random.Random(seed)
     old_shift, old_move = test_align.SHIFT_NS, test_align.BASE_MOVE_NS
     test_align.SHIFT_NS, test_align.BASE_MOVE_NS = shift_ns, 0
