@@ -9,23 +9,21 @@ NotBatchable, and the merge must then produce what the exact reader produces.
 """
 from __future__ import annotations
 
-import gzip
 import json
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 import pytest
+from conftest import RECORDED, events_of, json_text, load_output, read_bytes, require_shared, strict_loads
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import tracefuse_stream.read.batches as batches_mod
 import tracefuse_stream.pipeline.stream as stream_mod
+import tracefuse_stream.read.batches as batches_mod
 from tracefuse_stream import merge
 from tracefuse_stream.read.batches import EventBatches, NotBatchable
 from tracefuse_stream.read.sources import TraceReader
-
-from conftest import events_of, json_text, load_output, strict_loads
 
 
 def read_batches(path: Path, layout: str = "object") -> Tuple[List[Any], Dict[str, Any]]:
@@ -72,20 +70,28 @@ def small_chunks(monkeypatch):
 
 
 # --------------------------------------------------------------------------- real traces
-def _real_files(shared_fixtures: Path) -> List[Path]:
-    files = sorted((shared_fixtures / "real").glob("*.json.gz"))
-    files += sorted((shared_fixtures / "ddp4_transformer_tb").glob("*.json.gz"))
+def _real_files(source: str) -> List[Path]:
+    """``recorded``: every trace in tests/data/recorded (gzip and plain, pretty-printed
+    Kineto); ``shared``: the GPU traces and the 4-rank job of ../shared/fixtures."""
+    if source == "recorded":
+        files = sorted(p for p in RECORDED.rglob("*.json*") if p.is_file())
+        assert len(files) >= 30, files
+        return files
+    shared = require_shared()
+    files = sorted((shared / "real").glob("*.json.gz"))
+    files += sorted((shared / "ddp4_transformer_tb").glob("*.json.gz"))
     assert len(files) >= 9, files
     return files
 
 
+@pytest.mark.parametrize("source", ["recorded", "shared"])
 @pytest.mark.parametrize("chunk", [1 << 20, 3001])
-def test_real_traces_batches_equal_the_json_module(shared_fixtures, small_chunks, chunk):
+def test_real_traces_batches_equal_the_json_module(source, small_chunks, chunk):
     """Every real trace (both key orders, epoch-us ts, uint64 Comms Id, string pids):
     same events, same digits, same trailer, at several cut spacings."""
     small_chunks(chunk)
-    for f in _real_files(shared_fixtures):
-        want_events, want_trailer = reference(gzip.decompress(f.read_bytes()))
+    for f in _real_files(source):
+        want_events, want_trailer = reference(read_bytes(f))
         got_events, got_trailer = read_batches(f)
         assert len(got_events) == len(want_events), f.name
         assert same(got_events, want_events), f.name
@@ -243,10 +249,10 @@ def _force_exact(monkeypatch):
 
 
 @pytest.mark.parametrize("codec", ["json", "json.gz", "json.zst"])
-def test_batched_merge_equals_the_exact_reader(tmp_path, monkeypatch, ddp4_files, real_dir, codec):
-    """The real 4-rank job plus the real single-rank traces: the batched merge and the
+def test_batched_merge_equals_the_exact_reader(tmp_path, monkeypatch, ddp4_job, codec):
+    """A real 4-rank job (recorded, and the shared one): the batched merge and the
     exact (ijson) merge give the same events, numbers digit for digit, same headers."""
-    inputs = [str(p) for p in ddp4_files]
+    inputs = [str(p) for p in ddp4_job.files]
     fast = tmp_path / f"fast.{codec}"
     merge(inputs, str(fast), include_pyfunc=True)
     with monkeypatch.context() as m:
@@ -254,7 +260,7 @@ def test_batched_merge_equals_the_exact_reader(tmp_path, monkeypatch, ddp4_files
         exact = tmp_path / f"exact.{codec}"
         merge(inputs, str(exact), include_pyfunc=True, verify=False)  # compared below
     a, b = load_output(fast, exact=True), load_output(exact, exact=True)
-    assert len(events_of(a)) == len(events_of(b)) > 10000
+    assert len(events_of(a)) == len(events_of(b)) > 4000
     assert same(events_of(a), events_of(b))
     ha, hb = a["tracefuse"], b["tracefuse"]
     for r in ha["ranks"]:
@@ -281,9 +287,9 @@ def test_hand_over_mid_file_gives_the_exact_result_and_honest_progress(tmp_path)
     evs = [{"ph": "X", "name": f"k{i}", "pid": 1, "tid": 2, "ts": i + 0.5, "dur": 1} for i in range(30000)]
     p = tmp_path / "open.json"
     p.write_bytes(("[" + ",\n".join(json.dumps(e) for e in evs)).encode())  # no closing ']'
-    from tracefuse_stream.select.filters import EventFilter
-    from tracefuse_stream.plan.planner import plan_inputs
     from tracefuse_stream.pipeline.stream import RankTask, stream_rank
+    from tracefuse_stream.plan.planner import plan_inputs
+    from tracefuse_stream.select.filters import EventFilter
 
     plan = plan_inputs([str(p)])[0]
     seen: List[int] = []
