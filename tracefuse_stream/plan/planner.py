@@ -229,9 +229,7 @@ def assign_shifts(plans: Sequence[RankPlan]) -> int:
     deciding = [p.base_time_ns or 0 for p in plans if p.base_time_ns is not None or not p.empty]
     out_base = min(deciding) if deciding else 0
     for p in plans:
-        if p.base_time_ns is None and p.empty:
-            p.base_time_ns = out_base
-        p.shift_ns = (p.base_time_ns or 0) - out_base
+        p.shift_ns = (p.base_time_ns or 0) - out_base  # an empty rank: nothing to shift
         set_start(p)
     return out_base
 
