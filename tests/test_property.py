@@ -261,9 +261,9 @@ def _source(name: str) -> bytes:
     if name not in _SOURCES:
         if name == "tiny":  # a whole real trace, Kineto's own layout (20 events)
             _SOURCES[name] = _real("natural_order/rank_0.json")
-        else:  # the head of a real DDP rank (first 400 events), as a bare event array
+        else:  # the head of a real DDP rank (first 150 events), as a bare event array
             obj = json.loads(_real(_ddp4_rank0()))
-            _SOURCES[name] = json.dumps(obj["traceEvents"][:400], indent=1).encode()
+            _SOURCES[name] = json.dumps(obj["traceEvents"][:150], indent=1).encode()
     return _SOURCES[name]
 
 
