@@ -378,9 +378,9 @@ def test_estimate_is_exact_at_epoch_magnitudes():
 
 def test_clock_offsets_file(tmp_path):
     p = tmp_path / "offsets.json"
-    p.write_text(json.dumps({"nodeB": -1200.0, "5": 3.5, "0": 0, "elsewhere": 7}))
+    p.write_text(json.dumps({"nodeB": -1200.0, "5": 3.5, "0": 0}))
     mapping = load_clock_offsets(p)
-    assert mapping == {"nodeB": -1200.0, "5": 3.5, "0": 0, "elsewhere": 7}
+    assert mapping == {"nodeB": -1200.0, "5": 3.5, "0": 0}
     res = offsets_from_file(mapping, HOSTS)
     assert sorted(res) == list(range(8))
     assert [res[r].offset_ns for r in range(8)] == [0, 0, 0, 0, -1_200_000, 3_500, -1_200_000, -1_200_000]
@@ -389,6 +389,14 @@ def test_clock_offsets_file(tmp_path):
     assert res[0].applied and not res[1].applied and "not in clock-offsets" in res[1].reason
     assert all(a.method == "file" for a in res.values())
     assert "-1200.000" in format_alignment_table(res)
+
+
+@pytest.mark.parametrize("key", ["elsewhere", "8", "nodeb"])
+def test_clock_offsets_key_matching_nothing_is_usage_error(key):
+    # a typo or a file for another run: an offset silently not applied is as wrong as a wrong one
+    with pytest.raises(UsageError, match=f"'{key}' name\\(s\\) no merged rank or host") as ei:
+        offsets_from_file({"nodeB": -1200.0, key: 7}, HOSTS)
+    assert "ranks 0-7" in str(ei.value) and "nodeA, nodeB" in str(ei.value)
 
 
 @pytest.mark.parametrize(

@@ -161,7 +161,7 @@ def test_split_outputs_equal_unsplit(ddp4, tmp_path, k, codec):
 def test_size_warning_mentions_remedies(monkeypatch, ddp4, tmp_path):
     import importlib
 
-    m = importlib.import_module("tracefuse_stream.pipeline.orchestrate")  # the module, not the function
+    m = importlib.import_module("tracefuse_stream.pipeline.summary")
     monkeypatch.setattr(m, "SIZE_WARN_BYTES", 1000)
     s = merge([str(v["path"]) for v in ddp4.values()], str(tmp_path / "x.json.gz"))
     text = " ".join(s.warnings)

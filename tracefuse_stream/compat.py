@@ -18,6 +18,7 @@ import os
 import tempfile
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
+from tracefuse_stream.options import Execution, Filters, MergeOptions, OutputOptions
 from tracefuse_stream.pipeline.orchestrate import MergeSummary, merge
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -99,12 +100,10 @@ class TraceFuse:
         return out
 
     def _run(self, out: str, filter_fn: Optional[FilterFn], include_pyfunc: bool, *, force: bool) -> None:
-        jobs = (self.max_workers or None) if self.use_multiprocessing else 1
-        self.last_summary = merge(
-            self.rank2filepath,
-            out,
-            include_pyfunc=include_pyfunc or filter_fn is not None,  # filter_fn alone decides
-            filter_fn=filter_fn,
-            jobs=jobs,
-            force=force,
+        options = MergeOptions(
+            # a custom filter_fn alone decides, as in TraceLens (it replaces the python_function drop)
+            filters=Filters(include_pyfunc=include_pyfunc or filter_fn is not None, filter_fn=filter_fn),
+            output=OutputOptions(force=force),
+            execution=Execution(jobs=(self.max_workers or None) if self.use_multiprocessing else 1),
         )
+        self.last_summary = merge(self.rank2filepath, out, options)

@@ -441,8 +441,9 @@ def offsets_from_file(
     A key made of ASCII digits names a rank; any other key names a host (so a host
     literally called "3" cannot be addressed -- use its ranks). A rank entry wins over
     its host's entry, which lets a user fix one odd rank. Ranks with no entry keep 0.
-    Entries naming no known rank or host are ignored (the user may have selected a
-    subset of ranks).
+    An entry naming none of the merged ranks or hosts is a :class:`UsageError`: it is
+    a typo or a file for another run, and an offset silently not applied is as wrong
+    as a wrong one.
     """
     rank_entries: Dict[int, Tuple[str, int]] = {}
     host_entries: Dict[str, Tuple[str, int]] = {}
@@ -460,6 +461,17 @@ def offsets_from_file(
             rank_entries[r] = (key, ns)
         else:
             host_entries[k] = (key, ns)
+    known_hosts = {str(h).strip() for h in hosts.values() if h is not None}
+    unknown = [key for r, (key, _) in rank_entries.items() if r not in hosts]
+    unknown += [key for h, (key, _) in host_entries.items() if h not in known_hosts]
+    if unknown:
+        from tracefuse_stream.select.ranges import compress_ranges
+
+        raise UsageError(
+            f"--clock-offsets: {', '.join(repr(k) for k in unknown)} name(s) no merged rank or host "
+            f"(ranks {compress_ranges(hosts)}; hosts {', '.join(sorted(known_hosts)) or 'unknown'}); "
+            "remove the entry or merge that rank"
+        )
     out: Dict[int, RankAlignment] = {}
     for r in sorted(hosts):
         _, label = _group_of(r, hosts)

@@ -10,10 +10,11 @@ import argparse
 import json
 import os
 import sys
-from typing import List, Optional, Sequence
+from typing import TYPE_CHECKING, List, Optional, Sequence
 
 from tracefuse_stream._version import __version__
 from tracefuse_stream.errors import (
+    EXIT_INPUT,
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -21,8 +22,11 @@ from tracefuse_stream.errors import (
     EXIT_USAGE,
     TraceFuseError,
 )
-from tracefuse_stream.verify.cli import add_verify_arguments, cmd_verify
 from tracefuse_stream.serve import add_open_arguments, cmd_open
+from tracefuse_stream.verify.cli import add_verify_arguments, cmd_verify
+
+if TYPE_CHECKING:
+    from tracefuse_stream.options import MergeOptions
 
 
 def _csv(s: str) -> List[str]:
@@ -70,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keep only this window, in ms from the merged trace's first event")
     m.add_argument("--split-ranks", type=int, metavar="K",
                    help="write one file per K consecutive merged ranks (names derived from -o)")
+    m.add_argument("--cycle", metavar="N|latest|all",
+                   help="profiling cycle to merge when a directory holds several (1-based); "
+                        "all: one file per cycle (merged.cycle1.json.gz, ...)")
     m.add_argument("--dry-run", action="store_true",
                    help="apply all filters and report counts and estimated sizes; write nothing")
     m.add_argument("--verify", action="store_true", help="verify the merged output against the inputs")
@@ -102,34 +109,47 @@ def _ranks(spec: Optional[str]) -> Optional[List[int]]:
     return parse_rank_spec(spec)
 
 
+def merge_options(a: argparse.Namespace) -> MergeOptions:
+    """The command line's merge arguments as one validated :class:`MergeOptions`."""
+    from tracefuse_stream.options import (
+        Alignment,
+        Execution,
+        Filters,
+        MergeOptions,
+        OutputOptions,
+        Selection,
+        TimeWindow,
+    )
+    from tracefuse_stream.select.ranges import parse_steps, parse_window_ms
+
+    ranks = _ranks(a.ranks)
+    return MergeOptions(
+        selection=Selection(rank_from=a.rank_from, ranks=tuple(ranks) if ranks else None, cycle=a.cycle),
+        filters=Filters(
+            include_pyfunc=a.include_pyfunc,
+            keep_cat=frozenset(a.keep_cat) if a.keep_cat else None,
+            drop_cat=frozenset(a.drop_cat or ()),
+            name_regex=a.name,
+        ),
+        window=TimeWindow(
+            steps=parse_steps(a.steps) if a.steps else None,
+            step_rank=a.step_rank,
+            window_ms=parse_window_ms(a.window) if a.window else None,
+        ),
+        alignment=Alignment(mode=a.align, clock_offsets=a.clock_offsets),
+        output=OutputOptions(
+            force=a.force, split_ranks=a.split_ranks, dry_run=a.dry_run, verify=True if a.verify else None
+        ),
+        execution=Execution(
+            jobs=a.jobs, progress=not a.quiet and sys.stderr.isatty(), salvage=a.salvage
+        ),
+    )
+
+
 def cmd_merge(a: argparse.Namespace) -> int:
     from tracefuse_stream.pipeline.orchestrate import merge
 
-    from tracefuse_stream.select.ranges import parse_steps, parse_window_ms
-
-    show_progress = not a.quiet and sys.stderr.isatty()
-    summary = merge(
-        a.inputs,
-        a.output,
-        rank_from=a.rank_from,
-        ranks=_ranks(a.ranks),
-        include_pyfunc=a.include_pyfunc,
-        keep_cat=a.keep_cat,
-        drop_cat=a.drop_cat,
-        name_regex=a.name,
-        jobs=a.jobs,
-        force=a.force,
-        progress=show_progress,
-        salvage=a.salvage,
-        align=a.align,
-        clock_offsets=a.clock_offsets,
-        steps=parse_steps(a.steps) if a.steps else None,
-        step_rank=a.step_rank,
-        window_ms=parse_window_ms(a.window) if a.window else None,
-        split_ranks=a.split_ranks,
-        dry_run=a.dry_run,
-        verify=True if a.verify else None,
-    )
+    summary = merge(a.inputs, a.output, merge_options(a))
     if a.json_summary:  # stdout holds only the trace with -o -
         to = sys.stderr if a.output == "-" else sys.stdout
         print(json.dumps(summary.to_dict(), indent=2, default=str), file=to)
@@ -144,13 +164,9 @@ def cmd_merge(a: argparse.Namespace) -> int:
 
 
 def cmd_info(a: argparse.Namespace) -> int:
-    from tracefuse_stream.report.info import format_info, scan_rank
-    from tracefuse_stream.plan.planner import plan_inputs
+    from tracefuse_stream.report.info import collect_info
 
-    plans = plan_inputs(a.inputs, rank_from=a.rank_from, ranks=_ranks(a.ranks))
-    rows = [scan_rank(p) for p in plans]
-    out = {"ranks": [r.to_dict() for r in rows]}
-    text = [format_info(rows)]
+    plans, rows, out, text = collect_info(a.inputs, rank_from=a.rank_from, ranks=_ranks(a.ranks))
     if a.steps:
         from tracefuse_stream.select.window import list_steps
 
@@ -159,7 +175,11 @@ def cmd_info(a: argparse.Namespace) -> int:
         for r, v in steps.items():
             text.append(f"rank {r}: ProfilerSteps {_ranges(v) or 'none'}")
     if a.align:
-        from tracefuse_stream.align.clock import collect_collective_ends, estimate_offsets, format_alignment_table
+        from tracefuse_stream.align.clock import (
+            collect_collective_ends,
+            estimate_offsets,
+            format_alignment_table,
+        )
 
         hosts = {p.rank: p.host_name for p in plans}
         coll = {p.rank: collect_collective_ends(p.path, p.base_time_ns) for p in plans}
@@ -168,10 +188,10 @@ def cmd_info(a: argparse.Namespace) -> int:
         text.append("clock alignment from collectives (not applied; merge --align collectives does):")
         text.append(format_alignment_table(al))
     if a.json:
-        print(json.dumps(out if (a.steps or a.align) else out["ranks"], indent=2, default=str))
+        print(json.dumps(out if (a.steps or a.align or "cycles" in out) else out["ranks"], indent=2, default=str))
     else:
         print("\n".join(text))
-    return EXIT_OK
+    return EXIT_INPUT if plans.broken else EXIT_OK
 
 
 def _ranges(nums: List[int]) -> str:

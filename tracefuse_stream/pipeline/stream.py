@@ -1,21 +1,16 @@
-"""The streaming pass of one rank: read -> rewrite -> write a fragment.
+"""The streaming pass of one rank: a reader -> the rank's rewriter -> its fragment.
 
-Two readers feed the same ``RankRewriter``:
+One driver (:func:`_drive`) runs every reader of :mod:`tracefuse_stream.read.readers`:
+the batched msgspec reader first; the exact ijson reader when the batched one hands
+the rank back (invalid or truncated JSON, the open-ended array form, an event it
+cannot encode), because its errors name the exact offset or event index; the salvage
+reader when the strict readers fail and ``--salvage`` is on. Whatever the reader,
+the same rewriter applies the same rules and the same piece writer compresses the
+result; a rank that fails leaves no fragment behind.
 
-* the batched reader (``batches``): the event array cut into validated ~1 MB
-  batches, each decoded by one msgspec call, events encoded by msgspec — the normal
-  path, about 3x faster than ijson at parsing;
-* the exact reader: ijson parses the file incrementally, orjson writes each event.
-  It takes over whenever the batched reader hands a rank back (``NotBatchable``:
-  invalid or truncated JSON, the open-ended array form, an event array it cannot
-  locate), because its errors name the exact offset or event index and salvage
-  starts from them.
-
-Both parse numbers exactly — integers of any size, every other number a Decimal
-with its original digits — and write them back unchanged: epoch-microsecond
-timestamps (PyTorch <= 2.3) keep their nanoseconds, integers beyond int64/uint64
-(2026 Kineto's ``Comms Id``) go through as written. Memory per rank is one read
-buffer, one batch, one output buffer (~1 MB each) and the rewriter's small tables,
+Nothing here changes the rank's plan: what the pass learns (keys after the event
+array, salvage notes) comes back in the :class:`RankResult`. Memory per rank is one
+read buffer, one batch, one output buffer (~1 MB each) and the rewriter's small tables,
 however large the file.
 """
 from __future__ import annotations
@@ -26,28 +21,23 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
-import ijson
 import orjson
 
 from tracefuse_stream.errors import InputError
-from tracefuse_stream.exactjson import dumps_fast, encode_lines
-from tracefuse_stream.select.filters import EventFilter
+from tracefuse_stream.plan.planner import RankPlan
+from tracefuse_stream.read.readers import BatchedReader, EventReader, ExactReader, Handover, SalvageReader
 from tracefuse_stream.rewrite.labels import rank_metadata
-from tracefuse_stream.plan.planner import TAIL_WINDOW, RankPlan, complete_trailer, trailer_of_file
-from tracefuse_stream.rewrite.rules import RankRewriter, dumps_exact
-from tracefuse_stream.read.batches import EventBatches, NotBatchable
-from tracefuse_stream.read.salvage import Framer, SalvageReport, tolerant_chunks
-from tracefuse_stream.read.sources import TraceReader
-from tracefuse_stream.read.trailer import find_trailer
+from tracefuse_stream.rewrite.rules import RankRewriter
+from tracefuse_stream.select.filters import EventFilter
 from tracefuse_stream.write.writer import FLUSH_BYTES, Piece, PieceWriter
 
-PARSE_BUF = 1 << 18
 PROGRESS_EVERY = 1 << 22
+Progress = Optional[Callable[[int], None]]
 
 
-@dataclass
+@dataclass(frozen=True)
 class RankTask:
-    """What a worker needs to stream one rank (picklable)."""
+    """What a worker needs to stream one rank."""
 
     plan: RankPlan
     flt: EventFilter
@@ -67,38 +57,60 @@ class RankResult:
     events_out: int
     dropped: int
     metadata_out: int
-    header: Dict[str, Any]
+    header: Dict[str, Any]  # the input's top-level keys, before and after the events
     pid_map: List[List[Any]]
-    bytes_in: int
+    bytes_in: int  # file bytes (compressed)
+    json_bytes_in: int  # decompressed JSON bytes read: the work done
     seconds: float
     salvage: Optional[Dict[str, Any]] = None
     warnings: List[str] = field(default_factory=list)
 
 
-def _json_problem(e: Exception) -> str:
-    text = e.args[0] if e.args else str(e)
-    if isinstance(text, bytes):
-        text = text.decode("utf-8", errors="replace")
-    lines = [ln for ln in str(text).splitlines() if ln.strip()]
-    msg = lines[0] if lines else type(e).__name__
-    if "premature EOF" in msg or "Incomplete JSON" in msg:
-        return "file ends in the middle of the events (truncated)"
-    return f"invalid JSON: {msg.strip()}"
-
-
-def stream_rank(task: RankTask, progress: Optional[Callable[[int], None]] = None) -> RankResult:
+def stream_rank(task: RankTask, progress: Progress = None) -> RankResult:
     """Stream one rank into a fragment; with the salvage reader when the file is
     broken and ``task.salvage``."""
     with _no_cyclic_gc():
         if task.plan.needs_salvage:
-            return _stream_salvage(task, progress)
+            return _drive(task, _salvage_reader(task.plan), progress)
         try:
-            return _stream_once(task, progress)
+            return _stream_strict(task, progress)
         except InputError as e:
-            if not task.salvage:
+            if not task.salvage or not e.salvageable_kind:
                 raise
-            task.plan.problems.append(f"strict read failed: {e}")
-            return _stream_salvage(task, progress)
+            return _drive(task, _salvage_reader(task.plan), progress, strict_error=str(e))
+
+
+def _salvage_reader(plan: RankPlan) -> SalvageReader:
+    return SalvageReader(plan.path, plan.size_bytes, exact=plan.base_time_ns is None)
+
+
+def _stream_strict(task: RankTask, progress: Progress) -> RankResult:
+    """Batched (fast) reading, or the exact reader for anything the batched reader
+    hands back; the progress bar counts the bytes of the first attempt only once."""
+    plan = task.plan
+    reported = 0
+
+    def counted(n: int) -> None:
+        nonlocal reported
+        reported += n
+        progress(n)  # type: ignore[misc]
+
+    try:
+        return _drive(task, BatchedReader(plan.path, plan.compression, plan.layout),
+                      counted if progress is not None else None)
+    except Handover:
+        pass
+    already = reported
+
+    def after_restart(n: int) -> None:  # the bar already shows the first attempt
+        nonlocal already
+        skip = min(n, already)
+        already -= skip
+        if n > skip:
+            progress(n - skip)  # type: ignore[misc]
+
+    reader = ExactReader(plan.path, plan.compression, plan.layout, need_trailer=not plan.trailer_known)
+    return _drive(task, reader, after_restart if progress is not None else None)
 
 
 @contextlib.contextmanager
@@ -131,7 +143,7 @@ class _ProgressAt:
     """Reports compressed bytes consumed to ``progress`` every few MB, the rest on
     ``close`` (which also closes the reader)."""
 
-    def __init__(self, reader: TraceReader, progress: Optional[Callable[[int], None]]) -> None:
+    def __init__(self, reader: EventReader, progress: Optional[Callable[[int], None]]) -> None:
         self.reader = reader
         self.progress = progress
         self.reported = 0
@@ -152,40 +164,39 @@ class _ProgressAt:
 
 
 class _Sink:
-    """One rank's rewritten events, encoded, separated and flushed into its piece.
+    """One rank's rewritten events, encoded, separated and flushed into its piece."""
 
-    State lives here (not in locals) so that a reader that stops early (the open
-    array form) can still finish the piece with what was written.
-    ``encode_batch`` turns a list of kept events into their ``,\n``-separated JSON;
-    ``encode_one`` (for metadata) one event.
-    """
-
-    def __init__(
-        self,
-        rw: RankRewriter,
-        w: PieceWriter,
-        encode_batch: Callable[[List[Any]], bytes],
-        encode_one: Callable[[Any], bytes],
-        progress_at: _ProgressAt,
-    ) -> None:
+    def __init__(self, rw: RankRewriter, w: PieceWriter, reader: EventReader, progress_at: _ProgressAt) -> None:
         self.rw = rw
         self.w = w
-        self.encode_batch = encode_batch
-        self.encode_one = encode_one
+        self.reader = reader
         self.progress_at = progress_at
         self.buf = bytearray()
         self.first = True
+        self.skipped = 0
+        self.skip_examples: List[str] = []
 
     def pump(self, batches: Iterable[List[Any]]) -> None:
         """Rewrite, encode and buffer every batch; flush about every MB."""
-        feed_batch, encode_batch, buf, w = self.rw.feed_batch, self.encode_batch, self.buf, self.w
+        feed_batch, encode_batch, buf, w = self.rw.feed_batch, self.reader.encode_batch, self.buf, self.w
+        skip_bad = self.reader.skips_bad_events
         first = self.first
         try:
             for batch in batches:
-                kept = feed_batch(batch)
-                if not kept:
-                    continue
-                data = encode_batch(kept)
+                if skip_bad:
+                    try:
+                        kept = feed_batch(batch)
+                        data = encode_batch(kept) if kept else b""
+                    except (InputError, orjson.JSONEncodeError, TypeError, ValueError) as e:
+                        self._skip(e)
+                        continue
+                    if not kept:
+                        continue
+                else:
+                    kept = feed_batch(batch)
+                    if not kept:
+                        continue
+                    data = encode_batch(kept)
                 if first:
                     first = False
                 else:
@@ -198,61 +209,46 @@ class _Sink:
         finally:
             self.first = first
 
+    def _skip(self, e: Exception) -> None:
+        self.skipped += 1
+        if len(self.skip_examples) < 5:
+            self.skip_examples.append(f"event #{self.rw.index}: {e}")
+
     def finish(self) -> Tuple[Piece, int]:
-        return _finish_piece(self.rw, self.w, self.buf, self.first, self.encode_one)
+        """Append the rank's metadata (``labels``) after its events and close the piece."""
+        meta_out = 0
+        buf, first = self.buf, self.first
+        for m in rank_metadata(self.rw):
+            if not first:
+                buf += b",\n"
+            first = False
+            buf += self.reader.encode_one(m)
+            meta_out += 1
+        self.w.write(buf)
+        buf.clear()
+        return self.w.finish(), meta_out
 
 
-def _encode_lines(kept: List[Any]) -> bytes:
-    """The batched path's encoder: one msgspec call per batch, one event per line.
-
-    Encoded JSON never holds a raw newline (strings escape it), so the line breaks
-    msgspec puts between items are exactly the event boundaries. An event it cannot
-    encode hands the rank to the exact reader, which names that event.
-    """
-    try:
-        return encode_lines(kept)[:-1].replace(b"\n", b",\n")
-    except (TypeError, ValueError, OverflowError) as e:
-        raise NotBatchable(f"cannot encode an event: {e}") from None
-
-
-def _exact_encoder(rw: RankRewriter) -> Callable[[List[Any]], bytes]:
-    """The exact path's encoder (orjson, per event): errors name the event."""
-
-    def encode(kept: List[Any]) -> bytes:
-        parts = []
-        for ev in kept:
-            try:
-                parts.append(dumps_exact(ev))
-            except (TypeError, ValueError, OverflowError) as e:  # orjson's error is a TypeError
-                raise InputError(
-                    rw.path, f"event cannot be written as strict JSON: {e}", event_index=rw.index
-                ) from None
-        return b",\n".join(parts)
-
-    return encode
-
-
-def _finish_piece(
-    rw: RankRewriter, w: PieceWriter, buf: bytearray, first: bool, dumps: Callable[[Any], bytes]
-) -> Tuple[Piece, int]:
-    """Append the rank's metadata (``labels``) after its events and close the piece."""
-    meta_out = 0
-    for m in rank_metadata(rw):
-        if not first:
-            buf += b",\n"
-        first = False
-        buf += dumps(m)
-        meta_out += 1
-    w.write(buf)
-    buf.clear()
-    return w.finish(), meta_out
-
-
-def _result(
-    task: RankTask, rw: RankRewriter, piece: Piece, meta_out: int, t0: float,
-    salvage: Optional[Dict[str, Any]] = None,
-) -> RankResult:
+def _drive(task: RankTask, reader: EventReader, progress: Progress, strict_error: Optional[str] = None) -> RankResult:
+    """Run ``reader`` through the rank's rewriter into its piece; the piece is removed
+    if anything fails (and a :class:`Handover` goes to the caller, for the next reader)."""
+    t0 = time.perf_counter()
     plan = task.plan
+    rw = _rewriter(task)
+    w = PieceWriter(task.codec, task.fragment_path, discard=task.fragment_path is None)
+    progress_at = _ProgressAt(reader, progress)
+    sink = _Sink(rw, w, reader, progress_at)
+    try:
+        sink.pump(reader.batches())
+        piece, meta_out = sink.finish()
+    except BaseException:
+        w.abort()
+        progress_at.close()
+        raise
+    progress_at.close()
+    header = dict(plan.header)
+    for k, v in (reader.trailer or {}).items():
+        header.setdefault(k, v)
     return RankResult(
         rank=plan.rank,
         path=plan.path,
@@ -261,180 +257,34 @@ def _result(
         events_out=rw.events_out + meta_out,
         dropped=rw.dropped,
         metadata_out=meta_out,
-        header=plan.header,
+        header=header,
         pid_map=rw.pid_map(),
         bytes_in=plan.size_bytes,
+        json_bytes_in=reader.json_bytes(),
         seconds=time.perf_counter() - t0,
-        salvage=salvage,
+        salvage=_salvage_record(plan, reader, sink, strict_error),
+        warnings=list(reader.notes),
     )
 
 
-def _stream_salvage(
-    task: RankTask, progress: Optional[Callable[[int], None]]
-) -> RankResult:
-    """The salvage pass: frame events ourselves, skip what cannot be parsed."""
-    t0 = time.perf_counter()
-    plan = task.plan
-    report = SalvageReport()
-    framer = Framer(tolerant_chunks(plan.path, report), report, exact=plan.base_time_ns is None)
-    rw = _rewriter(task)
-    w = PieceWriter(task.codec, task.fragment_path, discard=task.fragment_path is None)
-    buf = bytearray()
-    first = True
-    ok = False
-    try:
-        for ev in framer.events():
-            try:
-                out = rw.feed(ev)
-                if out is None:
-                    continue
-                data = dumps_exact(out)
-            except (InputError, orjson.JSONEncodeError, TypeError, ValueError) as e:
-                report.skipped += 1
-                if len(report.examples) < 5:
-                    report.examples.append(f"event #{rw.index}: {e}")
-                continue
-            if not first:
-                buf += b",\n"
-            first = False
-            buf += data
-            if len(buf) >= FLUSH_BYTES:
-                w.write(buf)
-                buf.clear()
-        piece, meta_out = _finish_piece(rw, w, buf, first, dumps_exact)
-        for k, v in framer.header.items():
-            plan.header.setdefault(k, v)
-        ok = True
-    finally:
-        if not ok:
-            w.abort()
-    if progress is not None:
-        progress(plan.size_bytes)
-    salvage = report.to_dict()
-    salvage["summary"] = report.summary()
-    salvage["plan_notes"] = list(plan.problems)
-    return _result(
-        task, rw, piece, meta_out, t0,
-        salvage=salvage if (report.anything or plan.problems) else None,
-    )
-
-
-def _stream_once(task: RankTask, progress: Optional[Callable[[int], None]]) -> RankResult:
-    """The strict pass: batched (fast) reading, or the exact ijson reader for
-    anything the batch stage hands back (its messages name the problem precisely)."""
-    reported = 0
-
-    def counted(n: int) -> None:
-        nonlocal reported
-        reported += n
-        progress(n)  # type: ignore[misc]
-
-    try:
-        return _stream_batched(task, counted if progress is not None else None)
-    except NotBatchable:
-        pass
-    already = reported
-
-    def after_restart(n: int) -> None:  # the bar already shows the first pass
-        nonlocal already
-        skip = min(n, already)
-        already -= skip
-        if n > skip:
-            progress(n - skip)  # type: ignore[misc]
-
-    return _stream_exact(task, after_restart if progress is not None else None)
-
-
-def _stream_batched(task: RankTask, progress: Optional[Callable[[int], None]]) -> RankResult:
-    """Read the rank as validated ~1 MB batches (``batches``), rewrite, encode with
-    msgspec. Raises :class:`NotBatchable` (having removed its partial fragment) when
-    the exact reader must take over."""
-    t0 = time.perf_counter()
-    plan = task.plan
-    reader = TraceReader(plan.path, plan.compression)
-    rw = _rewriter(task)
-    w = PieceWriter(task.codec, task.fragment_path, discard=task.fragment_path is None)
-    batches = EventBatches(reader, plan.layout)
-    progress_at = _ProgressAt(reader, progress)
-    sink = _Sink(rw, w, _encode_lines, dumps_fast, progress_at)
-    ok = False
-    try:
-        try:
-            sink.pump(batches)
-        except InputError as e:
-            if e.path == plan.path and e.event_index is None:
-                # a read or decompression problem: the exact reader reports it
-                # with its position (and salvage can take over from there)
-                raise NotBatchable(str(e)) from None
-            raise
-        piece, meta_out = sink.finish()
-        if not plan.trailer_known:
-            complete_trailer(plan, batches.trailer)
-        ok = True
-    finally:
-        progress_at.close()
-        if not ok:
-            w.abort()
-    return _result(task, rw, piece, meta_out, t0)
-
-
-def _stream_exact(task: RankTask, progress: Optional[Callable[[int], None]]) -> RankResult:
-    """The exact ijson reader: every byte through the incremental parser, so errors
-    carry the exact offset/event index and the open-ended array form is accepted."""
-    t0 = time.perf_counter()
-    plan = task.plan
-    need_tail = not plan.trailer_known
-    keep = TAIL_WINDOW if need_tail else (4096 if plan.layout == "array" else 0)
-    reader = TraceReader(plan.path, plan.compression, keep_tail=keep)
-    notes: List[str] = []
-    rw = _rewriter(task)
-    w = PieceWriter(task.codec, task.fragment_path, discard=task.fragment_path is None)
-    prefix = "traceEvents.item" if plan.layout == "object" else "item"
-    progress_at = _ProgressAt(reader, progress)
-    sink = _Sink(rw, w, _exact_encoder(rw), dumps_exact, progress_at)
-    ok = False
-    try:
-        try:
-            events = ijson.items(reader, prefix, use_float=False, buf_size=PARSE_BUF)
-            sink.pump([ev] for ev in events)
-        except ijson.JSONError as e:
-            problem = _json_problem(e)
-            if not _open_array_end(plan.layout, problem, reader.tail()):
-                raise InputError(
-                    plan.path,
-                    problem,
-                    offset=reader.offset if "truncated" in problem else None,
-                    event_index=rw.index + 1,
-                    hint="use --salvage to keep the complete events before it",
-                ) from None
-            notes.append(
-                f"{plan.path}: the event array has no closing ']' (the array form allows "
-                f"that); {rw.events_in} complete events read"
-            )
-        except UnicodeDecodeError as e:
-            raise InputError(
-                plan.path, f"invalid UTF-8 in a string ({e.reason})", event_index=rw.index + 1,
-                hint="use --salvage to repair it (invalid bytes become U+FFFD)",
-            ) from None
-        piece, meta_out = sink.finish()
-        if need_tail:
-            trailer = find_trailer(reader.tail())
-            if trailer is None:  # longer than the kept tail: read it from the file
-                trailer = trailer_of_file(plan.path)[0]
-            complete_trailer(plan, trailer)
-        ok = True
-    finally:
-        progress_at.close()
-        if not ok:
-            w.abort()
-    res = _result(task, rw, piece, meta_out, t0)
-    res.warnings.extend(notes)
-    return res
-
-
-def _open_array_end(layout: str, problem: str, tail: bytes) -> bool:
-    """True when a bare ``[...]`` trace simply ends after a complete event: Chrome's
-    array form may omit the closing bracket, and ijson has yielded every event."""
-    if layout != "array" or "truncated" not in problem:
-        return False
-    return tail.rstrip().rstrip(b",").rstrip().endswith(b"}")
+def _salvage_record(
+    plan: RankPlan, reader: EventReader, sink: _Sink, strict_error: Optional[str]
+) -> Optional[Dict[str, Any]]:
+    """What salvage did to this rank (None when the rank was read strictly, or when
+    salvage found nothing to do)."""
+    if not isinstance(reader, SalvageReader):
+        return None
+    report = reader.report
+    report.skipped += sink.skipped
+    report.examples.extend(sink.skip_examples[: max(0, 5 - len(report.examples))])
+    # the order of these notes is the order in which they were learnt
+    notes = [f"strict read failed: {plan.strict_error}"] if plan.strict_error is not None else []
+    notes += plan.problems
+    if strict_error is not None:
+        notes.append(f"strict read failed: {strict_error}")
+    if not (report.anything or notes):
+        return None
+    record = report.to_dict()
+    record["summary"] = report.summary()
+    record["plan_notes"] = notes
+    return record

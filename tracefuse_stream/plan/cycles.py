@@ -52,7 +52,10 @@ def iso_utc(ns: Optional[int]) -> str:
     """``2026-12-01 08:11:31.974163Z`` for epoch nanoseconds (``-`` when unknown)."""
     if ns is None:
         return "-"
-    dt = datetime.fromtimestamp(ns // 1_000_000_000, tz=timezone.utc)
+    try:
+        dt = datetime.fromtimestamp(ns // 1_000_000_000, tz=timezone.utc)
+    except (OverflowError, OSError, ValueError):  # beyond year 9999 or before 1 AD
+        return f"{ns} ns since the epoch"
     return dt.strftime("%Y-%m-%d %H:%M:%S.") + f"{(ns // 1000) % 1_000_000:06d}Z"
 
 

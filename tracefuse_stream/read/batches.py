@@ -23,10 +23,10 @@ that path; broken ones pay one extra partial read, on the error path only.
 """
 from __future__ import annotations
 
-import re
 from typing import Any, Dict, Iterator, List, Optional
 
 from tracefuse_stream.exactjson import DecodeError, loads_exact
+from tracefuse_stream.read.jsonerrors import error_byte, is_truncation
 from tracefuse_stream.read.sources import TraceReader
 
 CHUNK_BYTES = 1 << 20  # read size; a batch is about this large
@@ -35,21 +35,36 @@ HEADER_LIMIT = 16 << 20  # "traceEvents" must start within this many bytes (real
 _CUT_ATTEMPTS = 3  # candidates that fail to decode before giving up on this stage
 
 _WS = frozenset(b" \t\r\n")
+_WS_OR_COMMA = frozenset(b" \t\r\n,")
 _COMMA, _CLOSE = ord(","), ord("}")
 _KEY = b'"traceEvents"'
-_BYTE_POS = re.compile(r"\(byte (\d+)\)")
 
 class NotBatchable(Exception):
     """This rank must be read by the exact ijson reader instead (why in args[0])."""
+
+
+class _ArrayEnded(Exception):
+    """The event array closed before the candidate cut: the rest of the file is the
+    trailer (keys after ``traceEvents``), whose own ``},{`` made the candidate."""
 
 
 def _decode(data: Any) -> Any:
     return loads_exact(data)
 
 
-def _error_byte(err: Exception) -> Optional[int]:
-    m = _BYTE_POS.search(str(err))
-    return int(m.group(1)) if m else None
+def _is_complete_array(buf: bytearray, pos: int) -> bool:
+    """Whether ``buf`` holds a complete array up to a "trailing characters" error at
+    ``pos`` (msgspec names the byte after the first trailing one: the comma that
+    follows ``]``)."""
+    end = min(pos, len(buf))
+    while end > 0 and buf[end - 1] in _WS_OR_COMMA:
+        end -= 1
+    if end == 0 or buf[end - 1] != ord("]"):
+        return False
+    try:
+        return isinstance(_decode(bytes(buf[:end])), list)
+    except DecodeError:
+        return False
 
 
 def _last_boundary(buf: bytearray, hi: int) -> int:
@@ -152,7 +167,11 @@ class EventBatches:
             for _ in range(_CUT_ATTEMPTS):
                 if cut < 0:
                     break  # no boundary yet: read more
-                batch = self._try_cut(buf, cut)
+                try:
+                    batch = self._try_cut(buf, cut)
+                except _ArrayEnded:
+                    yield self._rest_of_file(buf)
+                    return
                 if batch is not None:
                     del buf[1 : cut + 1]
                     yield batch
@@ -166,15 +185,33 @@ class EventBatches:
                 raise NotBatchable(f"no event boundary in {len(buf)} bytes")
         yield self._last(buf)
 
+    def _rest_of_file(self, buf: bytearray) -> List[Any]:
+        """The array has ended in ``buf``: read the (small) trailer to the end of the
+        file and decode events and trailer together, as at a normal end."""
+        while True:
+            more = self.reader.read(CHUNK_BYTES)
+            if not more:
+                return self._last(buf)
+            buf += more
+            if len(buf) > MAX_BUFFER:
+                raise NotBatchable(f"keys after the event array exceed {MAX_BUFFER >> 20} MB")
+
     @staticmethod
     def _try_cut(buf: bytearray, cut: int) -> Optional[List[Any]]:
-        """Decode ``buf[:cut]`` + ``]``; None when the cut is not an event boundary."""
+        """Decode ``buf[:cut]`` + ``]``; None when the cut is not an event boundary.
+
+        Raises :class:`_ArrayEnded` when the text before the error is the complete
+        event array (the candidate lay in the trailer: ``deviceProperties`` of old
+        Kineto layouts, this tool's own header), :class:`NotBatchable` for anything
+        else this stage does not decode."""
         try:
             return _decode(buf[:cut] + b"]")
         except DecodeError as e:
-            pos = _error_byte(e)
-            if "truncated" in str(e) or (pos is not None and pos >= cut):
+            pos = error_byte(e)
+            if is_truncation(e) or (pos is not None and pos >= cut):
                 return None
+            if pos is not None and _is_complete_array(buf, pos):
+                raise _ArrayEnded() from None
             raise NotBatchable(f"invalid JSON before byte {pos}: {e}") from None
 
     def _last(self, buf: bytearray) -> List[Any]:

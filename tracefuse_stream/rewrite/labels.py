@@ -109,6 +109,8 @@ def rank_metadata(rw: RankRewriter) -> Iterator[Event]:
         out_pid = rw.pids.get(ev.get("pid"))
         if out_pid is None or out_pid not in kept:
             continue
+        if ev.get("name") == "thread_sort_index" and not _int32_sort_index(ev):
+            continue  # nothing Perfetto can use (only damaged, salvaged input has it)
         m = rw.rewrite_metadata(ev)
         if m.get("name") == "thread_name":
             named_threads.add((m["pid"], m.get("tid")))
@@ -119,6 +121,12 @@ def rank_metadata(rw: RankRewriter) -> Iterator[Event]:
                 "ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
                 "ts": rw.pid_first_ts[pid], "args": {"name": synthetic_thread_name(orig), "rank": r},
             }
+
+
+def _int32_sort_index(ev: Dict[str, Any]) -> bool:
+    args = ev.get("args")
+    v = args.get("sort_index") if isinstance(args, dict) else None
+    return type(v) is int and -(2**31) <= v < 2**31
 
 
 def synthetic_thread_name(orig: Any) -> str:

@@ -1,0 +1,98 @@
+"""The passes a merge may need before streaming: clock alignment and time windows.
+
+Each returns values; none changes the plans it is given (alignment returns new plans
+with the corrected shifts). Both read only what they need — collective kernel ends,
+the reference rank's ProfilerStep events, each rank's first event — with the shared
+event reader, in worker processes when there are several.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, List, Optional, Sequence, Tuple
+
+from tracefuse_stream.errors import UsageError
+from tracefuse_stream.options import Alignment, TimeWindow
+from tracefuse_stream.pipeline.workers import parallel_map
+from tracefuse_stream.plan.planner import RankPlan
+
+Window = Tuple[int, int]
+
+
+def _collect_ends(path: str, base: Optional[int]) -> Any:
+    from tracefuse_stream.align.clock import collect_collective_ends
+
+    return collect_collective_ends(path, base)
+
+
+def apply_alignment(
+    plans: Sequence[RankPlan], alignment: Alignment, jobs: int
+) -> Tuple[List[RankPlan], List[str]]:
+    """Estimate (or load) per-host clock offsets and fold them into the rank shifts.
+
+    Returns the new plans and notes for the summary. Shifts are renormalised so that
+    no rank is shifted before the output base (no negative ts).
+    """
+    from tracefuse_stream.align.clock import (
+        estimate_offsets,
+        format_alignment_table,
+        load_clock_offsets,
+        offsets_from_file,
+    )
+
+    if alignment.clock_offsets is None and alignment.mode == "base":
+        return list(plans), []
+    hosts = {p.rank: p.host_name for p in plans}
+    if alignment.clock_offsets is not None:
+        alignments = offsets_from_file(load_clock_offsets(alignment.clock_offsets), hosts)
+    else:
+        collected = parallel_map(_collect_ends, [(p.path, p.base_time_ns) for p in plans], jobs)
+        alignments = estimate_offsets({p.rank: c for p, c in zip(plans, collected)}, hosts)
+    out: List[RankPlan] = []
+    for p in plans:
+        a = alignments.get(p.rank)
+        if a is None:
+            out.append(p)
+            continue
+        offset = a.offset_ns if a.applied else 0
+        out.append(
+            dataclasses.replace(p, align=a.to_header(), align_offset_ns=offset, shift_ns=p.shift_ns + offset)
+        )
+    notes = []
+    low = min(p.shift_ns for p in out)
+    if low < 0:
+        out = [dataclasses.replace(p, shift_ns=p.shift_ns - low) for p in out]
+        notes.append(f"alignment moved a rank before the common base; output base lowered by {-low} ns")
+    notes.append("clock alignment:\n" + format_alignment_table(alignments))
+    return out, notes
+
+
+def _first_event_ns(plan: RankPlan) -> Optional[int]:
+    from tracefuse_stream.report.info import scan_rank
+
+    return scan_rank(plan).first_ns
+
+
+def resolve_window(plans: Sequence[RankPlan], window: TimeWindow, jobs: int) -> Optional[Window]:
+    """The absolute (aligned) ns window to keep, from ``--steps`` or ``--window``."""
+    if window.steps is not None:
+        from tracefuse_stream.select.window import find_step_window
+
+        ref_rank = plans[0].rank if window.step_rank is None else window.step_rank
+        ref = next((p for p in plans if p.rank == ref_rank), None)
+        if ref is None:
+            shown = ", ".join(str(p.rank) for p in plans[:10])
+            raise UsageError(
+                f"--step-rank {ref_rank} is not among the merged ranks ({shown}{'...' if len(plans) > 10 else ''})"
+            )
+        first, last = window.steps
+        lo, hi = find_step_window(ref.path, ref.base_time_ns, first, last, rank=ref.rank)
+        return lo + ref.align_offset_ns, hi + ref.align_offset_ns
+    if window.window_ms is not None:
+        from tracefuse_stream.select.window import window_from_ms
+
+        firsts = parallel_map(_first_event_ns, [(p,) for p in plans], jobs)
+        known = [f + p.align_offset_ns for f, p in zip(firsts, plans) if f is not None]
+        if not known:
+            raise UsageError("--window: the inputs have no timed events")
+        return window_from_ms(min(known), window.window_ms[0], window.window_ms[1])
+    return None

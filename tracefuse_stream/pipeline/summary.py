@@ -1,0 +1,109 @@
+"""What a merge reports: per-rank numbers, totals, speed and warnings.
+
+``MergeSummary`` is the return value of :func:`tracefuse_stream.merge` and the source of
+the CLI's summary (text or ``--json-summary``). MB/s is measured on the decompressed
+JSON read, the work actually done, not on compressed file sizes.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+SIZE_WARN_BYTES = 1 << 30
+
+
+@dataclass
+class RankSummary:
+    """Per-rank numbers reported after a merge."""
+
+    rank: int
+    path: str
+    events_in: int
+    events_out: int
+    dropped: int
+    shift_ns: int
+    seconds: float
+    salvage: Optional[Dict[str, Any]] = None
+
+
+@dataclass
+class MergeSummary:
+    """What a merge did: per-rank counts, sizes, speed and warnings."""
+
+    output: str
+    ranks: List[RankSummary]
+    base_time_ns: int
+    bytes_in: int
+    bytes_out: int
+    json_bytes: int
+    seconds: float
+    jobs: int
+    warnings: List[str] = field(default_factory=list)
+    outputs: List[str] = field(default_factory=list)
+    dry_run: bool = False
+    window_ns: Optional[Tuple[int, int]] = None
+    verify_reports: List[Any] = field(default_factory=list)
+
+    @property
+    def events_in(self) -> int:
+        return sum(r.events_in for r in self.ranks)
+
+    @property
+    def events_out(self) -> int:
+        return sum(r.events_out for r in self.ranks)
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes_in / 1e6 / self.seconds if self.seconds > 0 else 0.0
+
+    def to_dict(self) -> Dict[str, Any]:
+        reports, self.verify_reports = self.verify_reports, []
+        try:
+            d = asdict(self)
+        finally:
+            self.verify_reports = reports
+        d.pop("verify_reports", None)
+        d["verify"] = [json.loads(r.to_json()) for r in reports]
+        d["events_in"] = self.events_in
+        d["events_out"] = self.events_out
+        d["mb_per_s"] = self.mb_per_s
+        return d
+
+    def format_text(self) -> str:
+        lines = [
+            f"{'rank':>6} {'events in':>12} {'events out':>12} {'dropped':>10} {'shift us':>14}  file",
+        ]
+        for r in self.ranks:
+            extra = f"  [salvaged: {r.salvage.get('summary')}]" if r.salvage else ""
+            lines.append(
+                f"{r.rank:>6} {r.events_in:>12,} {r.events_out:>12,} {r.dropped:>10,} "
+                f"{r.shift_ns / 1000:>14,.3f}  {r.path}{extra}"
+            )
+        verb = "dry run over" if self.dry_run else "merged"
+        if self.window_ns:
+            lines.append(
+                f"time window: {self.window_ns[0]} .. {self.window_ns[1]} ns "
+                f"({(self.window_ns[1] - self.window_ns[0]) / 1e6:,.3f} ms)"
+            )
+        lines.append(
+            f"{verb} {len(self.ranks)} rank(s): {self.events_in:,} events in, {self.events_out:,} out; "
+            f"{self.bytes_in / 1e6:,.1f} MB in -> {self.output} {self.bytes_out / 1e6:,.1f} MB "
+            f"({self.json_bytes / 1e6:,.1f} MB JSON{' estimated' if self.dry_run else ''}) in {self.seconds:.1f} s, {self.mb_per_s:,.1f} MB/s, "
+            f"{self.jobs} job(s)"
+        )
+        for w in self.warnings:
+            lines.append(f"warning: {w}")
+        return "\n".join(lines)
+
+
+def size_warning(json_bytes: int) -> Optional[str]:
+    """The summary's warning when a merged file is too big for the browser UI."""
+    if json_bytes <= SIZE_WARN_BYTES:
+        return None
+    return (
+        f"the merged JSON is {json_bytes / 1e9:.1f} GB uncompressed: the Perfetto UI in a browser "
+        "struggles beyond ~1-2 GB. Smaller: drop python_function (the default; check "
+        "--include-pyfunc), --steps A:B, --ranks, --keep-cat/--drop-cat; or open it with the "
+        "native trace_processor (trace_processor --httpd FILE) and connect the UI to it."
+    )

@@ -1,0 +1,130 @@
+"""Running per-rank work in worker processes, results in rank order.
+
+Workers never send events to the parent: each writes its rank's compressed fragment
+to disk and returns a small result, and the parent consumes results strictly in task
+order, so ``jobs=N`` output is byte-for-byte the ``jobs=1`` output whatever order
+workers finish in.
+
+Tasks reach forked workers through the pool's initializer arguments, which a fork
+inherits instead of pickling: an API ``filter_fn`` lambda works with workers too, and
+every pool carries its own tasks (nothing in module globals of the parent, so two
+merges in one process do not see each other's work). Progress travels through one
+shared counter per *worker* (not per task): the parent's poll costs O(workers) per
+wake-up however many thousand ranks there are. Interruption terminates the pool
+through its public API (``multiprocessing.Pool.terminate``).
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import sys
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+POLL_SECONDS = 0.25
+
+# Set in each worker process by _init_worker (the child's own copy; never in the parent).
+_worker_state: Optional[Tuple[Callable[..., Any], Sequence[Any], Any, int]] = None
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (affinity-aware)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def resolve_jobs(jobs: Optional[int], n_tasks: int) -> int:
+    """Workers to use: ``None``/0 = usable cores, never more than there are tasks."""
+    n = usable_cores() if not jobs else int(jobs)
+    return max(1, min(n, n_tasks))
+
+
+def _context() -> Any:
+    return multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+
+
+def _init_worker(fn: Callable[..., Any], tasks: Sequence[Any], counters: Any, slot_source: Any) -> None:
+    """Worker set-up: its tasks, its progress slot, default SIGTERM, ignore SIGINT
+    (the parent decides what an interrupt means and cleans up)."""
+    global _worker_state
+    with slot_source.get_lock():
+        slot = slot_source.value
+        slot_source.value += 1
+    _worker_state = (fn, tasks, counters, slot)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _run_task(index: int) -> Any:
+    assert _worker_state is not None, "worker used before its initializer ran"
+    fn, tasks, counters, slot = _worker_state
+
+    def progress(n: int) -> None:
+        with counters.get_lock():
+            counters[slot] += n
+
+    return fn(tasks[index], progress)
+
+
+def run_in_order(
+    fn: Callable[[T, Callable[[int], None]], R],
+    tasks: Sequence[T],
+    jobs: int,
+    progress: Callable[[int], None],
+) -> Iterator[R]:
+    """Yield ``fn(task, progress)`` for each task, in task order, running up to
+    ``jobs`` at once. ``progress`` (called in this process) receives bytes read."""
+    if jobs <= 1 or len(tasks) <= 1:
+        for t in tasks:
+            yield fn(t, progress)
+        return
+    ctx = _context()
+    counters = ctx.Array("q", jobs)
+    seen = [0] * jobs
+    pool = ctx.Pool(
+        processes=jobs, initializer=_init_worker,
+        initargs=(fn, list(tasks), counters, ctx.Value("i", 0)),
+    )
+
+    def poll() -> None:
+        for i in range(jobs):
+            v = counters[i]
+            if v != seen[i]:
+                progress(v - seen[i])
+                seen[i] = v
+
+    try:
+        results = pool.imap(_run_task, range(len(tasks)), chunksize=1)
+        for _ in range(len(tasks)):
+            while True:
+                try:
+                    res = results.next(timeout=POLL_SECONDS)
+                    break
+                except multiprocessing.TimeoutError:
+                    poll()
+            poll()
+            yield res
+    except BaseException:
+        pool.terminate()
+        pool.join()
+        raise
+    pool.close()
+    pool.join()
+
+
+def _call(fn_args: Tuple[Callable[..., Any], Tuple[Any, ...]], progress: Callable[[int], None]) -> Any:
+    fn, args = fn_args
+    return fn(*args)
+
+
+def parallel_map(fn: Callable[..., R], arglist: List[Tuple[Any, ...]], jobs: int) -> List[R]:
+    """``[fn(*a) for a in arglist]``, in worker processes when ``jobs > 1``."""
+    return list(run_in_order(_call, [(fn, a) for a in arglist], jobs, lambda n: None))
+
+
+__all__ = ["parallel_map", "resolve_jobs", "run_in_order", "usable_cores"]

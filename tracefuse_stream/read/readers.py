@@ -1,0 +1,213 @@
+"""The readers of one rank's events, behind one interface the stream driver uses.
+
+Three readers exist, in the order a merge tries them:
+
+* :class:`BatchedReader` — the event array cut into validated ~1 MB batches, each
+  decoded by one msgspec call and encoded back by one (the normal path);
+* :class:`ExactReader` — ijson's incremental parser, event by event; it takes over
+  whenever the batched reader hands a rank back (:class:`Handover`), because its
+  errors name the exact byte or event, and it accepts the open-ended array form;
+* :class:`SalvageReader` — frames events itself and skips what cannot be parsed
+  (``--salvage``).
+
+A faster reader joins by implementing :class:`EventReader` and raising
+:class:`Handover` for anything it does not handle. All readers parse numbers exactly
+(integers of any size, other numbers as ``Decimal``) and write them back unchanged.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Iterator, List, Optional, Protocol
+
+import ijson
+
+from tracefuse_stream.errors import ErrorKind, InputError
+from tracefuse_stream.exactjson import dumps_fast, encode_lines
+from tracefuse_stream.read.batches import EventBatches, NotBatchable
+from tracefuse_stream.read.jsonerrors import describe_json_error
+from tracefuse_stream.read.salvage import Framer, SalvageReport, tolerant_chunks
+from tracefuse_stream.read.sources import TraceReader
+from tracefuse_stream.read.trailer import find_trailer
+from tracefuse_stream.rewrite.rules import dumps_exact
+
+PARSE_BUF = 1 << 18
+Handover = NotBatchable  # "read this rank with the next reader instead"
+
+
+class EventReader(Protocol):
+    """What the stream driver needs from a reader of one rank."""
+
+    #: True: an event that cannot be rewritten or encoded is skipped and counted
+    #: (salvage) instead of failing the rank.
+    skips_bad_events: bool
+    #: Top-level keys found after the event array, once :meth:`batches` is exhausted.
+    trailer: Optional[Dict[str, Any]]
+    #: Things worth a warning line (e.g. an array without its closing bracket).
+    notes: List[str]
+
+    def batches(self) -> Iterator[List[Any]]: ...
+
+    def encode_batch(self, kept: List[Any]) -> bytes: ...
+
+    def encode_one(self, event: Any) -> bytes: ...
+
+    def tell_raw(self) -> int: ...
+
+    def json_bytes(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class _FileReader:
+    """Shared parts: the decompressing file reader and its positions."""
+
+    skips_bad_events = False
+
+    def __init__(self, path: str, compression: str, keep_tail: int = 0) -> None:
+        self.path = path
+        self.reader = TraceReader(path, compression, keep_tail=keep_tail)
+        self.trailer: Optional[Dict[str, Any]] = None
+        self.notes: List[str] = []
+
+    def tell_raw(self) -> int:
+        return self.reader.tell_raw()
+
+    def json_bytes(self) -> int:
+        return self.reader.offset
+
+    def close(self) -> None:
+        self.reader.close()
+
+
+class BatchedReader(_FileReader):
+    """msgspec batches; hands over (raises :class:`Handover`) for anything but a
+    complete, valid trace, and for read or decompression problems, whose exact
+    position the exact reader reports."""
+
+    def __init__(self, path: str, compression: str, layout: str) -> None:
+        super().__init__(path, compression)
+        self._batches = EventBatches(self.reader, layout)
+
+    def batches(self) -> Iterator[List[Any]]:
+        try:
+            yield from self._batches
+        except InputError as e:
+            if e.path == self.path and e.event_index is None:
+                raise Handover(str(e)) from None
+            raise
+        self.trailer = self._batches.trailer
+
+    def encode_batch(self, kept: List[Any]) -> bytes:
+        """One msgspec call per batch, one event per line: encoded JSON never holds a
+        raw newline (strings escape it), so the line breaks are the event boundaries.
+        An event msgspec cannot encode hands the rank to the exact reader, which names it."""
+        try:
+            return encode_lines(kept)[:-1].replace(b"\n", b",\n")
+        except (TypeError, ValueError, OverflowError) as e:
+            raise Handover(f"cannot encode an event: {e}") from None
+
+    def encode_one(self, event: Any) -> bytes:
+        return dumps_fast(event)
+
+
+class ExactReader(_FileReader):
+    """ijson, event by event: errors carry the exact offset and event index."""
+
+    def __init__(self, path: str, compression: str, layout: str, need_trailer: bool) -> None:
+        keep = (1 << 20) if need_trailer else (4096 if layout == "array" else 0)
+        super().__init__(path, compression, keep_tail=keep)
+        self.layout = layout
+        self.need_trailer = need_trailer
+        self.index = 0  # events delivered
+
+    def batches(self) -> Iterator[List[Any]]:
+        prefix = "traceEvents.item" if self.layout == "object" else "item"
+        try:
+            for ev in ijson.items(self.reader, prefix, use_float=False, buf_size=PARSE_BUF):
+                self.index += 1
+                yield [ev]
+        except (ijson.JSONError, UnicodeDecodeError) as e:
+            kind, problem = describe_json_error(e)
+            if self._open_array_end(kind):
+                self.notes.append(
+                    f"{self.path}: the event array has no closing ']' (the array form allows "
+                    f"that); {self.index} complete events read"
+                )
+            else:
+                hint = (
+                    "use --salvage to repair it (invalid bytes become U+FFFD)"
+                    if kind is ErrorKind.INVALID_UTF8
+                    else "use --salvage to keep the complete events before it"
+                )
+                raise InputError(  # event_index is 0-based: the event after the last complete one
+                    self.path, problem, kind=kind, hint=hint, event_index=self.index,
+                    offset=self.reader.offset if kind is ErrorKind.TRUNCATED else None,
+                ) from None
+        if self.need_trailer:
+            trailer = find_trailer(self.reader.tail())
+            if trailer is None:  # longer than the kept tail: read it from the file
+                from tracefuse_stream.plan.headers import trailer_of_file
+
+                trailer = trailer_of_file(self.path)[0]
+            self.trailer = trailer
+
+    def _open_array_end(self, kind: ErrorKind) -> bool:
+        """A bare ``[...]`` trace may end after a complete event without its closing
+        bracket (Chrome's array form); ijson has then yielded every event."""
+        if self.layout != "array" or kind is not ErrorKind.TRUNCATED:
+            return False
+        return self.reader.tail().rstrip().rstrip(b",").rstrip().endswith(b"}")
+
+    def encode_batch(self, kept: List[Any]) -> bytes:
+        parts = []
+        for ev in kept:
+            try:
+                parts.append(dumps_exact(ev))
+            except (TypeError, ValueError, OverflowError) as e:  # orjson's error is a TypeError
+                raise InputError(
+                    self.path, f"event cannot be written as strict JSON: {e}",
+                    event_index=self.index - 1, kind=ErrorKind.BAD_EVENT,
+                ) from None
+        return b",\n".join(parts)
+
+    def encode_one(self, event: Any) -> bytes:
+        return dumps_exact(event)
+
+
+class SalvageReader:
+    """Frames events itself (string-aware), parses each on its own and repairs what
+    can be repaired losslessly; the driver skips events that still fail."""
+
+    skips_bad_events = True
+
+    def __init__(self, path: str, size_bytes: int, exact: bool) -> None:
+        self.path = path
+        self.size_bytes = size_bytes
+        self.report = SalvageReport()
+        self.framer = Framer(tolerant_chunks(path, self.report), self.report, exact=exact)
+        self.trailer: Optional[Dict[str, Any]] = None
+        self.notes: List[str] = []
+        self._done = False
+
+    def batches(self) -> Iterator[List[Any]]:
+        for ev in self.framer.events():
+            yield [ev]
+        self.trailer = dict(self.framer.header)
+        self._done = True
+
+    def encode_batch(self, kept: List[Any]) -> bytes:
+        return b",\n".join(dumps_exact(ev) for ev in kept)
+
+    def encode_one(self, event: Any) -> bytes:
+        return dumps_exact(event)
+
+    def tell_raw(self) -> int:
+        return self.size_bytes if self._done else 0
+
+    def json_bytes(self) -> int:
+        return self.framer.offset
+
+    def close(self) -> None:
+        pass
+
+
+__all__ = ["BatchedReader", "EventReader", "ExactReader", "Handover", "SalvageReader"]
