@@ -179,6 +179,7 @@ class OutputOptions:
     split_ranks: Optional[int] = None
     dry_run: bool = False
     verify: Optional[bool] = None  # None: the TRACEFUSE_VERIFY=1 environment variable decides
+    link_collectives: bool = False  # flows joining each collective instance across ranks: align/links.py
 
     def __post_init__(self) -> None:
         if self.split_ranks is not None and (not _is_int(self.split_ranks) or self.split_ranks < 1):
@@ -257,6 +258,7 @@ KEYWORDS: Mapping[str, Tuple[str, str]] = {
     "split_ranks": ("output", "split_ranks"),
     "dry_run": ("output", "dry_run"),
     "verify": ("output", "verify"),
+    "link_collectives": ("output", "link_collectives"),
     "jobs": ("execution", "jobs"),
     "progress": ("execution", "progress"),
     "salvage": ("execution", "salvage"),

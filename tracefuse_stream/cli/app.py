@@ -80,6 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--dry-run", action="store_true",
                    help="apply all filters and report counts and estimated sizes; write nothing")
     m.add_argument("--verify", action="store_true", help="verify the merged output against the inputs")
+    m.add_argument("--link-collectives", action="store_true",
+                   help="flow arrows joining each collective instance across ranks in order of arrival, "
+                        "with each slice's wait and the last rank in its args")
     m.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no summary")
     m.add_argument("--json-summary", action="store_true", help="summary as JSON on stdout (stderr with -o -)")
 
@@ -89,6 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--align", action="store_true",
                    help="also estimate per-host clock offsets from collectives (no merge)")
     i.add_argument("--steps", action="store_true", help="also list the ProfilerStep numbers of each rank")
+    i.add_argument("--collectives", action="store_true",
+                   help="collective instances matched across ranks: arrivals, waits, the straggler")
 
     v = sub.add_parser(
         "verify", help="check that a merged trace will render right in Perfetto",
@@ -138,7 +143,8 @@ def merge_options(a: argparse.Namespace) -> MergeOptions:
         ),
         alignment=Alignment(mode=a.align, clock_offsets=a.clock_offsets),
         output=OutputOptions(
-            force=a.force, split_ranks=a.split_ranks, dry_run=a.dry_run, verify=True if a.verify else None
+            force=a.force, split_ranks=a.split_ranks, dry_run=a.dry_run, verify=True if a.verify else None,
+            link_collectives=a.link_collectives,
         ),
         execution=Execution(
             jobs=a.jobs, progress=not a.quiet and sys.stderr.isatty(), salvage=a.salvage
@@ -167,6 +173,10 @@ def cmd_info(a: argparse.Namespace) -> int:
     from tracefuse_stream.report.info import collect_info
 
     plans, rows, out, text = collect_info(a.inputs, rank_from=a.rank_from, ranks=_ranks(a.ranks))
+    if a.collectives:
+        from tracefuse_stream.report.collectives import info_collectives
+
+        return info_collectives(plans, a.json)
     if a.steps:
         from tracefuse_stream.select.window import list_steps
 

@@ -140,7 +140,13 @@ def _merge(inputs: InputSpec, output: str, opts: MergeOptions) -> MergeSummary:
     groups = rank_groups(plans, out_opts.split_ranks)
     split = bool(out_opts.split_ranks)
     names = output_names(output, groups, split)
-    results, splicers = _write_files(plans, groups, names, split, codec, flt, base_ns, opts)
+    links = None
+    if out_opts.link_collectives:  # one pass over collective events only (align/links.py)
+        from tracefuse_stream.align.links import plan_links
+
+        links = plan_links(plans, flt, groups, n_jobs)
+        notes.extend(links.notes())
+    results, splicers = _write_files(plans, groups, names, split, codec, flt, base_ns, opts, links)
     for r in results:
         warnings.extend(r.warnings)
     too_big = size_warning(max((sp.length for sp in splicers), default=0))
@@ -196,6 +202,7 @@ def _write_files(
     flt: EventFilter,
     base_ns: int,
     opts: MergeOptions,
+    links: Any = None,
 ) -> tuple[List[RankResult], List[Splicer]]:
     """Stream every rank into a fragment and splice the fragments, in rank order, into
     one atomic output per rank group; on any failure or interruption every temporary
@@ -220,7 +227,8 @@ def _write_files(
         sep = piece_of(codec, b",\n")
         group_of = {p.rank: gi for gi, g in enumerate(groups) for p in g}
         tasks = [
-            RankTask(p, flt, codec, None if frags is None else frags.file_for(p.rank), opts.execution.salvage)
+            RankTask(p, flt, codec, None if frags is None else frags.file_for(p.rank), opts.execution.salvage,
+                     None if links is None else tuple(links.by_rank.get(p.rank, ())))
             for p in plans
         ]
         wrote_any = [False] * len(groups)

@@ -19,7 +19,7 @@ import contextlib
 import gc
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import orjson
 
@@ -44,6 +44,7 @@ class RankTask:
     codec: str
     fragment_path: Optional[str]  # None: compress and count only (dry run)
     salvage: bool = False
+    links: Optional[Tuple[Any, ...]] = None  # --link-collectives: this rank's LinkSpecs (align/links.py)
 
 
 @dataclass
@@ -168,6 +169,7 @@ class _Sink:
 
     def __init__(self, rw: RankRewriter, w: PieceWriter, reader: EventReader, progress_at: _ProgressAt) -> None:
         self.rw = rw
+        self.feed_batch: Callable[[Sequence[Any]], List[Any]] = rw.feed_batch  # or a CollectiveLinker's
         self.w = w
         self.reader = reader
         self.progress_at = progress_at
@@ -178,7 +180,7 @@ class _Sink:
 
     def pump(self, batches: Iterable[List[Any]]) -> None:
         """Rewrite, encode and buffer every batch; flush about every MB."""
-        feed_batch, encode_batch, buf, w = self.rw.feed_batch, self.reader.encode_batch, self.buf, self.w
+        feed_batch, encode_batch, buf, w = self.feed_batch, self.reader.encode_batch, self.buf, self.w
         skip_bad = self.reader.skips_bad_events
         first = self.first
         try:
@@ -238,6 +240,12 @@ def _drive(task: RankTask, reader: EventReader, progress: Progress, strict_error
     w = PieceWriter(task.codec, task.fragment_path, discard=task.fragment_path is None)
     progress_at = _ProgressAt(reader, progress)
     sink = _Sink(rw, w, reader, progress_at)
+    linker = None
+    if task.links is not None:
+        from tracefuse_stream.align.links import CollectiveLinker
+
+        linker = CollectiveLinker(rw, task.links, plan.shift_ns)
+        sink.feed_batch = linker.feed_batch
     try:
         sink.pump(reader.batches())
         piece, meta_out = sink.finish()
@@ -263,7 +271,7 @@ def _drive(task: RankTask, reader: EventReader, progress: Progress, strict_error
         json_bytes_in=reader.json_bytes(),
         seconds=time.perf_counter() - t0,
         salvage=_salvage_record(plan, reader, sink, strict_error),
-        warnings=list(reader.notes),
+        warnings=list(reader.notes) + (linker.warnings(plan.path) if linker is not None else []),
     )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
+from tracefuse_stream.align.links import is_collective_link
 from tracefuse_stream.rewrite.rules import FLOW_PHASES, PID_STRIDE, rank_of_pid
 from tracefuse_stream.timeunits import us_to_ns_or_none
 from tracefuse_stream.verify.digest import MASK64, Digest, hashable, tuple_hashes
@@ -218,6 +219,8 @@ class MergedChecker:
                             sbuf = sorter.buf
                 elif ph in FLOW_PHASES:
                     self._flow(ev, ph, rank, st, idx)
+                    if want_digest and is_collective_link(ev.get("cat"), ev.get("name"), ev.get("id"), rank):
+                        continue  # --link-collectives adds these: they are in no input
                 elif ph == "i" or ph == "I":
                     st["instants"] += 1
                 elif ph == "C":
@@ -268,7 +271,7 @@ class MergedChecker:
         if cur is None:
             self.flows[key] = (rr << 4) | flag
             return
-        if cur >> 4 != rr and not cur & 8:
+        if cur >> 4 != rr and not cur & 8 and not is_collective_link(cn_key[0], cn_key[1], val, rank):
             self.F.add("flow_key_shared", rank,
                        {"cat": cn_key[0], "name": cn_key[1], "id": val,
                         "ranks": [(cur >> 4) - 1, rank], "event": idx})  # fmt: skip

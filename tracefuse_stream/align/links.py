@@ -1,0 +1,240 @@
+"""``merge --link-collectives``: flow arrows joining each collective instance across ranks.
+
+Why: clicking a collective in Perfetto should walk to the same collective on the
+other ranks, in order of arrival, and show how long this rank waited and who came
+last. The instances come from :mod:`tracefuse_stream.align.collectives` (one pass over
+collective events only, before streaming); the links are added while each rank
+streams, without touching the rewrite rules' hot loop: :class:`CollectiveLinker` wraps
+``RankRewriter.feed_batch`` and does work only for batches that hold a linked slice.
+
+The links (see docs/OUTPUT_FORMAT.md):
+
+* an instance on k ranks gets k-1 flows, earliest arrival -> next -> ... -> last;
+  each flow is an ``s`` on the earlier rank's slice and an ``f`` with ``bp: "e"`` on
+  the later rank's slice, both at the slice start + min(1 µs, dur/2) (strictly inside
+  the slice, so Perfetto binds them to it);
+* ``cat`` and ``name`` are both ``"collective"`` (:data:`LINK_CAT`), and the ids are
+  ``(max merged rank + 1) * 2**32 + j``, j = 1, 2, ...: above every rank's own id space
+  (``r * 2**32 + id``), so they cannot meet any rank's flow, whatever its cat/name;
+* every linked slice gets ``args.collective_wait_us`` (last arrival - own arrival, µs),
+  ``args.collective_last_rank`` and ``args.collective_instance`` (the ``info
+  --collectives`` instance id).
+
+Instances are linked only when all their slices are kept by the merge's filters and
+window and land in one output file (``--split-ranks``); the rest are counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+from tracefuse_stream.align.collectives import (
+    CollectiveTable,
+    RankScan,
+    match_instances,
+    pg_config_of,
+    scan_collectives,
+)
+from tracefuse_stream.plan.planner import RankPlan
+from tracefuse_stream.select.filters import EventFilter
+from tracefuse_stream.timeunits import us_to_ns_or_none
+
+LINK_CAT = "collective"
+LINK_NAME = "collective"
+WAIT_ARG = "collective_wait_us"
+LAST_ARG = "collective_last_rank"
+INSTANCE_ARG = "collective_instance"
+ID_BITS = 32
+INSIDE_NS = 1000  # flow ts = slice start + min(this, dur / 2)
+
+
+def is_collective_link(cat: Any, name: Any, flow_id: Any, rank: Any) -> bool:
+    """True for a flow event this tool wrote for ``--link-collectives`` (the verifier
+    accepts these across ranks and nothing else): its cat/name and an id above the
+    id space of the rank it sits on."""
+    return (cat == LINK_CAT and name == LINK_NAME and type(flow_id) is int
+            and type(rank) is int and flow_id >> ID_BITS > rank)  # fmt: skip
+
+
+class LinkSpec(NamedTuple):
+    """What to do to one slice of one rank."""
+
+    pos: int  # position in the file's event array
+    name: str
+    ts_ns: int  # the slice's own ts, in ns (to recognise it)
+    dur_ns: int
+    args: Tuple[Tuple[str, Any], ...]
+    flows: Tuple[Tuple[str, int], ...]  # ("s" | "f", id)
+
+
+@dataclass
+class LinkPlan:
+    """Per-rank link specs (by file position) and what could not be linked."""
+
+    by_rank: Dict[int, List[LinkSpec]] = field(default_factory=dict)
+    instances: int = 0
+    flows: int = 0
+    filtered: int = 0
+    across_files: int = 0
+    table: Optional[CollectiveTable] = None
+
+    def notes(self) -> List[str]:
+        t = self.table
+        text = f"collective links: {self.instances} instance(s) linked by {self.flows} flow(s)"
+        skipped = []
+        if self.filtered:
+            skipped.append(f"{self.filtered} with a slice dropped by the filters or window")
+        if self.across_files:
+            skipped.append(f"{self.across_files} spanning several --split-ranks files")
+        if t is not None and t.unmatched_total:
+            skipped.append(f"{t.unmatched_total} not matched across all their ranks (see info --collectives)")
+        if skipped:
+            text += "; not linked: " + ", ".join(skipped)
+        return [text] + ([f"collective links: {n}" for n in t.notes] if t is not None else [])
+
+
+def _scan_kept(path: str, rank: int, base: Optional[int], offset: int, flt: EventFilter) -> RankScan:
+    def keep(event: Dict[str, Any], start_ns: int, dur_ns: int) -> bool:
+        return flt.keep(event) and flt.in_window(start_ns + offset, dur_ns)
+
+    return scan_collectives(path, rank, base, keep)
+
+
+def plan_links(
+    plans: Sequence[RankPlan], flt: EventFilter, groups: Sequence[Sequence[RankPlan]], jobs: int
+) -> LinkPlan:
+    """Match the instances of ``plans`` (aligned times) and decide every link."""
+    from tracefuse_stream.pipeline.workers import parallel_map
+
+    scans = parallel_map(
+        _scan_kept, [(p.path, p.rank, p.base_time_ns, p.align_offset_ns, flt) for p in plans], jobs
+    )
+    table = match_instances(
+        {p.rank: s for p, s in zip(plans, scans)},
+        {p.rank: pg_config_of(p.header) for p in plans},
+        {p.rank: p.host_name for p in plans},
+        {p.rank: p.align_offset_ns for p in plans},
+    )
+    file_of = {p.rank: gi for gi, g in enumerate(groups) for p in g}
+    out = LinkPlan(by_rank={p.rank: [] for p in plans}, table=table)
+    next_id = (max((p.rank for p in plans), default=-1) + 1) << ID_BITS
+    for inst in table.instances:
+        if not all(e.event.kept for e in inst.entries.values()):
+            out.filtered += 1
+            continue
+        if len({file_of.get(r) for r in inst.entries}) != 1:
+            out.across_files += 1
+            continue
+        order = inst.arrival_order
+        flows: Dict[int, List[Tuple[str, int]]] = {r: [] for r in order}
+        for a, b in zip(order, order[1:]):
+            next_id += 1
+            flows[a].append(("s", next_id))
+            flows[b].append(("f", next_id))
+        out.instances += 1
+        out.flows += len(order) - 1
+        for r in order:
+            e = inst.entries[r].event
+            args = (
+                (WAIT_ARG, round(inst.wait_ns(r) / 1000.0, 3)),
+                (LAST_ARG, inst.last_rank),
+                (INSTANCE_ARG, inst.id),
+            )
+            out.by_rank[r].append(LinkSpec(e.pos, e.name, e.ts_ns, e.dur_ns, args, tuple(flows[r])))
+    for specs in out.by_rank.values():
+        specs.sort()
+    return out
+
+
+class CollectiveLinker:
+    """Wraps a rank's ``feed_batch``: adds the args to the linked slices and puts their
+    flow events right after them, on the slice's (rewritten) pid and tid."""
+
+    def __init__(self, rewriter: Any, specs: Sequence[LinkSpec], shift_ns: int) -> None:
+        self.rw = rewriter
+        self.feed = rewriter.feed_batch
+        self.specs = list(specs)
+        self.pos = 0
+        self.shift_ns = shift_ns
+        self.not_found = 0
+
+    def feed_batch(self, batch: Sequence[Any]) -> List[Any]:
+        specs, pos = self.specs, self.pos
+        start = self.rw.index + 1
+        end = start + len(batch)
+        if pos >= len(specs) or specs[pos].pos >= end:
+            return self.feed(batch)
+        hits: List[Tuple[LinkSpec, Any]] = []
+        while pos < len(specs) and specs[pos].pos < end:
+            spec = specs[pos]
+            pos += 1
+            ev = batch[spec.pos - start] if spec.pos >= start else None
+            if (
+                type(ev) is dict
+                and ev.get("name") == spec.name
+                and us_to_ns_or_none(ev.get("ts")) == spec.ts_ns
+            ):
+                hits.append((spec, ev))
+            else:
+                self.not_found += 1
+        self.pos = pos
+        kept = self.feed(batch)
+        return self._link(kept, hits) if hits else kept
+
+    def _link(self, kept: List[Any], hits: List[Tuple[LinkSpec, Any]]) -> List[Any]:
+        where = {id(ev): spec for spec, ev in hits}
+        out: List[Any] = []
+        added = 0
+        for ev in kept:
+            out.append(ev)
+            spec = where.pop(id(ev), None)
+            if spec is None:
+                continue
+            args = ev.get("args")
+            if type(args) is dict:
+                args.update(spec.args)
+            ts = _us(spec.ts_ns + self.shift_ns + min(INSIDE_NS, spec.dur_ns // 2))
+            for ph, fid in spec.flows:
+                flow = {"ph": ph, "cat": LINK_CAT, "name": LINK_NAME, "id": fid, "pid": ev["pid"],
+                        "tid": ev["tid"], "ts": ts, "args": {"rank": self.rw.rank}}  # fmt: skip
+                if ph == "f":
+                    flow["bp"] = "e"
+                out.append(flow)
+                added += 1
+        self.not_found += len(where)
+        self.rw.events_out += added
+        return out
+
+    def warnings(self, path: str) -> List[str]:
+        if not self.not_found:
+            return []
+        return [f"{path}: --link-collectives: {self.not_found} collective slice(s) not found again while "
+                "streaming; their flows are incomplete"]  # fmt: skip
+
+
+def _us(ns: int) -> Any:
+    """Exact µs for a ts: an int when whole, else a Decimal with its ns digits."""
+    return ns // 1000 if ns % 1000 == 0 else Decimal(ns).scaleb(-3)
+
+
+def links_for(plan: Optional[LinkPlan], rank: int) -> Optional[Tuple[LinkSpec, ...]]:
+    if plan is None:
+        return None
+    return tuple(plan.by_rank.get(rank, ()))
+
+
+__all__ = [
+    "CollectiveLinker",
+    "INSTANCE_ARG",
+    "LAST_ARG",
+    "LINK_CAT",
+    "LINK_NAME",
+    "LinkPlan",
+    "LinkSpec",
+    "WAIT_ARG",
+    "is_collective_link",
+    "links_for",
+    "plan_links",
+]
