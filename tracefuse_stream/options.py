@@ -5,7 +5,7 @@ TraceLens-compatible class and checked in four places. Now the choices are one f
 value made of small parts, each of which validates itself when it is made:
 
 * :class:`Selection` — which files are which rank, which ranks, which profiling cycle;
-* :class:`Filters` — which events (categories, names, python_function, a callback);
+* :class:`Filters` — which events (categories, names, python_function, a callback), which args;
 * :class:`TimeWindow` — ``--steps`` or ``--window``;
 * :class:`Alignment` — how clocks are aligned;
 * :class:`OutputOptions` — overwrite, split, dry run, verify;
@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, FrozenSet, Iterable, Literal, Mapping, Optional, Tuple, Union
 
 from tracefuse_stream.errors import UsageError
+from tracefuse_stream.rewrite.args import ARGS_CHOICES, ArgsMode
 
 Event = Dict[str, Any]
 RankFrom = Literal["auto", "order"]
@@ -94,8 +95,10 @@ class Filters:
     drop_cat: FrozenSet[str] = field(default_factory=frozenset)
     name_regex: Optional[str] = None
     filter_fn: Optional[Callable[[Event], bool]] = None
+    args: ArgsMode = "all"  # which event args are kept: tracefuse_stream/rewrite/args.py
 
     def __post_init__(self) -> None:
+        _choice(self.args, ARGS_CHOICES, "--args")
         _set(self, "keep_cat", _categories(self.keep_cat, "--keep-cat"))
         _set(self, "drop_cat", _categories(self.drop_cat, "--drop-cat") or frozenset())
         if self.name_regex is not None:
@@ -249,6 +252,7 @@ KEYWORDS: Mapping[str, Tuple[str, str]] = {
     "drop_cat": ("filters", "drop_cat"),
     "name_regex": ("filters", "name_regex"),
     "filter_fn": ("filters", "filter_fn"),
+    "args": ("filters", "args"),
     "steps": ("window", "steps"),
     "step_rank": ("window", "step_rank"),
     "window_ms": ("window", "window_ms"),

@@ -59,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--keep-cat", type=_csv, metavar="CATS", help="keep only these categories (comma separated)")
     m.add_argument("--drop-cat", type=_csv, metavar="CATS", help="drop these categories (comma separated)")
     m.add_argument("--name", metavar="REGEX", help="keep only events whose name matches REGEX")
+    m.add_argument("--args", choices=["all", "slim", "none"], default="all",
+                   help="event args kept: all (default); slim: links, rank and small readable args "
+                        "(no shape/stride/input lists; about half the viewer memory); none: links and rank")
     m.add_argument("-j", "--jobs", type=int, default=0,
                    help="worker processes (default: usable cores; 1 = no workers)")
     m.add_argument("--salvage", action="store_true",
@@ -135,6 +138,7 @@ def merge_options(a: argparse.Namespace) -> MergeOptions:
             keep_cat=frozenset(a.keep_cat) if a.keep_cat else None,
             drop_cat=frozenset(a.drop_cat or ()),
             name_regex=a.name,
+            args=a.args,
         ),
         window=TimeWindow(
             steps=parse_steps(a.steps) if a.steps else None,

@@ -22,6 +22,7 @@ from tracefuse_stream.pipeline.stream import RankResult, RankTask, stream_rank
 from tracefuse_stream.pipeline.summary import MergeSummary, RankSummary, size_warning
 from tracefuse_stream.pipeline.workers import resolve_jobs, run_in_order, usable_cores
 from tracefuse_stream.plan.cycles import merge_each_cycle
+from tracefuse_stream.report.viewer import ViewerCounts, estimate_viewer_bytes, largest
 from tracefuse_stream.plan.planner import InputSpec, RankPlan, clamp_output_base, input_warnings, plan_inputs
 from tracefuse_stream.select.filters import EventFilter
 from tracefuse_stream.write.writer import AtomicOutput, FragmentDir, Splicer, codec_for, is_special_file, piece_of
@@ -149,7 +150,10 @@ def _merge(inputs: InputSpec, output: str, opts: MergeOptions) -> MergeSummary:
     results, splicers = _write_files(plans, groups, names, split, codec, flt, base_ns, opts, links)
     for r in results:
         warnings.extend(r.warnings)
-    too_big = size_warning(max((sp.length for sp in splicers), default=0))
+    viewer = [estimate_viewer_bytes(ViewerCounts(json_bytes=sp.length)) for sp in splicers]
+    big = max(range(len(splicers)), key=viewer.__getitem__, default=0)
+    too_big = size_warning(max((sp.length for sp in splicers), default=0), largest(viewer),
+                           len(groups[big]) if groups else 0, split)
     if too_big:
         warnings.append(too_big)
     warnings.extend(notes)
@@ -172,6 +176,7 @@ def _merge(inputs: InputSpec, output: str, opts: MergeOptions) -> MergeSummary:
         outputs=[] if out_opts.dry_run else names,
         dry_run=out_opts.dry_run,
         window_ns=flt.window_ns,
+        viewer_memory_bytes=largest(viewer),
     )
     verify = out_opts.verify
     if verify is None:
@@ -190,6 +195,7 @@ def _event_filter(opts: MergeOptions, window_ns: Optional[tuple]) -> EventFilter
         name_regex=f.name_regex,
         fn=f.filter_fn,
         window_ns=window_ns,
+        args=f.args,
     )
 
 

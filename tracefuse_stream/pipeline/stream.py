@@ -26,6 +26,7 @@ import orjson
 from tracefuse_stream.errors import InputError
 from tracefuse_stream.plan.planner import RankPlan
 from tracefuse_stream.read.readers import BatchedReader, EventReader, ExactReader, Handover, SalvageReader
+from tracefuse_stream.rewrite.args import kept_keys
 from tracefuse_stream.rewrite.labels import rank_metadata
 from tracefuse_stream.rewrite.rules import RankRewriter
 from tracefuse_stream.select.filters import EventFilter
@@ -136,7 +137,8 @@ def _no_cyclic_gc() -> Iterator[None]:
 def _rewriter(task: RankTask) -> RankRewriter:
     plan = task.plan
     return RankRewriter(
-        plan.rank, plan.shift_ns, task.flt, (plan.base_time_ns or 0) + plan.align_offset_ns, plan.path
+        plan.rank, plan.shift_ns, task.flt, (plan.base_time_ns or 0) + plan.align_offset_ns, plan.path,
+        keep_args=kept_keys(task.flt.args),
     )
 
 

@@ -44,6 +44,7 @@ class MergeSummary:
     dry_run: bool = False
     window_ns: Optional[Tuple[int, int]] = None
     verify_reports: List[Any] = field(default_factory=list)
+    viewer_memory_bytes: int = 0  # the largest file's estimated trace_processor memory (report/viewer.py)
 
     @property
     def events_in(self) -> int:
@@ -92,13 +93,24 @@ class MergeSummary:
             f"({self.json_bytes / 1e6:,.1f} MB JSON{' estimated' if self.dry_run else ''}) in {self.seconds:.1f} s, {self.mb_per_s:,.1f} MB/s, "
             f"{self.jobs} job(s)"
         )
+        if self.viewer_memory_bytes:
+            lines.append(
+                f"viewer memory: ~{self.viewer_memory_bytes / 1e6:,.0f} MB in Perfetto (trace_processor, "
+                f"estimated{', largest file' if len(self.outputs) > 1 else ''}; a browser holds 4 GB)"
+            )
         for w in self.warnings:
             lines.append(f"warning: {w}")
         return "\n".join(lines)
 
 
-def size_warning(json_bytes: int) -> Optional[str]:
-    """The summary's warning when a merged file is too big for the browser UI."""
+def size_warning(json_bytes: int, viewer_bytes: int = 0, ranks: int = 0, split: bool = False) -> Optional[str]:
+    """The summary's warning when a merged file is too big for the browser UI: by the
+    viewer-memory estimate beyond 4 GB, else by JSON size beyond ~1 GB."""
+    from tracefuse_stream.report.viewer import over_limit_warning
+
+    over = over_limit_warning(viewer_bytes, ranks, split)
+    if over is not None:
+        return over
     if json_bytes <= SIZE_WARN_BYTES:
         return None
     return (

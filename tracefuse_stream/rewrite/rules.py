@@ -25,7 +25,7 @@ and constants, never events. The rules, and why (see docs/OUTPUT_FORMAT.md):
 from __future__ import annotations
 
 from decimal import Context, Decimal, Inexact, InvalidOperation, Overflow
-from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
 import orjson
 
@@ -152,6 +152,7 @@ class RankRewriter:
         flt: EventFilter,
         base_time_ns: int = 0,
         path: str = "",
+        keep_args: Optional[FrozenSet[str]] = None,
     ) -> None:
         if rank < 0 or rank > MAX_RANK:
             raise InputError(path, f"rank {rank} is outside 0..{MAX_RANK}, the range the pid rule supports")
@@ -173,6 +174,7 @@ class RankRewriter:
         self.synth_tids: Dict[Tuple[int, int], Any] = {}  # (out pid, out tid) -> original
         self.pid_first_ts: Dict[int, Any] = {}
         self.pid_gpu_like: Set[int] = set()
+        self.keep_args = keep_args  # --args slim/none: the arg keys kept (rewrite/args.py); None: all
         self.metadata: List[Event] = []
         self.events_out = 0
         self.dropped = 0
@@ -279,6 +281,7 @@ class RankRewriter:
         shifting, add, dshift = self._shifting, self._add, self._dshift
         id_off, rank = self.id_off, self.rank
         gpu_like = self.pid_gpu_like
+        keep_args = self.keep_args
         no_rare_links, rare_links = _RARE_LINK_KEYS.isdisjoint, _RARE_LINK_KEYS.intersection
         try:
             for ev in events:
@@ -336,6 +339,8 @@ class RankRewriter:
                     ev["bind_id"] = self.map_id(ev["bind_id"], "bind_id")
                 args = get("args")
                 if type(args) is dict:
+                    if keep_args is not None and not keep_args.issuperset(args):
+                        args = ev["args"] = {k: v for k, v in args.items() if k in keep_args}
                     # the two common links by lookup; the rarer ones only when one of
                     # them is there (one C-level isdisjoint, no allocation)
                     for key in COMMON_LINK_ARGS:

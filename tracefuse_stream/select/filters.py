@@ -34,6 +34,7 @@ class EventFilter:
     name_regex: Optional[str] = None
     window_ns: Optional[Tuple[int, int]] = None
     fn: Optional[Callable[[Event], bool]] = None
+    args: str = "all"  # --args all|slim|none: which event args are kept (rewrite/args.py)
 
     def __post_init__(self) -> None:
         if self.keep_cat is not None:
@@ -86,7 +87,7 @@ class EventFilter:
 
     def to_header(self) -> Dict[str, Any]:
         """JSON-safe description recorded in the merged trace's header."""
-        return {
+        out: Dict[str, Any] = {
             "include_pyfunc": self.include_pyfunc,
             "keep_cat": sorted(self.keep_cat) if self.keep_cat is not None else None,
             "drop_cat": sorted(self.drop_cat),
@@ -94,6 +95,9 @@ class EventFilter:
             "window_ns": list(self.window_ns) if self.window_ns else None,
             "custom_filter_fn": self.fn is not None,
         }
+        if self.args != "all":  # absent means all: headers of earlier merges (and golden bytes) stay
+            out["args"] = self.args
+        return out
 
     @classmethod
     def from_header(cls, h: Dict[str, Any]) -> "EventFilter":
@@ -106,4 +110,5 @@ class EventFilter:
             drop_cat=frozenset(h.get("drop_cat") or ()),
             name_regex=h.get("name_regex"),
             window_ns=(int(win[0]), int(win[1])) if win else None,
+            args=str(h["args"]) if h.get("args") in ("slim", "none") else "all",
         )
