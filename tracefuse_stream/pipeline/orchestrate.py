@@ -65,23 +65,6 @@ def _interruptible(fn: Callable[..., MergeSummary]) -> Callable[..., MergeSummar
     return wrapper
 
 
-def _interruptible(fn: Callable[..., MergeSummary]) -> Callable[..., MergeSummary]:
-    """SIGTERM and SIGINT anywhere in a merge (planning, scans, writing) become
-    :class:`Interrupted`, after the merge's own cleanup has run."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> MergeSummary:
-        with _TermAsInterrupt():
-            try:
-                return fn(*args, **kwargs)
-            except KeyboardInterrupt:
-                raise Interrupted("interrupted (SIGINT); no output written") from None
-            except TerminateSignal:
-                raise Interrupted("terminated (SIGTERM); no output written") from None
-
-    return wrapper
-
-
 @_interruptible
 def merge(
     inputs: InputSpec,
@@ -150,6 +133,16 @@ def _merge(inputs: InputSpec, output: str, opts: MergeOptions) -> MergeSummary:
     results, splicers = _write_files(plans, groups, names, split, codec, flt, base_ns, opts, links)
     for r in results:
         warnings.extend(r.warnings)
+    if flt.window_ns is not None:
+        empty = [r.rank for r in results if r.events_out == r.metadata_out]
+        if empty:
+            from tracefuse_stream.select.ranges import compress_ranges
+
+            what = "--steps" if opts.window.steps is not None else "--window"
+            warnings.append(
+                f"{what} leaves rank(s) {compress_ranges(empty)} with no events (their profiles do not "
+                "reach into the window; check the ranks' spans with `info`)"
+            )
     viewer = [estimate_viewer_bytes(ViewerCounts(json_bytes=sp.length)) for sp in splicers]
     big = max(range(len(splicers)), key=viewer.__getitem__, default=0)
     too_big = size_warning(max((sp.length for sp in splicers), default=0), largest(viewer),
@@ -163,6 +156,7 @@ def _merge(inputs: InputSpec, output: str, opts: MergeOptions) -> MergeSummary:
             RankSummary(
                 rank=r.rank, path=r.path, events_in=r.events_in, events_out=r.events_out,
                 dropped=r.dropped, shift_ns=p.shift_ns, seconds=r.seconds, salvage=r.salvage,
+                metadata_out=r.metadata_out, json_bytes_in=r.json_bytes_in,
             )
             for p, r in zip(plans, results)
         ],

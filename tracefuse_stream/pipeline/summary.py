@@ -25,6 +25,8 @@ class RankSummary:
     shift_ns: int
     seconds: float
     salvage: Optional[Dict[str, Any]] = None
+    metadata_out: int = 0  # process/thread metadata written for this rank (regenerated labels)
+    json_bytes_in: int = 0  # decompressed JSON bytes read
 
 
 @dataclass
@@ -55,8 +57,18 @@ class MergeSummary:
         return sum(r.events_out for r in self.ranks)
 
     @property
+    def json_bytes_in(self) -> int:
+        """Decompressed JSON bytes read: the work done (compressed sizes understate it)."""
+        return sum(r.json_bytes_in for r in self.ranks)
+
+    @property
+    def metadata_out(self) -> int:
+        return sum(r.metadata_out for r in self.ranks)
+
+    @property
     def mb_per_s(self) -> float:
-        return self.bytes_in / 1e6 / self.seconds if self.seconds > 0 else 0.0
+        """Throughput in MB/s of decompressed input JSON."""
+        return self.json_bytes_in / 1e6 / self.seconds if self.seconds > 0 else 0.0
 
     def to_dict(self) -> Dict[str, Any]:
         reports, self.verify_reports = self.verify_reports, []
@@ -68,6 +80,8 @@ class MergeSummary:
         d["verify"] = [json.loads(r.to_json()) for r in reports]
         d["events_in"] = self.events_in
         d["events_out"] = self.events_out
+        d["metadata_out"] = self.metadata_out
+        d["json_bytes_in"] = self.json_bytes_in
         d["mb_per_s"] = self.mb_per_s
         return d
 
@@ -88,10 +102,12 @@ class MergeSummary:
                 f"({(self.window_ns[1] - self.window_ns[0]) / 1e6:,.3f} ms)"
             )
         lines.append(
-            f"{verb} {len(self.ranks)} rank(s): {self.events_in:,} events in, {self.events_out:,} out; "
-            f"{self.bytes_in / 1e6:,.1f} MB in -> {self.output} {self.bytes_out / 1e6:,.1f} MB "
-            f"({self.json_bytes / 1e6:,.1f} MB JSON{' estimated' if self.dry_run else ''}) in {self.seconds:.1f} s, {self.mb_per_s:,.1f} MB/s, "
-            f"{self.jobs} job(s)"
+            f"{verb} {len(self.ranks)} rank(s): {self.events_in:,} events in, {self.events_out:,} out "
+            f"(of which {self.metadata_out:,} process/thread labels, written anew for each rank); "
+            f"{self.bytes_in / 1e6:,.1f} MB in ({self.json_bytes_in / 1e6:,.1f} MB of JSON) -> {self.output} "
+            f"{self.bytes_out / 1e6:,.1f} MB ({self.json_bytes / 1e6:,.1f} MB JSON"
+            f"{' estimated' if self.dry_run else ''}) in {self.seconds:.1f} s, "
+            f"{self.mb_per_s:,.1f} MB/s of input JSON, {self.jobs} job(s)"
         )
         if self.viewer_memory_bytes:
             lines.append(

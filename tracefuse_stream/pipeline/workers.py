@@ -10,8 +10,10 @@ inherits instead of pickling: an API ``filter_fn`` lambda works with workers too
 every pool carries its own tasks (nothing in module globals of the parent, so two
 merges in one process do not see each other's work). Progress travels through one
 shared counter per *worker* (not per task): the parent's poll costs O(workers) per
-wake-up however many thousand ranks there are. Interruption terminates the pool
-through its public API (``multiprocessing.Pool.terminate``).
+wake-up however many thousand ranks there are. ``concurrent.futures`` notices a worker
+that dies (a signal to the whole process group, the OOM killer) and fails the merge
+instead of waiting for it; on interruption the parent stops the workers by the pids
+they registered in a shared array (the executor has no public "terminate").
 """
 from __future__ import annotations
 
@@ -19,6 +21,8 @@ import multiprocessing
 import os
 import signal
 import sys
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 T = TypeVar("T")
@@ -48,13 +52,16 @@ def _context() -> Any:
     return multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
 
 
-def _init_worker(fn: Callable[..., Any], tasks: Sequence[Any], counters: Any, slot_source: Any) -> None:
-    """Worker set-up: its tasks, its progress slot, default SIGTERM, ignore SIGINT
-    (the parent decides what an interrupt means and cleans up)."""
+def _init_worker(
+    fn: Callable[..., Any], tasks: Sequence[Any], counters: Any, slot_source: Any, pids: Any
+) -> None:
+    """Worker set-up: its tasks, its progress slot, its pid for the parent, default
+    SIGTERM, ignore SIGINT (the parent decides what an interrupt means and cleans up)."""
     global _worker_state
     with slot_source.get_lock():
         slot = slot_source.value
         slot_source.value += 1
+    pids[slot] = os.getpid()
     _worker_state = (fn, tasks, counters, slot)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -85,10 +92,11 @@ def run_in_order(
         return
     ctx = _context()
     counters = ctx.Array("q", jobs)
+    pids = ctx.Array("i", jobs)
     seen = [0] * jobs
-    pool = ctx.Pool(
-        processes=jobs, initializer=_init_worker,
-        initargs=(fn, list(tasks), counters, ctx.Value("i", 0)),
+    pool = ProcessPoolExecutor(
+        max_workers=jobs, mp_context=ctx, initializer=_init_worker,
+        initargs=(fn, list(tasks), counters, ctx.Value("i", 0), pids),
     )
 
     def poll() -> None:
@@ -98,23 +106,36 @@ def run_in_order(
                 progress(v - seen[i])
                 seen[i] = v
 
+    futures: List[Future] = []
     try:
-        results = pool.imap(_run_task, range(len(tasks)), chunksize=1)
-        for _ in range(len(tasks)):
+        futures = [pool.submit(_run_task, i) for i in range(len(tasks))]
+        for fut in futures:
             while True:
                 try:
-                    res = results.next(timeout=POLL_SECONDS)
+                    res = fut.result(timeout=POLL_SECONDS)
                     break
-                except multiprocessing.TimeoutError:
+                except FutureTimeout:
                     poll()
             poll()
             yield res
     except BaseException:
-        pool.terminate()
-        pool.join()
+        for f in futures:
+            f.cancel()
+        _stop_workers(pids)
+        pool.shutdown(wait=True, cancel_futures=True)
         raise
-    pool.close()
-    pool.join()
+    pool.shutdown(wait=True)
+
+
+def _stop_workers(pids: Any) -> None:
+    """SIGTERM every registered worker (they may be mid-rank; their fragments are
+    removed by the parent's cleanup)."""
+    for pid in list(pids):
+        if pid > 0:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 def _call(fn_args: Tuple[Callable[..., Any], Tuple[Any, ...]], progress: Callable[[int], None]) -> Any:

@@ -132,7 +132,9 @@ def read_tail(path: PathLike, window: int = TAIL_WINDOW) -> Tuple[bytes, int]:
             size = os.path.getsize(path)
             with open(path, "rb") as f:
                 f.seek(max(0, size - window))
-                return f.read(), size
+                data = f.read()
+            body = data.rstrip(b"\x00")  # NUL padding after the JSON (see TraceReader)
+            return body, size - (len(data) - len(body))
         chunks: collections.deque[bytes] = collections.deque()
         kept = 0
         total = 0

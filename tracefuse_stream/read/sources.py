@@ -253,6 +253,37 @@ class TraceReader(io.RawIOBase):
         self._inflater = (
             _Inflater(self._raw, self.compression, tolerant) if self.compression != "plain" else None
         )
+        self._started = False
+        self._held_nuls = b""  # NUL bytes at the end of the data so far: padding, if nothing follows
+        self.bom = False  # a UTF-8 byte order mark was skipped
+        self.padding_nuls = 0  # NUL bytes after the JSON, dropped at the end
+
+    def _clean(self) -> bytes:
+        """Decompressed bytes without what strict JSON readers refuse but no data is in:
+        a UTF-8 byte order mark (editors on Windows write one) and NUL padding at the
+        end (files preallocated or zero-filled by a crash). NULs are held back until
+        the next non-empty chunk shows they were not at the end; elsewhere they stay,
+        and the JSON readers report them."""
+        data = self._more()
+        if not self._started and data:
+            self._started = True
+            if data.startswith(b"\xef\xbb\xbf"):
+                data = data[3:]
+                self.bom = True
+                self.offset = 3  # offsets stay positions in the file's text
+        if self._held_nuls:
+            if not data:
+                self.padding_nuls = len(self._held_nuls)
+                self._held_nuls = b""
+                return b""
+            data, self._held_nuls = self._held_nuls + data, b""
+        if data.endswith(b"\x00"):
+            body = data.rstrip(b"\x00")
+            self._held_nuls = data[len(body) :]
+            data = body
+            if not data:
+                return self._clean()
+        return data
 
     def readable(self) -> bool:
         return True
@@ -287,14 +318,14 @@ class TraceReader(io.RawIOBase):
             parts = [self._buf]
             self._buf = b""
             while True:
-                more = self._more()
+                more = self._clean()
                 if not more:
                     break
                 parts.append(more)
             data = b"".join(parts)
         else:
             if not self._buf:
-                self._buf = self._more()
+                self._buf = self._clean()
             data, self._buf = self._buf[:n], self._buf[n:]
         self.offset += len(data)
         if self.keep_tail and data:
