@@ -22,10 +22,11 @@ from tracefuse_stream.pipeline.stream import RankResult, RankTask, stream_rank
 from tracefuse_stream.pipeline.summary import MergeSummary, RankSummary, size_warning
 from tracefuse_stream.pipeline.workers import resolve_jobs, run_in_order, usable_cores
 from tracefuse_stream.plan.cycles import merge_each_cycle
-from tracefuse_stream.report.viewer import ViewerCounts, estimate_viewer_bytes, largest
 from tracefuse_stream.plan.planner import InputSpec, RankPlan, clamp_output_base, input_warnings, plan_inputs
+from tracefuse_stream.report.viewer import ViewerCounts, estimate_viewer_bytes, largest
 from tracefuse_stream.select.filters import EventFilter
-from tracefuse_stream.write.writer import AtomicOutput, FragmentDir, Splicer, codec_for, is_special_file, piece_of
+from tracefuse_stream.write.sinks import MergeSink, abort_all, sink_for
+from tracefuse_stream.write.writer import FragmentDir, codec_for, is_special_file
 
 
 class _TermAsInterrupt:
@@ -130,7 +131,7 @@ def _merge(inputs: InputSpec, output: str, opts: MergeOptions) -> MergeSummary:
 
         links = plan_links(plans, flt, groups, n_jobs)
         notes.extend(links.notes())
-    results, splicers = _write_files(plans, groups, names, split, codec, flt, base_ns, opts, links)
+    results, sinks = _write_files(plans, groups, names, split, codec, flt, base_ns, opts, links)
     for r in results:
         warnings.extend(r.warnings)
     if flt.window_ns is not None:
@@ -143,9 +144,9 @@ def _merge(inputs: InputSpec, output: str, opts: MergeOptions) -> MergeSummary:
                 f"{what} leaves rank(s) {compress_ranges(empty)} with no events (their profiles do not "
                 "reach into the window; check the ranks' spans with `info`)"
             )
-    viewer = [estimate_viewer_bytes(ViewerCounts(json_bytes=sp.length)) for sp in splicers]
-    big = max(range(len(splicers)), key=viewer.__getitem__, default=0)
-    too_big = size_warning(max((sp.length for sp in splicers), default=0), largest(viewer),
+    viewer = [estimate_viewer_bytes(ViewerCounts(json_bytes=s.json_bytes)) for s in sinks]
+    big = max(range(len(sinks)), key=viewer.__getitem__, default=0)
+    too_big = size_warning(max((s.json_bytes for s in sinks), default=0), largest(viewer),
                            len(groups[big]) if groups else 0, split)
     if too_big:
         warnings.append(too_big)
@@ -162,8 +163,8 @@ def _merge(inputs: InputSpec, output: str, opts: MergeOptions) -> MergeSummary:
         ],
         base_time_ns=base_ns,
         bytes_in=sum(p.size_bytes for p in plans),
-        bytes_out=sum(sp.size for sp in splicers),
-        json_bytes=sum(sp.length for sp in splicers),
+        bytes_out=sum(s.bytes_written for s in sinks),
+        json_bytes=sum(s.json_bytes for s in sinks),
         seconds=time.perf_counter() - t0,
         jobs=n_jobs,
         warnings=warnings,
@@ -203,43 +204,38 @@ def _write_files(
     base_ns: int,
     opts: MergeOptions,
     links: Any = None,
-) -> tuple[List[RankResult], List[Splicer]]:
-    """Stream every rank into a fragment and splice the fragments, in rank order, into
-    one atomic output per rank group; on any failure or interruption every temporary
-    output and fragment is removed and nothing appears under the output names."""
+) -> tuple[List[RankResult], List[MergeSink]]:
+    """Stream every rank into a fragment and hand the fragments, in rank order, to
+    one sink per rank group; on any failure or interruption every sink is aborted
+    and every fragment removed, so nothing appears under the output names."""
     dry_run = opts.output.dry_run
-    outs: List[Optional[AtomicOutput]] = []
+    sinks: List[MergeSink] = []
     bar = Progress(sum(p.size_bytes for p in plans), opts.execution.progress)
     frags: Optional[FragmentDir] = None
     results: List[RankResult] = []
-    splicers: List[Splicer] = []
     inputs_paths = [p.path for p in plans]
     try:
         for name in names:
-            outs.append(None if dry_run else AtomicOutput(name, force=opts.output.force, inputs=inputs_paths))
-        first = outs[0]
-        if first is not None:
-            frags = FragmentDir(first.frag_parent)
-        for o in outs:
-            splicers.append(Splicer(None if o is None else o.file, codec, o.target if o else "output"))
-        for sp in splicers:
-            sp.add(piece_of(codec, head(base_ns)))
-        sep = piece_of(codec, b",\n")
+            sinks.append(
+                sink_for(name, codec, head=head, tail=tail, force=opts.output.force, inputs=inputs_paths,
+                         dry_run=dry_run)
+            )
+        if not dry_run:
+            frags = FragmentDir(sinks[0].fragment_dir)
+        for s in sinks:
+            s.begin(base_ns)
         group_of = {p.rank: gi for gi, g in enumerate(groups) for p in g}
         tasks = [
-            RankTask(p, flt, codec, None if frags is None else frags.file_for(p.rank), opts.execution.salvage,
-                     None if links is None else tuple(links.by_rank.get(p.rank, ())))
+            RankTask(
+                p, flt, sinks[group_of[p.rank]].fragment_codec,
+                None if frags is None else frags.file_for(p.rank), opts.execution.salvage,
+                None if links is None else tuple(links.by_rank.get(p.rank, ())),
+            )
             for p in plans
         ]
-        wrote_any = [False] * len(groups)
         n_jobs = resolve_jobs(opts.execution.jobs, len(plans))
         for res in run_in_order(stream_rank, tasks, n_jobs, bar):
-            gi = group_of[res.rank]
-            if not res.piece.empty:
-                if wrote_any[gi]:
-                    splicers[gi].add(sep)
-                splicers[gi].add(res.piece)
-                wrote_any[gi] = True
+            sinks[group_of[res.rank]].add_rank(res.rank, res.piece)
             if res.piece.path:
                 try:
                     os.unlink(res.piece.path)
@@ -248,26 +244,20 @@ def _write_files(
             results.append(res)
         by_rank: Dict[int, RankResult] = {r.rank: r for r in results}
         for gi, g in enumerate(groups):
-            splicers[gi].add(piece_of(codec, tail(file_meta(base_ns, g, gi, names, split, flt, by_rank))))
-            splicers[gi].finish()
-        for o in outs:
-            if o is not None:
-                o.commit()
+            sinks[gi].end(file_meta(base_ns, g, gi, names, split, flt, by_rank))
+        for s in sinks:
+            s.commit()
     except KeyboardInterrupt:
-        for o in outs:
-            if o is not None:
-                o.abort()
+        abort_all(sinks)
         raise Interrupted("interrupted (SIGINT); no output written") from None
     except BaseException:
-        for o in outs:
-            if o is not None:
-                o.abort()
+        abort_all(sinks)
         raise
     finally:
         bar.close()
         if frags is not None:
             frags.close()
-    return results, splicers
+    return results, sinks
 
 
 class VerifyFailed(TraceFuseError):

@@ -79,8 +79,12 @@ class JsonSink:
         self._head, self._tail = head, tail
         self._out: Optional[AtomicOutput] = None if dry_run else AtomicOutput(target, force=force, inputs=inputs)
         self.fragment_dir = None if self._out is None else self._out.frag_parent
-        self._splicer = Splicer(None if self._out is None else self._out.file, codec, target)
-        self._sep = piece_of(codec, b",\n")
+        try:
+            self._splicer = Splicer(None if self._out is None else self._out.file, codec, target)
+            self._sep = piece_of(codec, b",\n")
+        except BaseException:
+            self.abort()  # not yet in the caller's list of sinks to abort
+            raise
         self._wrote_any = False
 
     def begin(self, base_ns: int) -> None:
