@@ -38,9 +38,9 @@ from tracefuse_stream.align.clock import (
     is_collective_kernel,
     load_clock_offsets,
     offsets_from_file,
-    us_to_ns,
 )
 from tracefuse_stream.errors import InputError, UsageError
+from tracefuse_stream.timeunits import us_to_ns_or_none as us_to_ns
 
 FIXTURES = shared_fixtures_dir()
 A100 = FIXTURES / "real" / "a100_nccl_rank0.json.gz"

@@ -52,8 +52,9 @@ class TraceFuseError(Exception):
     kind: ErrorKind = ErrorKind.INVALID_JSON
 
     @property
-    def salvageable_kind(self) -> bool:
-        """Whether ``--salvage`` can do anything about this kind of problem."""
+    def salvageable(self) -> bool:
+        """Whether ``--salvage`` can do anything about this kind of problem (a missing,
+        empty or non-trace file has nothing a salvage pass could keep)."""
         return self.kind in _SALVAGEABLE
 
 
@@ -74,12 +75,10 @@ class InputError(TraceFuseError):
         offset: Optional[int] = None,
         event_index: Optional[int] = None,
         hint: Optional[str] = None,
-        salvageable: bool = True,
         kind: ErrorKind = ErrorKind.INVALID_JSON,
     ) -> None:
         self.kind = kind
         self.path = str(path)
-        self.salvageable = salvageable  # False: nothing a salvage pass could keep
         self.problem = problem
         self.offset = offset
         self.event_index = event_index
@@ -100,19 +99,15 @@ class InputError(TraceFuseError):
         # Errors raised in worker processes travel back pickled: rebuild from fields.
         return (
             _rebuild_input_error,
-            (self.path, self.problem, self.offset, self.event_index, self.hint, self.salvageable,
-             self.kind.value),
+            (self.path, self.problem, self.offset, self.event_index, self.hint, self.kind.value),
         )
 
 
 def _rebuild_input_error(
     path: str, problem: str, offset: Optional[int], event_index: Optional[int],
-    hint: Optional[str], salvageable: bool, kind: str,
-) -> "InputError":
-    return InputError(
-        path, problem, offset=offset, event_index=event_index, hint=hint, salvageable=salvageable,
-        kind=ErrorKind(kind),
-    )
+    hint: Optional[str], kind: str,
+) -> InputError:
+    return InputError(path, problem, offset=offset, event_index=event_index, hint=hint, kind=ErrorKind(kind))
 
 
 class UsageError(TraceFuseError):

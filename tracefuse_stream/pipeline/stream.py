@@ -77,7 +77,7 @@ def stream_rank(task: RankTask, progress: Progress = None) -> RankResult:
         try:
             return _stream_strict(task, progress)
         except InputError as e:
-            if not task.salvage or not e.salvageable_kind:
+            if not task.salvage or not e.salvageable:
                 raise
             return _drive(task, _salvage_reader(task.plan), progress, strict_error=str(e))
 

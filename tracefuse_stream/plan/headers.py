@@ -15,7 +15,7 @@ from typing import Any, Dict, Optional, Tuple, Union
 import ijson
 from ijson.common import ObjectBuilder
 
-from tracefuse_stream.errors import InputError
+from tracefuse_stream.errors import ErrorKind, InputError
 from tracefuse_stream.read.sources import READ_SIZE, TraceReader
 from tracefuse_stream.read.trailer import find_trailer
 
@@ -90,7 +90,7 @@ def _check_starts_like_json(path: PathLike) -> None:
                 raise InputError(
                     str(path),
                     "file is empty" if not skipped else "file contains only whitespace",
-                    salvageable=False,
+                    kind=ErrorKind.EMPTY,
                 )
             stripped = chunk.lstrip(b" \t\r\n")
             if stripped:
@@ -107,14 +107,14 @@ def _check_starts_like_json(path: PathLike) -> None:
                 str(path),
                 "not a trace: the top level is a single JSON value, not an object or array",
                 offset=at,
-                salvageable=False,
+                kind=ErrorKind.NOT_A_TRACE,
             )
         if first not in (b"{", b"["):
             raise InputError(
                 str(path),
                 f"not JSON: starts with {stripped[:12]!r}, not '{{' or '['",
                 offset=at,
-                salvageable=False,
+                kind=ErrorKind.NOT_A_TRACE,
             )
     finally:
         reader.close()

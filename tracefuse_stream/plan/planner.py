@@ -115,7 +115,7 @@ def plan_file(path: PathLike, position: int, *, salvage: bool = False) -> RankPl
     try:
         return _plan_strict(path, position)
     except InputError as e:
-        if not salvage or not e.salvageable or "no such file" in e.problem or "cannot open" in e.problem:
+        if not salvage or not e.salvageable:
             raise
         return _plan_salvage(path, position, e)
 

@@ -28,7 +28,7 @@ from typing import Any, List, Mapping, Optional, Sequence, Tuple, Union
 
 import ijson
 
-from tracefuse_stream.errors import InputError, TraceFuseError, UsageError
+from tracefuse_stream.errors import ErrorKind, InputError, TraceFuseError, UsageError
 from tracefuse_stream.read.sources import TRACE_SUFFIXES, TraceReader
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -183,10 +183,10 @@ def discover(paths: Sequence[PathLike]) -> Discovery:
                 out.skip(path / r, "subfolder with traces: not read (folders are not searched recursively)")
         elif path.exists():
             if not path.is_file():
-                raise InputError(str(path), "not a regular file")
+                raise InputError(str(path), "not a regular file", kind=ErrorKind.UNREADABLE)
             why = not_a_trace(path)
             if why is not None:
-                raise InputError(str(path), f"not a trace: {why}", salvageable=False)
+                raise InputError(str(path), f"not a trace: {why}", kind=ErrorKind.NOT_A_TRACE)
             out.candidates.append(Candidate(path, from_dir=False))
         else:
             raise InputError(str(path), "no such file or directory")

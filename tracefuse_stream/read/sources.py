@@ -109,7 +109,7 @@ class _Inflater:
     """Streaming gzip (multi-member) or zstd (multi-frame) decompression over a raw
     reader, delivering everything decodable before damage and THEN raising."""
 
-    def __init__(self, raw: "RawCounter", compression: str, tolerant: bool = False) -> None:
+    def __init__(self, raw: RawCounter, compression: str, tolerant: bool = False) -> None:
         self.raw = raw
         self.compression = compression
         # tolerant (salvage): stdlib zlib, whose state can be copied, so the bytes

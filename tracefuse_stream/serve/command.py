@@ -18,7 +18,7 @@ import webbrowser
 from typing import Mapping, Optional
 from urllib.parse import quote
 
-from tracefuse_stream.errors import EXIT_INTERRUPTED, EXIT_OK, InputError
+from tracefuse_stream.errors import EXIT_INTERRUPTED, EXIT_OK, ErrorKind, InputError
 from tracefuse_stream.serve.http_server import PERFETTO_ORIGIN, bind_server, serve_until_sent
 
 DEFAULT_PORT = 9001  # the only loopback port ui.perfetto.dev's Content-Security-Policy allows
@@ -110,18 +110,18 @@ def check_servable(path: str) -> int:
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        raise InputError(path, "no such file", salvageable=False) from None
+        raise InputError(path, "no such file", kind=ErrorKind.MISSING) from None
     except OSError as e:
-        raise InputError(path, f"cannot be read: {e.strerror or e}", salvageable=False) from None
+        raise InputError(path, f"cannot be read: {e.strerror or e}", kind=ErrorKind.UNREADABLE) from None
     if stat.S_ISDIR(st.st_mode):
-        raise InputError(path, "is a directory; give the trace file to open", salvageable=False)
+        raise InputError(path, "is a directory; give the trace file to open", kind=ErrorKind.UNREADABLE)
     if not stat.S_ISREG(st.st_mode):
-        raise InputError(path, "is not a regular file", salvageable=False)
+        raise InputError(path, "is not a regular file", kind=ErrorKind.UNREADABLE)
     try:
         with open(path, "rb") as f:
             f.read(1)
     except OSError as e:
-        raise InputError(path, f"cannot be read: {e.strerror or e}", salvageable=False) from None
+        raise InputError(path, f"cannot be read: {e.strerror or e}", kind=ErrorKind.UNREADABLE) from None
     return st.st_size
 
 
