@@ -240,7 +240,7 @@ def fit(res: Dict[str, Any]) -> None:
         print(
             f"  {'fit ' if used else 'test'} {r['case']:>12} {r['output']:>5}: measured {yy / 1e6:7.1f} MB, "
             f"refit {float(x @ coef) / 1e6:7.1f} MB ({(float(x @ coef) - yy) / yy * 100:+4.0f}%), "
-            f"current {estimate_viewer_bytes(ViewerCounts(**r['counts'])) / 1e6:7.1f} MB"
+            f"current {estimate_viewer_bytes(ViewerCounts(**{n: r['counts'][n] for n in names})) / 1e6:7.1f} MB"
         )
 
 

@@ -10,7 +10,7 @@ The model is calibrated against Perfetto v58.2's ``trace_processor_shell``: its 
 ``--args all``, ``slim`` and ``none``. Candidate counts were per event, per slice, per
 flow, per arg row and per byte of JSON; the fit that held on the merges it was *not*
 fitted on is one coefficient on the merged JSON's size (``python benchmarks/viewer.py
---fit``): within 14% on every held-out merge, all three args modes, 3 to 210 MB. Slices,
+--fit``): within 19% on every held-out merge, all three args modes, 2 to 210 MB. Slices,
 flows and arg rows add nothing once the bytes are known: the importer's peak is
 dominated by the buffered event text and the tables built from it, both proportional
 to the JSON. The merge already counts its JSON bytes (also in a dry run), so the
