@@ -121,7 +121,7 @@ def _merge(inputs: InputSpec, output: str, opts: MergeOptions) -> MergeSummary:
     plans, notes = apply_alignment(plans, opts.alignment, n_jobs)
     flt = _event_filter(opts, resolve_window(plans, opts.window, n_jobs))
     base_ns = min(((p.base_time_ns or 0) + p.align_offset_ns - p.shift_ns for p in plans), default=0)
-    base_ns = clamp_output_base(plans, base_ns)
+    plans, base_ns = clamp_output_base(plans, base_ns)
     groups = rank_groups(plans, out_opts.split_ranks)
     split = bool(out_opts.split_ranks)
     names = output_names(output, groups, split)

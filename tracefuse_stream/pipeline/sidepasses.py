@@ -7,7 +7,6 @@ event reader, in worker processes when there are several.
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, List, Optional, Sequence, Tuple
 
 from tracefuse_stream.errors import UsageError
@@ -54,13 +53,11 @@ def apply_alignment(
             out.append(p)
             continue
         offset = a.offset_ns if a.applied else 0
-        out.append(
-            dataclasses.replace(p, align=a.to_header(), align_offset_ns=offset, shift_ns=p.shift_ns + offset)
-        )
+        out.append(p.replaced(align=a.to_header(), align_offset_ns=offset, shift_ns=p.shift_ns + offset))
     notes = []
     low = min(p.shift_ns for p in out)
     if low < 0:
-        out = [dataclasses.replace(p, shift_ns=p.shift_ns - low) for p in out]
+        out = [p.replaced(shift_ns=p.shift_ns - low) for p in out]
         notes.append(f"alignment moved a rank before the common base; output base lowered by {-low} ns")
     notes.append("clock alignment:\n" + format_alignment_table(alignments))
     return out, notes

@@ -11,6 +11,7 @@ Nothing here holds events; the cost is a header parse per file plus, for the old
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -37,7 +38,13 @@ PathLike = Union[str, "os.PathLike[str]"]
 
 @dataclass
 class RankPlan:
-    """Everything the streaming pass of one rank needs to know up front."""
+    """Everything the streaming pass of one rank needs to know up front.
+
+    The planner builds plans step by step (ranks, cycles, shifts) and seals them before
+    handing them out: a sealed plan refuses attribute assignment, so no later stage can
+    change another stage's facts; a stage that must differ (clock alignment) makes a
+    new plan with :meth:`replaced`.
+    """
 
     path: str
     position: int
@@ -58,6 +65,25 @@ class RankPlan:
     first_ts: Any = None  # ts of the first timed event (see starts.peek_first_ts)
     empty: bool = False  # no timed event at all: does not decide the output base
     start_ns: Optional[int] = None  # absolute epoch ns of the first timed event
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if self.__dict__.get("_sealed"):
+            raise dataclasses.FrozenInstanceError(
+                f"a planned RankPlan is immutable (setting {name!r}); use plan.replaced(...)"
+            )
+        object.__setattr__(self, name, value)
+
+    def seal(self) -> RankPlan:
+        """Make this plan immutable (its notes become a tuple)."""
+        object.__setattr__(self, "problems", tuple(self.problems))
+        object.__setattr__(self, "_sealed", True)
+        return self
+
+    def replaced(self, **changes: Any) -> RankPlan:
+        """A sealed copy with ``changes`` applied."""
+        fresh = dataclasses.replace(self, **changes)
+        object.__setattr__(fresh, "problems", list(fresh.problems))
+        return fresh.seal()
     cycle: Optional[int] = None  # 1-based profiling cycle, when the inputs hold several
     from_dir: bool = False  # found by listing a directory (not given by path)
 
@@ -369,7 +395,7 @@ def plan_all(
         selected = [p for p in selected if p.rank in wanted]
     for g in chosen:
         assign_shifts([p for p in selected if p.cycle == (g.index if len(groups) > 1 else None)])
-    out.extend(selected)
+    out.extend(p.seal() for p in selected)
     return out
 
 
@@ -389,11 +415,10 @@ def count_cycles(inputs: InputSpec, *, rank_from: str = "auto", salvage: bool = 
     return len(plan_all(inputs, rank_from=rank_from, salvage=salvage, every_cycle=True).cycles)
 
 
-def clamp_output_base(plans: Sequence[RankPlan], base_ns: int) -> int:
+def clamp_output_base(plans: Sequence[RankPlan], base_ns: int) -> Tuple[List[RankPlan], int]:
     """Keep the output base >= 0: a clock correction that moves an epoch-timestamp rank
-    (base 0) earlier is a negative shift of that rank, never a negative base."""
+    (base 0) earlier is a negative shift of that rank, never a negative base. Returns
+    the (new) plans and the base."""
     if base_ns >= 0:
-        return base_ns
-    for p in plans:
-        p.shift_ns += base_ns
-    return 0
+        return list(plans), base_ns
+    return [p.replaced(shift_ns=p.shift_ns + base_ns) for p in plans], 0
