@@ -25,6 +25,7 @@ from tracefuse_stream.plan.cycles import merge_each_cycle
 from tracefuse_stream.plan.planner import InputSpec, RankPlan, clamp_output_base, input_warnings, plan_inputs
 from tracefuse_stream.report.viewer import ViewerCounts, estimate_viewer_bytes, largest
 from tracefuse_stream.select.filters import EventFilter
+from tracefuse_stream.write.codecs import is_archive_name
 from tracefuse_stream.write.sinks import MergeSink, abort_all, sink_for
 from tracefuse_stream.write.writer import FragmentDir, codec_for, is_special_file
 
@@ -215,10 +216,10 @@ def _write_files(
     results: List[RankResult] = []
     inputs_paths = [p.path for p in plans]
     try:
-        for name in names:
+        for name, group in zip(names, groups):
             sinks.append(
                 sink_for(name, codec, head=head, tail=tail, force=opts.output.force, inputs=inputs_paths,
-                         dry_run=dry_run)
+                         dry_run=dry_run, plans=group)
             )
         if not dry_run:
             frags = FragmentDir(sinks[0].fragment_dir)
@@ -234,8 +235,11 @@ def _write_files(
             for p in plans
         ]
         n_jobs = resolve_jobs(opts.execution.jobs, len(plans))
+        plan_of = {p.rank: p for p in plans}
         for res in run_in_order(stream_rank, tasks, n_jobs, bar):
-            sinks[group_of[res.rank]].add_rank(res.rank, res.piece)
+            gi = group_of[res.rank]  # meta: the rank's own header (a Perfetto archive's member needs it)
+            own = file_meta(base_ns, [plan_of[res.rank]], gi, names, split, flt, {res.rank: res})
+            sinks[gi].add_rank(res.rank, res.piece, own)
             if res.piece.path:
                 try:
                     os.unlink(res.piece.path)
@@ -274,13 +278,19 @@ def _verify_outputs(summary: MergeSummary, groups: List[List[RankPlan]]) -> None
 
     salvaged = any(r.salvage for r in summary.ranks)
     for out, group in zip(summary.outputs, groups):
-        report = verify_file(out, against=None if salvaged else [p.path for p in group])
-        summary.verify_reports.append(report)
-        if not report.ok:
-            first = report.errors[0]
-            raise VerifyFailed(
-                f"{out}: verify found {len(report.errors)} error(s), first: {first.code}: {first.message}"
-            )
+        if is_archive_name(out):  # each member against its rank's input (verify/archive.py)
+            from tracefuse_stream.verify.archive import verify_archive
+
+            reports = verify_archive(out, group, against=not salvaged)
+        else:
+            reports = [verify_file(out, against=None if salvaged else [p.path for p in group])]
+        for report in reports:
+            summary.verify_reports.append(report)
+            if not report.ok:
+                first = report.errors[0]
+                raise VerifyFailed(
+                    f"{report.path}: verify found {len(report.errors)} error(s), first: {first.code}: {first.message}"
+                )
 
 
 __all__ = ["merge", "MergeSummary", "RankSummary", "VerifyFailed", "usable_cores"]

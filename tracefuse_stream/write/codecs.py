@@ -48,19 +48,26 @@ FLUSH_BYTES = 1 << 20
 
 # Output names must say what they hold: a name the tool does not recognise (``x.txt``,
 # ``x.json.bz2``) would otherwise silently get plain JSON under a misleading name.
-ACCEPTED_EXTENSIONS = (".json", ".json.gz", ".json.zst", ".json.zstd")
+ACCEPTED_EXTENSIONS = (".json", ".json.gz", ".json.zst", ".json.zstd", ".perfetto.tar", ".perfetto.tar.gz")
+#: Perfetto v58 archives (write/archive.py): one plain-JSON member per rank + a manifest.
+ARCHIVE_CODECS = {"perfetto-tar": "plain", "perfetto-tar-gz": "gzip"}  # codec -> the container's codec
 _CODEC_OF_EXTENSION = (
+    (".perfetto.tar.gz", "perfetto-tar-gz"),
+    (".perfetto.tar", "perfetto-tar"),
     (".json.gz", "gzip"),
     (".json.zstd", "zstd"),
     (".json.zst", "zstd"),
     (".json", "plain"),
 )
-ACCEPTED_TEXT = ".json, .json.gz or .json.zst (or '-' for stdout)"
+ACCEPTED_TEXT = (
+    ".json, .json.gz or .json.zst (or '-' for stdout), or .perfetto.tar / .perfetto.tar.gz (Perfetto archive)"
+)
 
 
 def codec_for(path: str) -> str:
     """Output codec from the file name: ``.json`` plain, ``.json.gz`` gzip,
-    ``.json.zst``/``.json.zstd`` zstd (any letter case); ``-`` is plain JSON on stdout.
+    ``.json.zst``/``.json.zstd`` zstd (any letter case); ``-`` is plain JSON on stdout;
+    ``.perfetto.tar``/``.perfetto.tar.gz`` a Perfetto archive (``ARCHIVE_CODECS``).
 
     An existing target that is not a regular file or directory (``/dev/null``, a FIFO)
     may have any name: it gets the codec of a recognised extension, else plain JSON.
@@ -81,6 +88,11 @@ def codec_for(path: str) -> str:
             return "zstd"
         return "plain"
     raise UsageError(f"{path}: unknown output file extension; the output name must end in {ACCEPTED_TEXT}")
+
+
+def is_archive_name(path: str) -> bool:
+    """True for an output named ``*.perfetto.tar`` or ``*.perfetto.tar.gz`` (any case)."""
+    return path.lower().endswith((".perfetto.tar", ".perfetto.tar.gz"))
 
 
 def is_special_file(path: str) -> bool:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, Iterable, List, Optional, Protocol
 
 from tracefuse_stream.write.atomic import AtomicOutput
-from tracefuse_stream.write.codecs import Piece, piece_of
+from tracefuse_stream.write.codecs import ARCHIVE_CODECS, Piece, piece_of
 from tracefuse_stream.write.splice import Splicer
 
 #: Builds the bytes before the events of a file from the output base time.
@@ -36,8 +36,9 @@ class MergeSink(Protocol):
     def begin(self, base_ns: int) -> None:
         """Start the file (called once, before any rank)."""
 
-    def add_rank(self, rank: int, piece: Piece) -> None:
-        """Append one rank's events (called in rank order; empty pieces included)."""
+    def add_rank(self, rank: int, piece: Piece, meta: Optional[Dict[str, Any]] = None) -> None:
+        """Append one rank's events (called in rank order; empty pieces included).
+        ``meta``: the ``tracefuse`` header the rank has as a file of its own (archive members)."""
 
     def end(self, meta: Dict[str, Any]) -> None:
         """Finish the content with the file's ``tracefuse`` header."""
@@ -90,7 +91,7 @@ class JsonSink:
     def begin(self, base_ns: int) -> None:
         self._splicer.add(piece_of(self.fragment_codec, self._head(base_ns)))
 
-    def add_rank(self, rank: int, piece: Piece) -> None:
+    def add_rank(self, rank: int, piece: Piece, meta: Optional[Dict[str, Any]] = None) -> None:
         if piece.empty:
             return
         if self._wrote_any:
@@ -123,7 +124,13 @@ SinkFactory = Callable[..., MergeSink]
 
 
 def sink_for(target: str, codec: str, **kwargs: Any) -> MergeSink:
-    """The sink that writes ``target`` (by its name; ``codec`` from ``codec_for``)."""
+    """The sink that writes ``target`` (by its name; ``codec`` from ``codec_for``).
+    ``plans`` (the file's ranks) is used by the Perfetto archive only."""
+    if codec in ARCHIVE_CODECS:
+        from tracefuse_stream.write.archive import ArchiveSink
+
+        return ArchiveSink(target, codec, **kwargs)
+    kwargs.pop("plans", None)
     return JsonSink(target, codec, **kwargs)
 
 
