@@ -18,8 +18,10 @@ from tracefuse_stream.pipeline.stream import RankResult
 from tracefuse_stream.plan.planner import RankPlan
 from tracefuse_stream.rewrite.rules import dumps_exact
 from tracefuse_stream.select.filters import EventFilter
+from tracefuse_stream.write.codecs import ACCEPTED_EXTENSIONS
 
-OUTPUT_SUFFIXES = (".json.gz", ".json.zst", ".json.zstd", ".json", ".gz", ".zst", ".zstd")
+# the output extensions (one home: write/codecs), longest first so ".json.gz" wins over ".json"
+OUTPUT_SUFFIXES = tuple(sorted(ACCEPTED_EXTENSIONS, key=len, reverse=True))
 
 
 def head(base_ns: int) -> bytes:

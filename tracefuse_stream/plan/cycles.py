@@ -133,18 +133,11 @@ def choose_cycle(cycles: List[Cycle], choice: CycleChoice, where: str) -> Cycle:
 
 def cycle_names(output: str, count: int) -> List[str]:
     """``merged.json.gz`` -> ``merged.cycle1.json.gz``, ... (as ``--split-ranks`` names)."""
+    from tracefuse_stream.pipeline.outputs import tagged_name
+
     if output == "-":
         raise UsageError("--cycle all writes one file per cycle and needs a file name for -o, not stdout")
-    path = Path(output)
-    name = path.name
-    lower = name.lower()
-    for suf in (".json.gz", ".json.zst", ".json.zstd", ".json", ".gz", ".zst", ".zstd"):
-        if lower.endswith(suf):
-            stem, ext = name[: -len(suf)], name[-len(suf) :]
-            break
-    else:
-        stem, ext = name, ""
-    return [str(path.with_name(f"{stem}.cycle{i}{ext}")) for i in range(1, count + 1)]
+    return [tagged_name(output, f"cycle{i}") for i in range(1, count + 1)]
 
 
 def merge_each_cycle(merge_one: Callable[..., Any], kwargs: Dict[str, Any], output: str) -> Any:

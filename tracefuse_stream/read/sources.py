@@ -13,8 +13,7 @@ from __future__ import annotations
 import io
 import os
 import zlib
-from pathlib import Path
-from typing import Any, BinaryIO, List, Optional, Sequence, Union
+from typing import Any, BinaryIO, List, Optional, Union
 
 import zstandard
 
@@ -42,38 +41,6 @@ def detect_compression(path: PathLike) -> str:
     if head[:4] == ZSTD_MAGIC:
         return "zstd"
     return "plain"
-
-
-def _is_trace_name(name: str) -> bool:
-    return name.endswith(TRACE_SUFFIXES)
-
-
-def find_inputs(paths: Sequence[PathLike]) -> List[Path]:
-    """Expand files and directories into the ordered list of trace files.
-
-    A directory contributes its ``*.json``, ``*.json.gz`` and ``*.json.zst`` files
-    (not recursively), sorted by name; files given explicitly are taken as they
-    are, whatever their name. Order matters: it is the rank fallback.
-    """
-    out: List[Path] = []
-    for p in paths:
-        path = Path(p)
-        if path.is_dir():
-            found = sorted(
-                c for c in path.iterdir() if c.is_file() and _is_trace_name(c.name)
-            )
-            if not found:
-                raise InputError(
-                    str(path), "directory contains no *.json, *.json.gz or *.json.zst trace files"
-                )
-            out.extend(found)
-        elif path.exists():
-            if not path.is_file():
-                raise InputError(str(path), "not a regular file")
-            out.append(path)
-        else:
-            raise InputError(str(path), "no such file or directory", kind=ErrorKind.MISSING)
-    return out
 
 
 class RawCounter(io.RawIOBase):
@@ -364,7 +331,6 @@ def input_size(path: PathLike) -> int:
 
 __all__ = [
     "detect_compression",
-    "find_inputs",
     "open_trace",
     "TraceReader",
     "input_size",

@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any, Dict, Optional, Sequence, Union
 
 from tracefuse_stream.errors import ErrorKind, InputError
-from tracefuse_stream.read.sources import PathLike, detect_compression, find_inputs
+from tracefuse_stream.read.discover import discover
+from tracefuse_stream.read.sources import PathLike, detect_compression
 from tracefuse_stream.verify.against import check_against
 from tracefuse_stream.verify.events import MergedChecker
 from tracefuse_stream.verify.header import check_header
@@ -51,7 +52,8 @@ def verify(
     """
     t0 = time.perf_counter()
     path = str(path)
-    against_paths = [str(p) for p in find_inputs([Path(p) for p in against])] if against else []
+    # the inputs as a merge finds them: non-trace JSON and earlier merged outputs skipped
+    against_paths = [str(c.path) for c in discover([Path(p) for p in against]).candidates] if against else []
     if not os.path.isfile(path):
         if not os.path.exists(path):
             raise InputError(path, "no such file", kind=ErrorKind.MISSING)
