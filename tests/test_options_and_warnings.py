@@ -153,3 +153,37 @@ def test_window_leaving_ranks_empty_is_a_warning(tmp_path):
     assert len(warned) == 1
     s2 = merge([str(SAMPLE)], str(tmp_path / "m2.json"), window_ms=(0, 5))
     assert not any("leaves rank" in w for w in s2.warnings)
+
+
+def test_clock_correction_of_epoch_traces_never_gives_a_negative_base(tmp_path, h):
+    """PyTorch <= 2.3 traces have no base (epoch-us ts, base 0). A clock correction that
+    moves such a rank earlier must shift that rank negatively, never make the output
+    base negative; absolute times stay exact. The epoch copies are made by script from
+    real recorded traces (ts + base/1000, base removed)."""
+    from decimal import Decimal
+
+    paths = []
+    for r in (0, 1):
+        trace = json.loads((NATURAL / f"rank_{r}.json").read_bytes(), parse_float=Decimal)
+        base = trace.pop("baseTimeNanoseconds")
+        for ev in trace["traceEvents"]:
+            if "ts" in ev:
+                ev["ts"] = ev["ts"] + Decimal(base) / 1000
+        paths.append(h.write_trace(trace, tmp_path / f"rank_{r}.json"))
+    for p in paths:  # precondition: valid JSON with numeric epoch ts
+        evs = json.loads(p.read_text())["traceEvents"]
+        assert all(isinstance(e["ts"], (int, float)) and e["ts"] > 1e15 for e in evs if "ts" in e)
+    offsets = tmp_path / "offsets.json"
+    offsets.write_text(json.dumps({"0": -5000.0}))  # rank 0's clock 5 ms ahead
+    out = tmp_path / "m.json"
+    s = merge([str(p) for p in paths], str(out), clock_offsets=str(offsets))
+    o = json.loads(out.read_bytes(), parse_float=Decimal)
+    assert o["baseTimeNanoseconds"] == s.base_time_ns == 0
+    shifts = {r.rank: r.shift_ns for r in s.ranks}
+    assert shifts == {0: -5_000_000, 1: 0}
+    src = {r: json.loads(paths[r].read_bytes(), parse_float=Decimal)["traceEvents"] for r in (0, 1)}
+    got = [e for e in o["traceEvents"] if e["ph"] == "X" and e["args"]["rank"] == 0]
+    want = [e for e in src[0] if e["ph"] == "X"]
+    assert len(got) == len(want) > 0
+    for g, w in zip(got, want):
+        assert g["ts"] * 1000 == w["ts"] * 1000 - 5_000_000  # exact ns, moved 5 ms earlier
