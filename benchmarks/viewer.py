@@ -17,8 +17,8 @@ squares on relative error over the cases of ``FIT_CASES`` and prints them with t
 on every case (those fitted on and the others).
 
 Output kinds are the registry :data:`OUTPUTS`: name -> (file suffix, merge keywords).
-Another output (the ``.perfetto.tar`` archive) is one more entry, e.g.
-``OUTPUTS["archive"] = (".perfetto.tar", {})``, and then ``--outputs all,slim,archive``.
+The Perfetto v58 archive is ``archive`` / ``archive.gz`` / ``archive.slim``
+(``--outputs all,slim,archive``).
 """
 
 from __future__ import annotations
@@ -53,6 +53,9 @@ OUTPUTS: Dict[str, Tuple[str, Dict[str, Any]]] = {
     "none": (".json", {"args": "none"}),
     "all.gz": (".json.gz", {"args": "all"}),
     "slim.gz": (".json.gz", {"args": "slim"}),
+    "archive": (".perfetto.tar", {"args": "all"}),  # Perfetto v58 archive (write/archive.py)
+    "archive.gz": (".perfetto.tar.gz", {"args": "all"}),
+    "archive.slim": (".perfetto.tar", {"args": "slim"}),
 }
 
 

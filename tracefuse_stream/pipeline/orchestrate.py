@@ -216,7 +216,7 @@ def _write_files(
     results: List[RankResult] = []
     inputs_paths = [p.path for p in plans]
     try:
-        for name, group in zip(names, groups):
+        for name, group in zip(names, groups, strict=True):
             sinks.append(
                 sink_for(name, codec, head=head, tail=tail, force=opts.output.force, inputs=inputs_paths,
                          dry_run=dry_run, plans=group)
