@@ -9,7 +9,7 @@ as a traceback.
 from __future__ import annotations
 
 import enum
-from typing import Optional
+from typing import Any, Optional
 
 EXIT_OK = 0
 EXIT_INPUT = 1
@@ -95,7 +95,7 @@ class InputError(TraceFuseError):
             msg += f"; {hint}"
         super().__init__(msg)
 
-    def __reduce__(self):  # type: ignore[override]
+    def __reduce__(self) -> Any:
         # Errors raised in worker processes travel back pickled: rebuild from fields.
         return (
             _rebuild_input_error,

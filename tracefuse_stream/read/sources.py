@@ -19,6 +19,7 @@ import zstandard
 
 from tracefuse_stream.errors import ErrorKind, InputError
 
+_zlib_impl: Any
 try:  # ISA-L inflates 2-3x faster than zlib; optional at run time.
     from isal import isal_zlib as _zlib_impl
 except ImportError:  # pragma: no cover - exercised only without isal
@@ -53,8 +54,8 @@ class RawCounter(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, b) -> int:  # type: ignore[override]
-        n = self._f.readinto(b)
+    def readinto(self, b: Any) -> int:
+        n = self._f.readinto(b)  # type: ignore[attr-defined]  # an open binary file has it
         if n:
             self.count += n
         return n or 0
@@ -306,7 +307,7 @@ class TraceReader(io.RawIOBase):
         """The last ``keep_tail`` bytes delivered so far (for the trailer keys)."""
         return b"".join(self._tail)[-self.keep_tail :] if self.keep_tail else b""
 
-    def readinto(self, b) -> int:  # type: ignore[override]
+    def readinto(self, b: Any) -> int:
         data = self.read(len(b))
         n = len(data)
         b[:n] = data

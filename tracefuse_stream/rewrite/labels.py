@@ -95,11 +95,11 @@ def rank_metadata(rw: RankRewriter) -> Iterator[Event]:
         ts = rw.pid_first_ts[out]
         base = {"ph": "M", "ts": ts, "pid": out, "tid": 0}
         yield {**base, "name": "process_name", "args": {"name": f"{title} ({detail})", "rank": r}}
-        lab = labels.get(orig)
+        label = labels.get(orig)
         yield {
             **base,
             "name": "process_labels",
-            "args": {"labels": f"rank {r}" + (f", {lab}" if lab else ""), "rank": r},
+            "args": {"labels": f"rank {r}" + (f", {label}" if label else ""), "rank": r},
         }
         yield {**base, "name": "process_sort_index", "args": {"sort_index": r * SORT_STRIDE + sort, "rank": r}}
     named_threads = set()

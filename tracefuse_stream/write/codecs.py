@@ -19,7 +19,7 @@ import os
 import stat
 import zlib
 from dataclasses import dataclass
-from typing import Any, BinaryIO, List, Optional
+from typing import Any, BinaryIO, List, Optional, Union
 
 import zstandard
 
@@ -187,7 +187,7 @@ class PieceWriter:
         else:
             self._c = None
 
-    def _out(self, data: bytes) -> None:
+    def _out(self, data: Union[bytes, bytearray]) -> None:
         if not data:
             return
         self.size += len(data)
@@ -199,9 +199,9 @@ class PieceWriter:
                     f"{self.path}: cannot write a temporary fragment: {e.strerror or e}"
                 ) from None
         elif not self.discard:
-            self._mem.append(data)
+            self._mem.append(bytes(data))  # the caller reuses its buffer
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: Union[bytes, bytearray]) -> None:
         if not data:
             return
         self.length += len(data)
