@@ -327,3 +327,18 @@ def test_cli_merge_under_verify_env(tmp_path):
     p = run_cli("merge", recorded("ddp4"), "-o", arc, "-q", env={"TRACEFUSE_VERIFY": "1"})
     assert p.returncode == 0, p.stderr_text
     assert [i.name for i in _members(arc)][0] == "perfetto_manifest.json"
+
+
+def test_verify_command_checks_an_archive_member_by_member(tmp_path, h):
+    """`tracefuse verify ARCHIVE --against INPUTS`: every member against the input its
+    header names; inputs of another run are an error, not a silent pass."""
+    rec = Path(__file__).resolve().parent / "data" / "recorded"
+    for ext in (".perfetto.tar", ".perfetto.tar.gz"):
+        out = tmp_path / f"m{ext}"
+        merge([str(rec / "ddp4")], str(out))
+        ok = h.run_cli("verify", str(out), "--against", str(rec / "ddp4"))
+        assert ok.returncode == 0, ok.stderr_text + ok.stdout.decode()
+        assert b"OK: no error-level findings" in ok.stdout
+        wrong = h.run_cli("verify", str(out), "--against", str(rec / "ddp4_samepid"))
+        assert wrong.returncode == 5
+        assert b"against_unmatched" in wrong.stdout

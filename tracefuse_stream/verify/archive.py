@@ -86,4 +86,92 @@ def verify_archive(path: str, plans: Sequence[Any], *, against: bool = True) -> 
     return reports
 
 
-__all__ = ["verify_archive"]
+def is_archive(path: str) -> bool:
+    """Whether ``path`` is a TAR (plain or gzip): a Perfetto archive to check by member."""
+    try:
+        return tarfile.is_tarfile(path)
+    except (OSError, tarfile.TarError):
+        return False
+
+
+def verify_archive_file(path: str, against: Sequence[str] = ()) -> VerifyReport:
+    """``tracefuse verify ARCHIVE [--against INPUT...]``: the layout (manifest first,
+    every member listed once, one machine each), then every member as a merged trace,
+    against the inputs that its own ``tracefuse`` header names as its sources. One
+    report: findings of a member are prefixed with its name."""
+    from tracefuse_stream.plan.headers import trailer_of_file
+    from tracefuse_stream.verify.check import verify as verify_file
+
+    reports: List[VerifyReport] = []
+    names: List[str] = []
+    manifest: Dict[str, Any] = {}
+    used: set[str] = set()
+    tmp = tempfile.mkdtemp(prefix=".tracefuse-verify-")
+    try:
+        try:
+            with tarfile.open(path, "r|*") as tar:
+                for info in tar:
+                    names.append(info.name)
+                    f = tar.extractfile(info)
+                    if f is None:
+                        continue
+                    if info.name == MANIFEST_NAME:
+                        manifest = json.loads(f.read())
+                        continue
+                    member_path = os.path.join(tmp, "member.json")
+                    with open(member_path, "wb") as dst:
+                        shutil.copyfileobj(f, dst, 1 << 20)
+                    trailer = trailer_of_file(member_path)[0] or {}
+                    tf_any = trailer.get("tracefuse")
+                    tf: Dict[str, Any] = tf_any if isinstance(tf_any, dict) else {}
+                    sources = {
+                        os.path.realpath(str(r.get("source")))
+                        for r in (tf.get("ranks") or {}).values()
+                        if isinstance(r, dict)
+                    }
+                    mine = [a for a in against if os.path.realpath(a) in sources]
+                    used.update(mine)
+                    report = verify_file(member_path, against=mine or None)
+                    report.path = f"{path}/{info.name}"
+                    reports.append(report)
+                    os.unlink(member_path)
+        except (tarfile.TarError, OSError, ValueError) as e:
+            raise InputError(path, f"cannot read the archive: {e}") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    listed = [f.get("path") for f in manifest.get("perfetto_manifest", {}).get("files", [])]
+    problem = _layout_problem(path, names, manifest, listed) if listed else f"{path}: no {MANIFEST_NAME}"
+    out = _combined(path, reports, problem, list(against))
+    unmatched = [a for a in against if a not in used]
+    if unmatched:  # an input no member names as its source: the wrong run, or a rank missing
+        out.errors.append(Finding(level="error", code="against_unmatched",
+                                  message="--against input is not the source of any member",
+                                  count=len(unmatched), examples=[{"input": a} for a in unmatched[:5]]))
+        out.ok = False
+    return out
+
+
+def _combined(path: str, reports: List[VerifyReport], problem: str, against: List[str]) -> VerifyReport:
+    errors: List[Finding] = []
+    warnings: List[Finding] = []
+    if problem:
+        errors.append(Finding(level="error", code="header_mismatch", message=problem))
+    ranks: Dict[Any, Dict[str, Any]] = {}
+    totals: Dict[str, Any] = {"members": len(reports)}
+    for r in reports:
+        member = r.path.rsplit("/", 1)[-1]
+        for f in r.errors:
+            errors.append(Finding(level=f.level, code=f.code, message=f"{member}: {f.message}",
+                                  rank=f.rank, count=f.count, examples=f.examples))
+        for f in r.warnings:
+            warnings.append(Finding(level=f.level, code=f.code, message=f"{member}: {f.message}",
+                                    rank=f.rank, count=f.count, examples=f.examples))
+        ranks.update(r.ranks)
+        for k, v in r.totals.items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                totals[k] = totals.get(k, 0) + v
+    return VerifyReport(path=path, ok=not errors, errors=errors, warnings=warnings, ranks=ranks,
+                        totals=totals, against=against)
+
+
+__all__ = ["is_archive", "verify_archive", "verify_archive_file"]

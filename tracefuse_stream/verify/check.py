@@ -58,6 +58,10 @@ def verify(
         if not os.path.exists(path):
             raise InputError(path, "no such file", kind=ErrorKind.MISSING)
         raise InputError(path, "not a regular file", kind=ErrorKind.UNREADABLE)
+    from tracefuse_stream.verify.archive import is_archive, verify_archive_file
+
+    if is_archive(path):  # a Perfetto archive (-o NAME.perfetto.tar): member by member
+        return verify_archive_file(path, against_paths)
     v = MergedChecker(path, against_paths, max_examples, sort_chunk_records)
     F = v.F
     res = run_pass(path, v.handle)
