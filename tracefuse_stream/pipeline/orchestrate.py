@@ -79,13 +79,14 @@ def merge(
     ``inputs``: files and/or directories (rank = ``distributedInfo.rank``, else from
     the file name, else position; ``rank_from="order"`` forces position) or a
     ``{rank: path}`` mapping. ``output``: ``.json``, ``.json.gz`` or ``.json.zst``
-    (by extension), or ``"-"`` for stdout.
+    (by extension), ``.perfetto.tar[.gz]`` (a Perfetto v58 archive), or ``"-"`` for stdout.
 
     ``options``: a :class:`~tracefuse_stream.options.MergeOptions`; the keyword
     arguments of the flat API (``rank_from``, ``ranks``, ``cycle``, ``include_pyfunc``,
-    ``keep_cat``, ``drop_cat``, ``name_regex``, ``filter_fn``, ``steps``,
+    ``keep_cat``, ``drop_cat``, ``name_regex``, ``filter_fn``, ``args``, ``steps``,
     ``step_rank``, ``window_ms``, ``align``, ``clock_offsets``, ``force``,
-    ``split_ranks``, ``dry_run``, ``verify``, ``jobs``, ``progress``, ``salvage``)
+    ``split_ranks``, ``dry_run``, ``verify``, ``link_collectives``, ``jobs``,
+    ``progress``, ``salvage``; see :data:`tracefuse_stream.options.KEYWORDS`)
     set the same fields, on top of ``options`` when both are given.
     ``verify`` (default: the ``TRACEFUSE_VERIFY=1`` environment variable) checks every
     written file against the inputs; an error-level finding raises :class:`VerifyFailed`
