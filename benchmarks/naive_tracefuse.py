@@ -30,7 +30,8 @@ from pathlib import Path
 
 import orjson
 
-from tracefuse_stream.read.sources import find_inputs, open_trace
+from tracefuse_stream.read.discover import discover
+from tracefuse_stream.read.sources import open_trace
 
 LINK_ARGS = ("correlation", "External id")
 
@@ -77,7 +78,7 @@ def main(argv=None) -> int:
     ap.add_argument("--level", type=int, default=9, help="gzip level (default 9)")
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
-    files = find_inputs(a.inputs)
+    files = [c.path for c in discover(a.inputs).candidates]
     merged: list = []
     headers = {}
     pid_off = id_off = None

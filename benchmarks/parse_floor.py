@@ -22,7 +22,8 @@ import time
 
 import ijson
 
-from tracefuse_stream.read.sources import find_inputs, open_trace
+from tracefuse_stream.read.discover import discover
+from tracefuse_stream.read.sources import open_trace
 
 
 def count_events(path: str, use_float: bool) -> int:
@@ -44,7 +45,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     events = 0
     fallbacks = 0
-    files = find_inputs(a.inputs)
+    files = [c.path for c in discover(a.inputs).candidates]
     for path in files:
         if a.mode == "exact":
             events += count_events(str(path), False)

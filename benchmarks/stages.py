@@ -9,7 +9,7 @@ package's own pieces, each stage cumulative, on the decompressed file held in me
 
 * ``batched`` (the normal path): ``EventBatches`` (validated ~1 MB batches, one msgspec
   decode each) -> ``RankRewriter.feed_batch`` -> one msgspec ``encode_lines`` per
-  batch -> 1 MB buffer -> ``PieceWriter``;
+  batch (``BatchedReader.encode_batch``) -> 1 MB buffer -> ``PieceWriter``;
 * ``exact`` (the fallback for inputs the batch stage hands back): ``ijson.items``
   (``use_float=False``) -> ``feed_batch`` per event -> ``dumps_exact`` (orjson) ->
   buffer -> writer.
@@ -34,11 +34,15 @@ import ijson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from tracefuse_stream.exactjson import encode_lines  # noqa: E402
 from tracefuse_stream.read.batches import EventBatches  # noqa: E402
+from tracefuse_stream.read.discover import discover  # noqa: E402
+from tracefuse_stream.read.sources import TraceReader  # noqa: E402
+from tracefuse_stream.rewrite.rules import (
+    RankRewriter,  # noqa: E402
+    dumps_exact,  # noqa: E402
+)
 from tracefuse_stream.select.filters import EventFilter  # noqa: E402
-from tracefuse_stream.rewrite.rules import RankRewriter  # noqa: E402
-from tracefuse_stream.read.sources import TraceReader, find_inputs  # noqa: E402
-from tracefuse_stream.pipeline.stream import _encode_lines, _exact_encoder  # noqa: E402
 from tracefuse_stream.write.writer import FLUSH_BYTES, PieceWriter  # noqa: E402
 
 LEVELS = ["parse", "+feed", "+encode", "+write"]
@@ -58,10 +62,20 @@ def _events(data: bytes, reader: str) -> Iterable[List]:
     return ([ev] for ev in items)
 
 
+def _encode_batched(kept: List) -> bytes:
+    """What ``BatchedReader.encode_batch`` does: one msgspec call, one event a line."""
+    return encode_lines(kept)[:-1].replace(b"\n", b",\n")
+
+
+def _encode_exact(kept: List) -> bytes:
+    """What ``ExactReader.encode_batch`` does: orjson per event, exact numbers."""
+    return b",\n".join(dumps_exact(ev) for ev in kept)
+
+
 def run_stage(data: bytes, reader: str, level: int, codec: str) -> int:
     """Run ``reader`` up to ``level`` (0 parse .. 3 write); return the event count."""
     rw = RankRewriter(1, 1_200_000_123, EventFilter(include_pyfunc=True), 0)
-    encode: Callable = _encode_lines if reader == "batched" else _exact_encoder(rw)
+    encode: Callable = _encode_batched if reader == "batched" else _encode_exact
     w = PieceWriter(codec, None, discard=True)
     buf = bytearray()
     n = 0
@@ -96,7 +110,7 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--codec", choices=["plain", "gzip", "zstd"], default="plain")
     a = ap.parse_args(argv)
-    path = find_inputs([a.path])[0]
+    path = discover([a.path]).candidates[0].path
     r = TraceReader(str(path))
     data = r.read()
     r.close()
