@@ -39,6 +39,7 @@ wall time of ours-json; ours-j2 >= 1.7x the MB/s of ours-json; peak RSS <= 100 M
 worker; peak RSS flat between the smallest (~130 MB) and the 4 GB case; ours-gz >= 8x
 the baseline's MB/s with >= 20x less peak memory.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -76,15 +77,31 @@ CASES: Dict[str, dict] = {
     # Optional (not in "all"): the same inputs with every integer beyond int64 (the
     # synthetic uint64 "Comms Id") replaced by value % 2**63, so that yajl's float path
     # is used end to end (no exact re-parse) -- what traces without uint64 ids get.
-    "small-i64": dict(ranks=8, mb=16, reps=3, baseline_reps=0, from_case="small",
-                      cmds=("floor", "ours-json", "ours-gz", "ours-zst", "ours-j2")),
-    "8x64-i64": dict(ranks=8, mb=64, reps=3, baseline_reps=0, from_case="8x64",
-                     cmds=("floor", "ours-json", "ours-gz", "ours-zst", "ours-j2")),
+    "small-i64": dict(
+        ranks=8,
+        mb=16,
+        reps=3,
+        baseline_reps=0,
+        from_case="small",
+        cmds=("floor", "ours-json", "ours-gz", "ours-zst", "ours-j2"),
+    ),
+    "8x64-i64": dict(
+        ranks=8,
+        mb=64,
+        reps=3,
+        baseline_reps=0,
+        from_case="8x64",
+        cmds=("floor", "ours-json", "ours-gz", "ours-zst", "ours-j2"),
+    ),
 }
 MAIN_CASES = ("small", "8x64", "8x256", "4g")
 OUT_EXT = {
-    "ours-json": ".json", "ours-gz": ".json.gz", "ours-zst": ".json.zst",
-    "ours-j2": ".json", "ours-nopy": ".json", "baseline": ".json.gz",
+    "ours-json": ".json",
+    "ours-gz": ".json.gz",
+    "ours-zst": ".json.zst",
+    "ours-j2": ".json",
+    "ours-nopy": ".json",
+    "baseline": ".json.gz",
 }
 #: the baseline's peak RSS / input size measured so far (used to decide whether it fits)
 BASELINE_RSS_FACTOR_DEFAULT = 6.0
@@ -99,7 +116,7 @@ _BIG_INT = re.compile(rb"(?<![\w.\"])(\d{19,})(?![\w.])")
 
 
 def _mask_line(line: bytes) -> bytes:
-    def sub(m: "re.Match[bytes]") -> bytes:
+    def sub(m: re.Match[bytes]) -> bytes:
         v = int(m.group(1))
         return m.group(1) if v < 2**63 else str(v % 2**63).encode()
 
@@ -126,8 +143,18 @@ def ensure_data(root: Path, case: str, spec: dict) -> Path:
         tmp.rename(d)
         marker.write_text("ok\n")
         return d
-    cmd = [PY, str(HERE / "generate.py"), str(tmp), "--ranks", str(spec["ranks"]),
-           "--mb-per-rank", str(spec["mb"]), "--jobs", str(min(2, os.cpu_count() or 1)), "-q"]
+    cmd = [
+        PY,
+        str(HERE / "generate.py"),
+        str(tmp),
+        "--ranks",
+        str(spec["ranks"]),
+        "--mb-per-rank",
+        str(spec["mb"]),
+        "--jobs",
+        str(min(2, os.cpu_count() or 1)),
+        "-q",
+    ]
     print(f"[{case}] generating {spec['ranks']} x {spec['mb']} MB: {' '.join(cmd)}", flush=True)
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, cwd=REPO)
@@ -182,20 +209,30 @@ def pin_code(root: Path, code: str) -> Dict[str, str]:
     live files (and records whether they differ from HEAD).
     """
     if code == "worktree":
-        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "tracefuse_stream"], cwd=REPO).returncode != 0
+        dirty = (
+            subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "tracefuse_stream"], cwd=REPO).returncode
+            != 0
+        )
         info = {"code": "worktree", "commit": _git("rev-parse", "HEAD"), "dirty": str(dirty)}
     else:
         sha = _git("rev-parse", code)
         dest = root / f"code-{sha[:12]}"
         if not (dest / "tracefuse_stream" / "__init__.py").exists():
             dest.mkdir(parents=True, exist_ok=True)
-            archive = subprocess.run(["git", "archive", sha, "tracefuse_stream"], cwd=REPO, check=True,
-                                     capture_output=True).stdout
+            archive = subprocess.run(
+                ["git", "archive", sha, "tracefuse_stream"], cwd=REPO, check=True, capture_output=True
+            ).stdout
             subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
         ENV["PYTHONPATH"] = str(dest) + (os.pathsep + ENV["PYTHONPATH"] if ENV.get("PYTHONPATH") else "")
         info = {"code": code, "commit": sha, "path": str(dest)}
-    where = subprocess.run([PY, "-c", "import tracefuse_stream as t; print(t.__file__)"], cwd=RUN_CWD, env=ENV,
-                           check=True, capture_output=True, text=True).stdout.strip()
+    where = subprocess.run(
+        [PY, "-c", "import tracefuse_stream as t; print(t.__file__)"],
+        cwd=RUN_CWD,
+        env=ENV,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     info["imported_from"] = where
     subject = _git("log", "-1", "--format=%h %ad %s", "--date=format:%Y-%m-%d %H:%M", info["commit"])
     info["subject"] = subject[:120]
@@ -244,9 +281,17 @@ def measure(argv: List[str], out_path: Optional[Path], name: str, rep: int) -> R
     if out_path is not None and out_path.exists():
         out_path.unlink()  # outputs can be GBs: measure, then delete
     return Run(
-        cmd=name, rep=rep, wall_s=wall, cpu_s=ru.ru_utime + ru.ru_stime,
-        peak_tree_rss=peak_tree, peak_proc_rss=peak_proc, ru_maxrss=ru.ru_maxrss * 1024,
-        max_procs=max_procs, out_bytes=out_bytes, rc=proc.returncode, stdout=out.strip()[-500:],
+        cmd=name,
+        rep=rep,
+        wall_s=wall,
+        cpu_s=ru.ru_utime + ru.ru_stime,
+        peak_tree_rss=peak_tree,
+        peak_proc_rss=peak_proc,
+        ru_maxrss=ru.ru_maxrss * 1024,
+        max_procs=max_procs,
+        out_bytes=out_bytes,
+        rc=proc.returncode,
+        stdout=out.strip()[-500:],
         load1=load1,
     )
 
@@ -307,9 +352,16 @@ def summarise(name: str, argv: str, runs: List[Run], in_bytes: int) -> Row:
     wall = med([r.wall_s for r in runs])
     cpu = med([r.cpu_s for r in runs])
     return Row(
-        cmd=name, argv=argv, n=len(runs), in_mb=in_bytes / MB, wall_s=wall,
-        wall_min=min(r.wall_s for r in runs), wall_max=max(r.wall_s for r in runs), cpu_s=cpu,
-        mb_s=in_bytes / MB / wall if wall else 0.0, mb_cpu_s=in_bytes / MB / cpu if cpu else 0.0,
+        cmd=name,
+        argv=argv,
+        n=len(runs),
+        in_mb=in_bytes / MB,
+        wall_s=wall,
+        wall_min=min(r.wall_s for r in runs),
+        wall_max=max(r.wall_s for r in runs),
+        cpu_s=cpu,
+        mb_s=in_bytes / MB / wall if wall else 0.0,
+        mb_cpu_s=in_bytes / MB / cpu if cpu else 0.0,
         peak_tree_mb=med([r.peak_tree_rss for r in runs]) / MB,
         peak_proc_mb=med([r.peak_proc_rss for r in runs]) / MB,
         ru_maxrss_mb=med([r.ru_maxrss for r in runs]) / MB,
@@ -320,17 +372,21 @@ def summarise(name: str, argv: str, runs: List[Run], in_bytes: int) -> Row:
 
 
 def print_table(case: str, rows: List[Row]) -> None:
-    hdr = (f"{'command':<10} {'n':>2} {'in MB':>8} {'wall s':>8} {'(min-max)':>15} {'MB/s':>7} "
-           f"{'CPU s':>8} {'CPU/wall':>8} {'MB/CPUs':>7} {'tree RSS':>9} {'proc RSS':>9} {'maxrss':>8} {'procs':>5} "
-           f"{'out MB':>8}")
+    hdr = (
+        f"{'command':<10} {'n':>2} {'in MB':>8} {'wall s':>8} {'(min-max)':>15} {'MB/s':>7} "
+        f"{'CPU s':>8} {'CPU/wall':>8} {'MB/CPUs':>7} {'tree RSS':>9} {'proc RSS':>9} {'maxrss':>8} {'procs':>5} "
+        f"{'out MB':>8}"
+    )
     print(f"\n== case {case} (medians; RSS in MB; 'tree' = summed over the process tree) ==")
     print(hdr)
     for r in rows:
         rng = f"{r.wall_min:.1f}-{r.wall_max:.1f}"
         flag = "" if r.ok else "  FAILED"
-        print(f"{r.cmd:<10} {r.n:>2} {r.in_mb:>8.1f} {r.wall_s:>8.2f} {rng:>15} {r.mb_s:>7.1f} "
-              f"{r.cpu_s:>8.2f} {r.cpu_s / r.wall_s:>8.2f} {r.mb_cpu_s:>7.1f} {r.peak_tree_mb:>9.1f} {r.peak_proc_mb:>9.1f} "
-              f"{r.ru_maxrss_mb:>8.1f} {r.max_procs:>5} {r.out_mb:>8.1f}{flag}{('  ' + r.note) if r.note else ''}")
+        print(
+            f"{r.cmd:<10} {r.n:>2} {r.in_mb:>8.1f} {r.wall_s:>8.2f} {rng:>15} {r.mb_s:>7.1f} "
+            f"{r.cpu_s:>8.2f} {r.cpu_s / r.wall_s:>8.2f} {r.mb_cpu_s:>7.1f} {r.peak_tree_mb:>9.1f} {r.peak_proc_mb:>9.1f} "
+            f"{r.ru_maxrss_mb:>8.1f} {r.max_procs:>5} {r.out_mb:>8.1f}{flag}{('  ' + r.note) if r.note else ''}"
+        )
     for r in rows:
         print(f"  {r.cmd:<10} {r.argv}")
 
@@ -382,45 +438,100 @@ def ratios_and_checks(case: str, rows: Dict[str, Row], runs: Dict[str, List[Run]
     j, fl = rows.get("ours-json"), rows.get("floor")
     if j and fl:
         v = j.mb_s / fl.mb_s
-        out.append(Check("ours-json MB/s / floor MB/s", case, v, ">= 0.80", v >= 0.80,
-                         f"CPU-time ratio {j.mb_cpu_s / fl.mb_cpu_s:.2f}",
-                         _paired(runs, "floor", "ours-json", wall_ratio),
-                         _best(runs, "floor") / _best(runs, "ours-json")))
+        out.append(
+            Check(
+                "ours-json MB/s / floor MB/s",
+                case,
+                v,
+                ">= 0.80",
+                v >= 0.80,
+                f"CPU-time ratio {j.mb_cpu_s / fl.mb_cpu_s:.2f}",
+                _paired(runs, "floor", "ours-json", wall_ratio),
+                _best(runs, "floor") / _best(runs, "ours-json"),
+            )
+        )
     for name, lim in (("ours-gz", 1.25), ("ours-zst", 1.10)):
         r = rows.get(name)
         if j and r:
             v = r.wall_s / j.wall_s
-            out.append(Check(f"{name} wall / ours-json wall", case, v, f"<= {lim:.2f}", v <= lim,
-                             f"CPU-time ratio {r.cpu_s / j.cpu_s:.2f}",
-                             _paired(runs, name, "ours-json", wall_ratio),
-                             _best(runs, name) / _best(runs, "ours-json")))
+            out.append(
+                Check(
+                    f"{name} wall / ours-json wall",
+                    case,
+                    v,
+                    f"<= {lim:.2f}",
+                    v <= lim,
+                    f"CPU-time ratio {r.cpu_s / j.cpu_s:.2f}",
+                    _paired(runs, name, "ours-json", wall_ratio),
+                    _best(runs, name) / _best(runs, "ours-json"),
+                )
+            )
     j2 = rows.get("ours-j2")
     if j and j2:
         v = j2.mb_s / j.mb_s
-        out.append(Check("ours-j2 MB/s / ours-json MB/s", case, v, ">= 1.70", v >= 1.70,
-                         f"j2 CPU s {j2.cpu_s:.1f} vs j1 {j.cpu_s:.1f}",
-                         _paired(runs, "ours-json", "ours-j2", wall_ratio),
-                         _best(runs, "ours-json") / _best(runs, "ours-j2")))
+        out.append(
+            Check(
+                "ours-j2 MB/s / ours-json MB/s",
+                case,
+                v,
+                ">= 1.70",
+                v >= 1.70,
+                f"j2 CPU s {j2.cpu_s:.1f} vs j1 {j.cpu_s:.1f}",
+                _paired(runs, "ours-json", "ours-j2", wall_ratio),
+                _best(runs, "ours-json") / _best(runs, "ours-j2"),
+            )
+        )
     for name in ("ours-json", "ours-gz", "ours-zst", "ours-nopy"):
         r = rows.get(name)
         if r:
-            out.append(Check(f"{name} peak tree RSS MB (1 worker)", case, r.peak_tree_mb, "<= 100",
-                             r.peak_tree_mb <= 100))
+            out.append(
+                Check(
+                    f"{name} peak tree RSS MB (1 worker)",
+                    case,
+                    r.peak_tree_mb,
+                    "<= 100",
+                    r.peak_tree_mb <= 100,
+                )
+            )
     if j2:
         per = j2.peak_proc_mb
-        out.append(Check("ours-j2 peak RSS MB of the largest process", case, per, "<= 100", per <= 100,
-                         f"tree {j2.peak_tree_mb:.1f} MB over {j2.max_procs} processes "
-                         f"(= {j2.peak_tree_mb / 2:.1f} MB per worker incl. the parent's share)"))
+        out.append(
+            Check(
+                "ours-j2 peak RSS MB of the largest process",
+                case,
+                per,
+                "<= 100",
+                per <= 100,
+                f"tree {j2.peak_tree_mb:.1f} MB over {j2.max_procs} processes "
+                f"(= {j2.peak_tree_mb / 2:.1f} MB per worker incl. the parent's share)",
+            )
+        )
     b, gz = rows.get("baseline"), rows.get("ours-gz")
     if b and gz and b.ok:
         v = gz.mb_s / b.mb_s
-        out.append(Check("ours-gz MB/s / baseline MB/s", case, v, ">= 8", v >= 8,
-                         f"CPU-time ratio {gz.mb_cpu_s / b.mb_cpu_s:.1f}",
-                         _paired(runs, "baseline", "ours-gz", wall_ratio),
-                         _best(runs, "baseline") / _best(runs, "ours-gz")))
+        out.append(
+            Check(
+                "ours-gz MB/s / baseline MB/s",
+                case,
+                v,
+                ">= 8",
+                v >= 8,
+                f"CPU-time ratio {gz.mb_cpu_s / b.mb_cpu_s:.1f}",
+                _paired(runs, "baseline", "ours-gz", wall_ratio),
+                _best(runs, "baseline") / _best(runs, "ours-gz"),
+            )
+        )
         v = b.peak_tree_mb / gz.peak_tree_mb
-        out.append(Check("baseline peak RSS / ours-gz peak RSS", case, v, ">= 20", v >= 20,
-                         f"{b.peak_tree_mb:.0f} MB vs {gz.peak_tree_mb:.0f} MB"))
+        out.append(
+            Check(
+                "baseline peak RSS / ours-gz peak RSS",
+                case,
+                v,
+                ">= 20",
+                v >= 20,
+                f"{b.peak_tree_mb:.0f} MB vs {gz.peak_tree_mb:.0f} MB",
+            )
+        )
     return out
 
 
@@ -438,9 +549,16 @@ def flat_checks(results: Dict[str, Dict[str, Row]]) -> List[Check]:
         key = "peak_proc_mb" if name == "ours-j2" else "peak_tree_mb"
         va, vb = getattr(a, key), getattr(b, key)
         v = vb / va
-        out.append(Check(
-            f"{name} RSS flat: {hi} ({b.in_mb:,.0f} MB in) / {lo} ({a.in_mb:,.0f} MB in)", f"{lo}->{hi}",
-            v, "<= 1.10", v <= 1.10, f"{vb:.1f} MB vs {va:.1f} MB ({'largest process' if key == 'peak_proc_mb' else 'tree'})"))
+        out.append(
+            Check(
+                f"{name} RSS flat: {hi} ({b.in_mb:,.0f} MB in) / {lo} ({a.in_mb:,.0f} MB in)",
+                f"{lo}->{hi}",
+                v,
+                "<= 1.10",
+                v <= 1.10,
+                f"{vb:.1f} MB vs {va:.1f} MB ({'largest process' if key == 'peak_proc_mb' else 'tree'})",
+            )
+        )
     return out
 
 
@@ -450,11 +568,16 @@ def print_checks(checks: List[Check]) -> None:
         alt = ""
         if c.paired is not None or c.best is not None:
             alt = (f"; per-repetition {c.paired:.2f}" if c.paired is not None else "") + (
-                f"; best-of {c.best:.2f}" if c.best is not None else "")
-        print(f"{c.verdict:<5} [{c.case}] {c.target}: {c.value:.2f} (target {c.limit}){alt}"
-              f"{'  -- ' + c.detail if c.detail else ''}")
-    print("(value = ratio of the medians; FAIL* = fails on the medians but passes on the "
-          "per-repetition or best-of ratio, i.e. within this machine's noise)")
+                f"; best-of {c.best:.2f}" if c.best is not None else ""
+            )
+        print(
+            f"{c.verdict:<5} [{c.case}] {c.target}: {c.value:.2f} (target {c.limit}){alt}"
+            f"{'  -- ' + c.detail if c.detail else ''}"
+        )
+    print(
+        "(value = ratio of the medians; FAIL* = fails on the medians but passes on the "
+        "per-repetition or best-of ratio, i.e. within this machine's noise)"
+    )
 
 
 # ---------------------------------------------------------------------------- main
@@ -473,37 +596,49 @@ def run_case(case: str, args, baseline_factor: List[float]):
         avail = psutil.virtual_memory().available
         if need > 0.6 * avail and not args.force_baseline:
             cmds.remove("baseline")
-            print(f"[{case}] baseline skipped: projected peak {need / 1e9:.1f} GB "
-                  f"(input x {factor:.1f}) > 60% of the {avail / 1e9:.1f} GB available "
-                  "(--force-baseline to run it anyway)", flush=True)
+            print(
+                f"[{case}] baseline skipped: projected peak {need / 1e9:.1f} GB "
+                f"(input x {factor:.1f}) > 60% of the {avail / 1e9:.1f} GB available "
+                "(--force-baseline to run it anyway)",
+                flush=True,
+            )
     elif "baseline" in cmds:
         cmds.remove("baseline")
     baseline_reps = min(reps, spec["baseline_reps"] if args.baseline_reps is None else args.baseline_reps)
     runs: Dict[str, List[Run]] = {c: [] for c in cmds}
     argvs = {c: command(c, data, out_dir, case) for c in cmds}
-    print(f"[{case}] {in_b / MB:,.1f} MB in {len(list(data.glob('*.json*')))} files; "
-          f"{reps} interleaved repetition(s) of {', '.join(cmds)}", flush=True)
+    print(
+        f"[{case}] {in_b / MB:,.1f} MB in {len(list(data.glob('*.json*')))} files; "
+        f"{reps} interleaved repetition(s) of {', '.join(cmds)}",
+        flush=True,
+    )
     for rep in range(reps):
-        order = cmds[rep % len(cmds):] + cmds[: rep % len(cmds)]  # rotate: no fixed position bias
+        order = cmds[rep % len(cmds) :] + cmds[: rep % len(cmds)]  # rotate: no fixed position bias
         for c in order:
             if c == "baseline" and rep >= baseline_reps:
                 continue
             argv, out = argvs[c]
             r = measure(argv, out, c, rep)
             runs[c].append(r)
-            print(f"  [{case} rep {rep + 1}/{reps}] {c:<10} {r.wall_s:8.2f} s wall {r.cpu_s:8.2f} s CPU "
-                  f"{in_b / MB / r.wall_s:7.1f} MB/s  tree {r.peak_tree_rss / MB:7.1f} MB  "
-                  f"proc {r.peak_proc_rss / MB:7.1f} MB  out {r.out_bytes / MB:8.1f} MB  "
-                  f"CPU/wall {r.cpu_s / r.wall_s:4.2f}  load {r.load1:4.2f}"
-                  f"{'' if r.rc == 0 else f'  rc={r.rc}'}", flush=True)
+            print(
+                f"  [{case} rep {rep + 1}/{reps}] {c:<10} {r.wall_s:8.2f} s wall {r.cpu_s:8.2f} s CPU "
+                f"{in_b / MB / r.wall_s:7.1f} MB/s  tree {r.peak_tree_rss / MB:7.1f} MB  "
+                f"proc {r.peak_proc_rss / MB:7.1f} MB  out {r.out_bytes / MB:8.1f} MB  "
+                f"CPU/wall {r.cpu_s / r.wall_s:4.2f}  load {r.load1:4.2f}"
+                f"{'' if r.rc == 0 else f'  rc={r.rc}'}",
+                flush=True,
+            )
             if c == "baseline" and r.rc == 0:
                 baseline_factor.append(r.peak_tree_rss / in_b)
     rows = rows_of(runs, {c: display(argvs[c][0]) for c in cmds}, in_b)
     for c, n in notes.items():
         rows[c].note = n
     print_table(case, list(rows.values()))
-    args._raw[case] = {"in_bytes": in_b, "argv": {c: display(argvs[c][0]) for c in cmds},
-                       "runs": [asdict(r) for rs in runs.values() for r in rs]}
+    args._raw[case] = {
+        "in_bytes": in_b,
+        "argv": {c: display(argvs[c][0]) for c in cmds},
+        "runs": [asdict(r) for rs in runs.values() for r in rs],
+    }
     return rows, runs
 
 
@@ -513,8 +648,10 @@ def rows_of(runs: Dict[str, List[Run]], argvs: Dict[str, str], in_b: int) -> Dic
     if fl and fl[0].stdout:
         try:
             info = json.loads(fl[0].stdout.splitlines()[-1])
-            rows["floor"].note = (f"{info['events']:,} events; {info['exact_reparse_ranks']}/{info['ranks']} "
-                                  "ranks re-parsed exact (integer overflow)")
+            rows["floor"].note = (
+                f"{info['events']:,} events; {info['exact_reparse_ranks']}/{info['ranks']} "
+                "ranks re-parsed exact (integer overflow)"
+            )
         except (ValueError, KeyError):
             pass
     return rows
@@ -530,8 +667,11 @@ def report(path: Path) -> int:
     for case, raw in doc["runs"].items():
         if isinstance(raw, list):  # files written before in_bytes/argv were recorded
             first = next(iter(doc["cases"][case].values()))
-            raw = {"in_bytes": int(round(first["in_mb"] * MB)),
-                   "argv": {k: v["argv"] for k, v in doc["cases"][case].items()}, "runs": raw}
+            raw = {
+                "in_bytes": int(round(first["in_mb"] * MB)),
+                "argv": {k: v["argv"] for k, v in doc["cases"][case].items()},
+                "runs": raw,
+            }
         runs: Dict[str, List[Run]] = {}
         for d in raw["runs"]:
             runs.setdefault(d["cmd"], []).append(Run(**d))
@@ -547,25 +687,50 @@ def report(path: Path) -> int:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--report", type=Path, default=None, metavar="RESULTS_JSON",
-                    help="only re-print the tables and targets of an earlier --json file")
-    ap.add_argument("--case", action="append",
-                    help="small, 8x64, 8x256, 4g, all (= those four), small-i64, 8x64-i64; "
-                         "repeat or comma-separate")
+    ap.add_argument(
+        "--report",
+        type=Path,
+        default=None,
+        metavar="RESULTS_JSON",
+        help="only re-print the tables and targets of an earlier --json file",
+    )
+    ap.add_argument(
+        "--case",
+        action="append",
+        help="small, 8x64, 8x256, 4g, all (= those four), small-i64, 8x64-i64; repeat or comma-separate",
+    )
     ap.add_argument("--reps", type=int, default=None, help="repetitions per command (default per case)")
-    ap.add_argument("--baseline-reps", type=int, default=None,
-                    help="run the (slow) baseline only in the first N repetitions")
-    ap.add_argument("--only", type=lambda s: [x for x in s.split(",") if x], default=None,
-                    help=f"run only these commands ({', '.join(ALL_CMDS)})")
+    ap.add_argument(
+        "--baseline-reps",
+        type=int,
+        default=None,
+        help="run the (slow) baseline only in the first N repetitions",
+    )
+    ap.add_argument(
+        "--only",
+        type=lambda s: [x for x in s.split(",") if x],
+        default=None,
+        help=f"run only these commands ({', '.join(ALL_CMDS)})",
+    )
     ap.add_argument("--no-baseline", action="store_true")
-    ap.add_argument("--force-baseline", action="store_true",
-                    help="run the baseline even when its projected memory exceeds 60%% of what is free")
+    ap.add_argument(
+        "--force-baseline",
+        action="store_true",
+        help="run the baseline even when its projected memory exceeds 60%% of what is free",
+    )
     ap.add_argument("--data-root", type=Path, default=Path("/tmp/tfbench"))
-    ap.add_argument("--code", default="HEAD",
-                    help="version of tracefuse_stream to measure: a commit (default HEAD, exported "
-                         "once to DATA_ROOT/code-<sha>) or 'worktree' (the live, possibly changing files)")
-    ap.add_argument("--keep-data", action="store_true", help="keep the generated inputs (default: delete "
-                    "each case's inputs after it unless they were cached before)")
+    ap.add_argument(
+        "--code",
+        default="HEAD",
+        help="version of tracefuse_stream to measure: a commit (default HEAD, exported "
+        "once to DATA_ROOT/code-<sha>) or 'worktree' (the live, possibly changing files)",
+    )
+    ap.add_argument(
+        "--keep-data",
+        action="store_true",
+        help="keep the generated inputs (default: delete "
+        "each case's inputs after it unless they were cached before)",
+    )
     ap.add_argument("--json", type=Path, default=None, help="write all runs, medians and checks here")
     args = ap.parse_args(argv)
     if args.report:
@@ -585,9 +750,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     cases = list(dict.fromkeys(cases))
     cases.sort(key=lambda c: CASES[c]["ranks"] * CASES[c]["mb"])  # small first
     args._raw = {}
-    print(f"tracefuse bench: {platform.python_version()} on {platform.machine()}, "
-          f"{os.cpu_count()} CPUs, {psutil.virtual_memory().total / 2**30:.1f} GiB RAM, "
-          f"load avg {os.getloadavg()[0]:.2f}", flush=True)
+    print(
+        f"tracefuse bench: {platform.python_version()} on {platform.machine()}, "
+        f"{os.cpu_count()} CPUs, {psutil.virtual_memory().total / 2**30:.1f} GiB RAM, "
+        f"load avg {os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
     code_info = pin_code(args.data_root, args.code)
     results: Dict[str, Dict[str, Row]] = {}
     checks: List[Check] = []
@@ -607,11 +775,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f"\ntotal bench time {time.perf_counter() - t0:.0f} s; load avg now {os.getloadavg()[0]:.2f}")
     shutil.rmtree(args.data_root / f"out-{os.getpid()}", ignore_errors=True)
     if args.json:
-        args.json.write_text(json.dumps({
-            "python": platform.python_version(), "cpus": os.cpu_count(), "code": code_info,
-            "cases": {c: {k: asdict(v) for k, v in rows.items()} for c, rows in results.items()},
-            "runs": args._raw, "checks": [asdict(c) for c in checks],
-        }, indent=2))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "python": platform.python_version(),
+                    "cpus": os.cpu_count(),
+                    "code": code_info,
+                    "cases": {c: {k: asdict(v) for k, v in rows.items()} for c, rows in results.items()},
+                    "runs": args._raw,
+                    "checks": [asdict(c) for c in checks],
+                },
+                indent=2,
+            )
+        )
         print(f"wrote {args.json}")
     return 0 if all(c.passed for c in checks) else 1
 

@@ -11,6 +11,7 @@ package. Examples::
 
 See ``python benchmarks/generate.py --help`` for every option.
 """
+
 import sys
 from pathlib import Path
 

@@ -19,6 +19,7 @@ description, not from its code):
 
 It is deliberately simple (its memory grows with the input); it exists only to be timed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -115,8 +116,11 @@ def main(argv=None) -> int:
     kw = {"compresslevel": a.level} if opener is gzip.open else {}
     with opener(a.output, "wt", encoding="utf-8", **kw) as f:
         json.dump(out, f, indent=4)
-    print(json.dumps({"events": len(merged), "ranks": len(files),
-                      "seconds": round(time.perf_counter() - t0, 3)}))
+    print(
+        json.dumps(
+            {"events": len(merged), "ranks": len(files), "seconds": round(time.perf_counter() - t0, 3)}
+        )
+    )
     return 0
 
 

@@ -13,6 +13,7 @@ rank with ``use_float=False`` from the start.
 
 Prints one JSON line: events, ranks, ranks that needed the exact re-parse, seconds.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,10 +58,17 @@ def main(argv=None) -> int:
                 raise
             fallbacks += 1
             events += count_events(str(path), False)
-    print(json.dumps({
-        "events": events, "ranks": len(files), "exact_reparse_ranks": fallbacks,
-        "mode": a.mode, "seconds": round(time.perf_counter() - t0, 3),
-    }))
+    print(
+        json.dumps(
+            {
+                "events": events,
+                "ranks": len(files),
+                "exact_reparse_ranks": fallbacks,
+                "mode": a.mode,
+                "seconds": round(time.perf_counter() - t0, 3),
+            }
+        )
+    )
     return 0
 
 

@@ -19,6 +19,7 @@ The cyclic GC is off during each measurement, as in ``stream_rank``.
 It reports CPU microseconds per event (``time.process_time``; the minimum and the
 median of ``--reps`` interleaved repetitions) and each stage's share of its pipeline.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -133,8 +134,10 @@ def main(argv=None) -> int:
         for level, name in enumerate(LEVELS):
             ts = times[(reader, level)]
             med = statistics.median(ts)
-            print(f"  {name:8s} {min(ts) / n * 1e6:6.2f} / {med / n * 1e6:6.2f}   "
-                  f"stage {(med - prev) / n * 1e6:5.2f} us  {100 * (med - prev) / full:4.0f}%")
+            print(
+                f"  {name:8s} {min(ts) / n * 1e6:6.2f} / {med / n * 1e6:6.2f}   "
+                f"stage {(med - prev) / n * 1e6:5.2f} us  {100 * (med - prev) / full:4.0f}%"
+            )
             prev = med
     b = statistics.median(times[("batched", 3)])
     e = statistics.median(times[("exact", 3)])

@@ -4,6 +4,7 @@ outputs, and an independent re-implementation of the event selection rule.
 Nothing here imports the engine: every expected number a test asserts is derived
 from the input files with ``json``/``gzip`` and the rules of docs/OUTPUT_FORMAT.md.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -180,8 +181,13 @@ def abs_ns(base: Optional[int], ts: Any) -> int:
     return int(d)
 
 
-def run_cli(*args: Any, cwd: Any = None, timeout: float = 120, env: Optional[Dict[str, str]] = None,
-            input: Optional[bytes] = None) -> subprocess.CompletedProcess:
+def run_cli(
+    *args: Any,
+    cwd: Any = None,
+    timeout: float = 120,
+    env: Optional[Dict[str, str]] = None,
+    input: Optional[bytes] = None,
+) -> subprocess.CompletedProcess:
     """``python -m tracefuse_stream ARGS`` in a subprocess (bytes stdout, text stderr)."""
     e = dict(os.environ)
     e.pop("TRACEFUSE_DEBUG", None)
@@ -189,7 +195,11 @@ def run_cli(*args: Any, cwd: Any = None, timeout: float = 120, env: Optional[Dic
         e.update(env)
     p = subprocess.run(
         [sys.executable, "-m", "tracefuse_stream", *map(str, args)],
-        cwd=cwd, capture_output=True, timeout=timeout, env=e, input=input,
+        cwd=cwd,
+        capture_output=True,
+        timeout=timeout,
+        env=e,
+        input=input,
     )
     p.stderr_text = p.stderr.decode("utf-8", "replace")  # type: ignore[attr-defined]
     return p
@@ -216,8 +226,9 @@ def _decimal_default(obj: Any) -> Any:
     raise TypeError(type(obj).__name__)
 
 
-def write_trace(obj: Dict[str, Any], path: Any, key_order: Optional[List[str]] = None,
-                indent: bool = True) -> Path:
+def write_trace(
+    obj: Dict[str, Any], path: Any, key_order: Optional[List[str]] = None, indent: bool = True
+) -> Path:
     """Write a (Decimal-parsed) trace with every number's digits kept, the top-level
     keys in ``key_order`` (others after, in their order), gzip when the name ends .gz."""
     import orjson
@@ -298,8 +309,15 @@ def norm(v: Any) -> Any:
 
 
 # the link args the merge rewrites (tracefuse_stream.rewrite.rules.LINK_ID_ARGS, restated)
-LINK_ARGS = ("correlation", "External id", "external id", "wait_on_cuda_event_record_corr_id",
-             "wait_on_cuda_event_id", "Python id", "Python parent id")
+LINK_ARGS = (
+    "correlation",
+    "External id",
+    "external id",
+    "wait_on_cuda_event_record_corr_id",
+    "wait_on_cuda_event_id",
+    "Python id",
+    "Python parent id",
+)
 GPU_LABEL = re.compile(r"^GPU (\d+)$")
 
 
@@ -323,9 +341,7 @@ def check_rank_section(
     bad = [i for i, e in enumerate(body) if is_meta(e)]
     assert not bad, f"rank {r}: metadata inside the event body (kept {n}, first at {bad[:3]})"
     bad = [i for i, e in enumerate(tail) if not is_meta(e)]
-    assert not bad, (
-        f"rank {r}: {len(non_meta(section))} non-metadata events out, {n} expected from the input"
-    )
+    assert not bad, f"rank {r}: {len(non_meta(section))} non-metadata events out, {n} expected from the input"
     pidmap = expected_pid_map(K, r)
     synth: Dict[Any, int] = {}
     synth_threads = set()
@@ -378,7 +394,9 @@ def check_rank_section(
         if not kept_pids:
             assert not got
             continue
-        assert sorted(got) == sorted(kept_pids), f"rank {r}: {what} for pids {sorted(got)} != {sorted(kept_pids)}"
+        assert sorted(got) == sorted(kept_pids), (
+            f"rank {r}: {what} for pids {sorted(got)} != {sorted(kept_pids)}"
+        )
         dup = {p: len(v) for p, v in got.items() if len(v) != 1}
         assert not dup, f"rank {r}: {what} more than once: {dup}"
     in_meta = meta(in_events)
@@ -430,10 +448,12 @@ def check_rank_section(
         for e in in_meta
         if e.get("name") == "thread_name" and pkey(e["pid"]) in pidmap
     )
-    got_tn = collections.Counter((m["pid"], m.get("tid"), m["args"]["name"]) for m in tail if m["name"] == "thread_name")
+    got_tn = collections.Counter(
+        (m["pid"], m.get("tid"), m["args"]["name"]) for m in tail if m["name"] == "thread_name"
+    )
     missing = exp_tn - got_tn
     assert not missing, f"rank {r}: thread names lost: {dict(missing)}"
-    for pid, tid, nm in (got_tn - exp_tn):
+    for pid, tid, nm in got_tn - exp_tn:
         assert (pid, tid, nm) in synth_threads, f"rank {r}: unexpected thread_name {(pid, tid, nm)}"
     for pid, tid, nm in synth_threads:
         assert got_tn[(pid, tid, nm)] >= 1, f"rank {r}: synthetic tid {tid} has no thread_name {nm!r}"
@@ -512,7 +532,9 @@ def check_merge(out: Dict[str, Any], inputs: Dict[int, Any], **flt: Any) -> Dict
     for r in facts:
         kinds_in_order = [v[2] for v in by_sort if v[1] == r]
         keyed = [(order_rank[k], d if d is not None else -1) for k, d in kinds_in_order]
-        assert keyed == sorted(keyed), f"rank {r}: processes not ordered CPU, GPU 0.., others: {kinds_in_order}"
+        assert keyed == sorted(keyed), (
+            f"rank {r}: processes not ordered CPU, GPU 0.., others: {kinds_in_order}"
+        )
     return facts
 
 

@@ -13,6 +13,7 @@ The A100 trace is one of the shared GPU traces: without ../shared/fixtures these
 skip (and fail when CI is set), through conftest's ``require_shared``. The CPU-only
 check runs on the recorded gloo job in the repository too.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -159,7 +160,9 @@ def test_real_trace_end_times_are_exact_ns():
     # Exact: ts and dur are 3-decimal us; compare with a decimal-string computation.
     from decimal import Decimal
 
-    expected = sorted(base + int(Decimal(repr(e["ts"])) * 1000) + int(Decimal(repr(e["dur"])) * 1000) for e in kernels)
+    expected = sorted(
+        base + int(Decimal(repr(e["ts"])) * 1000) + int(Decimal(repr(e["dur"])) * 1000) for e in kernels
+    )
     assert sorted(rc.ends.values()) == expected
 
 
@@ -176,16 +179,63 @@ def test_seq_keys_and_kernel_selection(tmp_path):
     big = 2**64 - 5  # Comms Id is a uint64 beyond int64
     events = [
         # CPU-side collective op: never used.
-        {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 1, "ts": 1.0, "dur": 5.0,
-         "args": {"Collective name": "allreduce", "Seq": 1, "Process Group Name": "0"}},
-        {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
-         "pid": 0, "tid": 7, "ts": 10.0, "dur": 2.5,
-         "args": {"Collective name": "allreduce", "Seq": 1, "Process Group Name": "0", "stream": 7}},
-        {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllGather_RING_LL(x)", "pid": 0, "tid": 7,
-         "ts": 20.0, "dur": 1.0, "args": {"Collective name": "allgather", "Comms Id": big, "Process Group Name": "3"}},
-        {"ph": "X", "cat": "kernel", "name": "rcclGenericKernel", "pid": 0, "tid": -9, "ts": 30.0, "dur": 1.0},
-        {"ph": "X", "cat": "kernel", "name": "void at::native::elementwise_kernel", "pid": 0, "tid": 7, "ts": 40.0, "dur": 1.0},
-        {"ph": "X", "cat": "gpu_user_annotation", "name": "nccl:all_reduce", "pid": 0, "tid": 7, "ts": 9.0, "dur": 4.0},
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "record_param_comms",
+            "pid": 1,
+            "tid": 1,
+            "ts": 1.0,
+            "dur": 5.0,
+            "args": {"Collective name": "allreduce", "Seq": 1, "Process Group Name": "0"},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+            "pid": 0,
+            "tid": 7,
+            "ts": 10.0,
+            "dur": 2.5,
+            "args": {"Collective name": "allreduce", "Seq": 1, "Process Group Name": "0", "stream": 7},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "ncclDevKernel_AllGather_RING_LL(x)",
+            "pid": 0,
+            "tid": 7,
+            "ts": 20.0,
+            "dur": 1.0,
+            "args": {"Collective name": "allgather", "Comms Id": big, "Process Group Name": "3"},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "rcclGenericKernel",
+            "pid": 0,
+            "tid": -9,
+            "ts": 30.0,
+            "dur": 1.0,
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "void at::native::elementwise_kernel",
+            "pid": 0,
+            "tid": 7,
+            "ts": 40.0,
+            "dur": 1.0,
+        },
+        {
+            "ph": "X",
+            "cat": "gpu_user_annotation",
+            "name": "nccl:all_reduce",
+            "pid": 0,
+            "tid": 7,
+            "ts": 9.0,
+            "dur": 4.0,
+        },
     ]
     p = tmp_path / "seq.json"
     p.write_bytes(orjson.dumps({"traceEvents": events, "baseTimeNanoseconds": 1}))
@@ -312,7 +362,9 @@ def test_fewer_than_min_matches_is_not_applied(collected, eight_ranks):
     assert not a.applied and a.offset_ns == 0 and a.matched == 2
     assert "only 2" in a.reason and "need 3" in a.reason
     # Through the cap: two kernels read per rank -> two matches.
-    capped = {r: collect_collective_ends(eight_ranks[r]["path"], eight_ranks[r]["base"], cap=2) for r in (0, 4)}
+    capped = {
+        r: collect_collective_ends(eight_ranks[r]["path"], eight_ranks[r]["base"], cap=2) for r in (0, 4)
+    }
     a = estimate_offsets(capped, {0: "nodeA", 4: "nodeB"})[4]
     assert not a.applied and a.matched == 2 and "cap" in a.reason
     # The same data is fine with a lower threshold.
@@ -366,8 +418,11 @@ def test_estimate_is_exact_at_epoch_magnitudes():
     ends0 = {("order", "k", 1, i): 1_795_938_942_456_985_859 + i * 3_000_001 for i in range(9)}
     ends1 = {k: v + 1 for k, v in ends0.items()}
     ends2 = {k: v - 12_345 for k, v in ends0.items()}  # other clock 12.345 us (+0.5 ns) behind
-    data = {0: RankCollectives(ends=ends0, count=9), 1: RankCollectives(ends=ends1, count=9),
-            2: RankCollectives(ends=ends2, count=9)}
+    data = {
+        0: RankCollectives(ends=ends0, count=9),
+        1: RankCollectives(ends=ends1, count=9),
+        2: RankCollectives(ends=ends2, count=9),
+    }
     a = estimate_offsets(data, {0: "a", 1: "a", 2: "b"})[2]
     assert a.applied and a.spread_us == 0.0
     assert a.estimate_ns == 12_346 and a.offset_ns == 12_346  # 12_345.5 rounds half to even

@@ -3,6 +3,7 @@ rank (jittered collective ends, moved starts), the upper four on a second "host"
 clock is 1.2 ms ahead. Measured on the MERGED output: matched collective ends agree
 within 3 us after alignment, and an unshifted one-host job moves no rank by > 3 us.
 """
+
 from __future__ import annotations
 
 import json
@@ -109,7 +110,9 @@ def test_one_host_job_moves_no_rank(tmp_path):
 
 def test_gloo_job_gets_no_offset_and_says_why(ddp4_job, tmp_path):
     files = ddp4_job.files
-    out = load_output(merge([str(f) for f in files], str(tmp_path / "g.json"), align="collectives").outputs[0])
+    out = load_output(
+        merge([str(f) for f in files], str(tmp_path / "g.json"), align="collectives").outputs[0]
+    )
     assert sorted(out["tracefuse"]["ranks"]) == ["0", "1", "2", "3"]
     for _r, info in out["tracefuse"]["ranks"].items():
         assert info["shift_ns"] == 0 and not info["align"]["applied"]
@@ -140,7 +143,7 @@ def _alignment_rows(text: str) -> Dict[int, tuple]:
     lines = text.splitlines()
     start = next(i for i, ln in enumerate(lines) if ln.split()[:3] == ["rank", "host", "offset_us"])
     rows = {}
-    for ln in lines[start + 1:]:
+    for ln in lines[start + 1 :]:
         cells = ln.split()
         if not cells or not cells[0].isdigit():
             break

@@ -7,6 +7,7 @@ the same events, in order, with the same numbers (digits included), the same
 trailer keys, for every cut position; anything they do not handle must raise
 NotBatchable, and the merge must then produce what the exact reader produces.
 """
+
 from __future__ import annotations
 
 import json
@@ -137,12 +138,18 @@ tricky_event = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=120,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(
     events=st.lists(tricky_event, min_size=1, max_size=40),
     sep=st.sampled_from([",\n", ", ", ",", " ,\n\t", ",\n  "]),
     chunk=st.integers(16, 600),
-    trailer=st.sampled_from([{}, {"baseTimeNanoseconds": 1700000000000000000}, {"distributedInfo": {"rank": 3}, "x": [1.50]}]),
+    trailer=st.sampled_from(
+        [{}, {"baseTimeNanoseconds": 1700000000000000000}, {"distributedInfo": {"rank": 3}, "x": [1.50]}]
+    ),
 )
 def test_any_cut_position_gives_the_same_events(tmp_path, monkeypatch, events, sep, chunk, trailer):
     """Names full of ``},{`` (inside strings), nested objects in args, big ints and
@@ -170,9 +177,22 @@ def test_any_cut_position_gives_the_same_events(tmp_path, monkeypatch, events, s
 
 def test_ordinary_names_never_hand_over(tmp_path, small_chunks):
     """Kineto-like text with no braces in strings is always batched, at any cut."""
-    events = [{"ph": "X", "name": f"aten::op{i}", "pid": 7, "tid": 1, "ts": Decimal(f"{i}.125"),
-               "args": {"External id": i, "Comms Id": 2**64 - 1 - i, "dims": [[1, 2], [3]],
-                        "obj": {"k": {"deep": i}}}} for i in range(300)]
+    events = [
+        {
+            "ph": "X",
+            "name": f"aten::op{i}",
+            "pid": 7,
+            "tid": 1,
+            "ts": Decimal(f"{i}.125"),
+            "args": {
+                "External id": i,
+                "Comms Id": 2**64 - 1 - i,
+                "dims": [[1, 2], [3]],
+                "obj": {"k": {"deep": i}},
+            },
+        }
+        for i in range(300)
+    ]
     text = _trace_text(events, ",\n  ", {"deviceProperties": []})
     p = tmp_path / "k.json"
     p.write_bytes(text)
@@ -184,8 +204,10 @@ def test_ordinary_names_never_hand_over(tmp_path, small_chunks):
 
 
 def test_top_level_key_is_found_after_a_nested_one(tmp_path):
-    text = (b'{"a": "traceEvents", "meta": {"traceEvents": [{"x": 1}]}, "traceEvents" :\n [{"ph": "i", "ts": 1.5}, '
-            b'{"ph": "i", "ts": 2}], "after": 1}')
+    text = (
+        b'{"a": "traceEvents", "meta": {"traceEvents": [{"x": 1}]}, "traceEvents" :\n [{"ph": "i", "ts": 1.5}, '
+        b'{"ph": "i", "ts": 2}], "after": 1}'
+    )
     p = tmp_path / "n.json"
     p.write_bytes(text)
     got, tr = read_batches(p)
@@ -302,7 +324,9 @@ def test_hand_over_mid_file_gives_the_exact_result_and_honest_progress(tmp_path)
 
     plan = plan_inputs([str(p)])[0]
     seen: List[int] = []
-    res = stream_rank(RankTask(plan, EventFilter(include_pyfunc=True), "plain", str(tmp_path / "frag")), seen.append)
+    res = stream_rank(
+        RankTask(plan, EventFilter(include_pyfunc=True), "plain", str(tmp_path / "frag")), seen.append
+    )
     assert res.events_in == 30000 and res.events_out == 30000 + res.metadata_out
     assert sum(seen) == p.stat().st_size
     out = merge([str(p)], str(tmp_path / "o.json"))
@@ -320,7 +344,9 @@ def test_trailer_with_object_lists_stays_batched(tmp_path, n_devices):
     # more than one read chunk (1 MB), so the trailer arrives in a later chunk and is cut
     events = [{"ph": "X", "name": f"op{i}", "pid": 1, "tid": 2, "ts": i, "dur": 1} for i in range(30000)]
     devices = [{"id": d, "name": "GPU", "totalGlobalMem": 2**40 + d} for d in range(n_devices)]
-    text = json.dumps({"traceEvents": events, "deviceProperties": devices, "traceName": "x"}, separators=(",", ":"))
+    text = json.dumps(
+        {"traceEvents": events, "deviceProperties": devices, "traceName": "x"}, separators=(",", ":")
+    )
     p = tmp_path / "t.json"
     p.write_text(text)
     b = EventBatches(TraceReader(p), "object")

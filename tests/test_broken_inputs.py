@@ -10,6 +10,7 @@ fixtures directory (truncated, corrupted, edited event by event); no trace is
 hand-written. Expected numbers are computed independently of the engine, with
 ``json``/``zlib``/``zstandard`` on the original bytes.
 """
+
 from __future__ import annotations
 
 import base64
@@ -29,10 +30,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import pytest
 import zstandard
+from conftest import json_text
 
 from tracefuse_stream.cli.app import main as cli_main
 
-from conftest import json_text
 
 # --------------------------------------------------------------------------- fixtures
 @pytest.fixture(scope="session")
@@ -144,7 +145,10 @@ def kept_by_default(ev: Dict[str, Any]) -> bool:
 def zstd_blocks(data: bytes, block: int = 8192) -> bytes:
     """zstd with a block flush every ``block`` bytes (so truncations decode partially)."""
     c = zstandard.ZstdCompressor(level=3).compressobj()
-    out = [c.compress(data[i : i + block]) + c.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK) for i in range(0, len(data), block)]
+    out = [
+        c.compress(data[i : i + block]) + c.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK)
+        for i in range(0, len(data), block)
+    ]
     out.append(c.flush())
     return b"".join(out)
 
@@ -189,14 +193,17 @@ def run_subprocess(*args: Any, timeout: float = 120) -> Run:
     env.pop("TRACEFUSE_DEBUG", None)
     p = subprocess.run(
         [sys.executable, "-m", "tracefuse_stream", *map(str, args)],
-        capture_output=True, timeout=timeout, env=env,
+        capture_output=True,
+        timeout=timeout,
+        env=env,
     )
     return Run(p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace"))
 
 
 def leftovers(d: Path) -> List[str]:
     return sorted(
-        p.name for p in d.iterdir()
+        p.name
+        for p in d.iterdir()
         if p.name.endswith(".tracefuse-tmp") or p.name.startswith(".tracefuse-frag-")
     )
 
@@ -215,7 +222,13 @@ _WHERE = re.compile(r"\(at (event #\d+(, byte \d+)?|byte \d+)\)")
 
 
 def assert_failed(
-    r: Run, out: Path, path: Any, *, code: int = 1, where: bool = True, hint: bool = False,
+    r: Run,
+    out: Path,
+    path: Any,
+    *,
+    code: int = 1,
+    where: bool = True,
+    hint: bool = False,
     what: Optional[str] = None,
 ) -> str:
     assert r.rc == code, f"exit code {r.rc}, expected {code}; stderr: {r.err}"
@@ -378,9 +391,19 @@ def _targeted_cuts(full: bytes) -> Dict[str, int]:
 
 
 TARGETS = [
-    "in_header", "before_array_open", "after_array_open", "in_first_event", "in_string",
-    "in_number", "after_event_brace", "after_comma", "before_next_event",
-    "inside_args_object", "after_last_event", "after_array_close", "in_trailer",
+    "in_header",
+    "before_array_open",
+    "after_array_open",
+    "in_first_event",
+    "in_string",
+    "in_number",
+    "after_event_brace",
+    "after_comma",
+    "before_next_event",
+    "inside_args_object",
+    "after_last_event",
+    "after_array_close",
+    "in_trailer",
     "missing_final_brace",
 ]
 
@@ -460,7 +483,7 @@ def _broken_cases(small: Dict[int, bytes], mini: bytes) -> Dict[str, Tuple[str, 
         "corrupt_zstd": ("e.json.zst", _flip(zc, len(zc) // 2, 8)),
         "raw_control_char": ("f.json", full[:name_at] + b"\x01" + full[name_at:]),
         "invalid_utf8": ("g.json", full[:name_at] + b"\xff" + full[name_at:]),
-        "nan": ("h.json", full[:name_at - 12] + b'"nan": NaN, ' + full[name_at - 12:]),
+        "nan": ("h.json", full[: name_at - 12] + b'"nan": NaN, ' + full[name_at - 12 :]),
     }
 
 
@@ -472,8 +495,14 @@ def _flip(data: bytes, at: int, n: int) -> bytes:
 
 
 CASES = [
-    "truncated_plain", "truncated_base_after_events", "truncated_gzip", "truncated_zstd",
-    "corrupt_zstd", "raw_control_char", "invalid_utf8", "nan",
+    "truncated_plain",
+    "truncated_base_after_events",
+    "truncated_gzip",
+    "truncated_zstd",
+    "corrupt_zstd",
+    "raw_control_char",
+    "invalid_utf8",
+    "nan",
 ]
 
 
@@ -560,7 +589,11 @@ def _inject_in_name(full: bytes, k: int, blob: bytes) -> Tuple[bytes, str, str]:
     s, e = fr.spans[k]
     at = full.index(b'"name": "', s, e) + len(b'"name": "') + 3
     ev = parse_exact(full[s:e])
-    return full[:at] + blob + full[at:], ev["name"], ev["name"][:3] + blob.decode("utf-8", "replace") + ev["name"][3:]
+    return (
+        full[:at] + blob + full[at:],
+        ev["name"],
+        ev["name"][:3] + blob.decode("utf-8", "replace") + ev["name"][3:],
+    )
 
 
 REPAIRS = {
@@ -601,7 +634,9 @@ def test_nan_and_infinity(tmp_path, small):
     """Strict: an error at the event. Salvage: NaN/Infinity/-Infinity -> null, counted."""
     full = small[0]
     evs = events_exact(full)
-    k = next(i for i, e in enumerate(evs) if i > 100 and e.get("ph") == "X" and isinstance(e.get("args"), dict))
+    k = next(
+        i for i, e in enumerate(evs) if i > 100 and e.get("ph") == "X" and isinstance(e.get("args"), dict)
+    )
     fr = framing(full)
     s, e = fr.spans[k]
     at = full.index(b'"args": {', s, e) + len(b'"args": {')
@@ -618,7 +653,11 @@ def test_nan_and_infinity(tmp_path, small):
     assert len(got) == sum(1 for x in evs if kept_by_default(x))
     hit = [x for x in got if "nan_v" in x["args"]]
     assert len(hit) == 1
-    assert hit[0]["args"]["nan_v"] is None and hit[0]["args"]["inf_v"] is None and hit[0]["args"]["ninf_v"] is None
+    assert (
+        hit[0]["args"]["nan_v"] is None
+        and hit[0]["args"]["inf_v"] is None
+        and hit[0]["args"]["ninf_v"] is None
+    )
     assert hit[0]["name"] == evs[k]["name"]
     sv = o["tracefuse"]["ranks"]["0"]["salvage"]
     assert sv["nonfinite_numbers_nulled"] == 3 and sv["events_repaired"] == 1, sv
@@ -723,7 +762,10 @@ def test_json_that_is_not_a_trace(tmp_path, small):
     cases = {
         "no_trace_events.json": (json_text(hdr).encode(), "not a trace.*traceEvents"),
         "scalar.json": (json.dumps(hdr["distributedInfo"]["backend"]).encode(), "not a trace"),
-        "events_not_array.json": (json_text({**hdr, "traceEvents": {"ph": "X"}}).encode(), "traceEvents is not an array"),
+        "events_not_array.json": (
+            json_text({**hdr, "traceEvents": {"ph": "X"}}).encode(),
+            "traceEvents is not an array",
+        ),
     }
     for name, (data, what) in cases.items():
         p = tmp_path / name
@@ -823,10 +865,11 @@ def test_events_missing_pid_tid_ts(tmp_path, small):
 
     def dropper(keys: Any, tag: str) -> Callable[[Dict[str, Any]], Dict[str, Any]]:
         def f(ev: Dict[str, Any]) -> Dict[str, Any]:
-            for key in (keys if isinstance(keys, tuple) else (keys,)):
+            for key in keys if isinstance(keys, tuple) else (keys,):
                 ev.pop(key)
             ev["args"]["tf_marker"] = tag
             return ev
+
         return f
 
     data = edit_events(full, {k: dropper(v, f"m{k}") for k, v in drops.items()})
@@ -856,7 +899,9 @@ def test_negative_and_huge_pids_and_tids(tmp_path, small):
     for j, v in enumerate(pids):
         edits[xs[j]] = (lambda v, j: lambda ev: {**ev, "pid": v, "args": {**ev["args"], "tf_pid": j}})(v, j)
     for j, v in enumerate(tids):
-        edits[xs[len(pids) + j]] = (lambda v, j: lambda ev: {**ev, "tid": v, "args": {**ev["args"], "tf_tid": j}})(v, j)
+        edits[xs[len(pids) + j]] = (
+            lambda v, j: lambda ev: {**ev, "tid": v, "args": {**ev["args"], "tf_tid": j}}
+        )(v, j)
     data = edit_events(full, edits)
     p = tmp_path / "rank0.json"
     p.write_bytes(data)
@@ -917,9 +962,9 @@ def test_hex_string_and_integral_float_flow_ids(tmp_path, small):
     pairs = _flow_pairs(evs)
     assert len(pairs) >= 4, "the generated input should hold complete fwdbwd pairs"
     forms: Dict[int, Callable[[int], Any]] = {
-        0: lambda i: format(i, "x"),        # "1a" is 26 (Perfetto parses string ids as hex)
+        0: lambda i: format(i, "x"),  # "1a" is 26 (Perfetto parses string ids as hex)
         1: lambda i: "0x%x" % i,
-        2: lambda i: Decimal(f"{i}.0"),     # integral float
+        2: lambda i: Decimal(f"{i}.0"),  # integral float
         3: lambda i: Decimal(f"{i}.000"),
     }
     edits = {}

@@ -90,7 +90,11 @@ def _read_all(path: Path) -> None:
 @pytest.mark.parametrize("codec", ["gzip", "zstd"])
 def test_compressed_streams_truncated_or_corrupt(tmp_path, codec):
     # (zstd detects damage by its frame checksum; without one, flipped bits may decode)
-    data = gzip.compress(TEXT) if codec == "gzip" else zstandard.ZstdCompressor(write_checksum=True).compress(TEXT)
+    data = (
+        gzip.compress(TEXT)
+        if codec == "gzip"
+        else zstandard.ZstdCompressor(write_checksum=True).compress(TEXT)
+    )
     cut = tmp_path / f"cut.{codec}"
     cut.write_bytes(data[: len(data) // 2])
     with pytest.raises(InputError) as ei:

@@ -16,6 +16,7 @@ The inputs are the real Kineto traces recorded in tests/data/recorded/ddp4: what
 tested here is I/O and signal handling, which does not depend on which real job is
 merged, so the shared GPU traces are not needed.
 """
+
 from __future__ import annotations
 
 import builtins
@@ -65,7 +66,8 @@ def one_line(err: str) -> str:
 
 def leftovers(d: Path) -> List[str]:
     return sorted(
-        p.name for p in d.iterdir()
+        p.name
+        for p in d.iterdir()
         if p.name.endswith(".tracefuse-tmp") or p.name.startswith(".tracefuse-frag-")
     )
 
@@ -135,8 +137,13 @@ def full_size(tmp_path_factory: pytest.TempPathFactory, ddp_files: Dict[int, Pat
 @pytest.mark.parametrize("where", ["nothing_fits", "in_head", "in_events", "in_tail", "at_flush"])
 def test_disk_full_while_writing_the_output(tmp_path, monkeypatch, ddp_files, full_size, ext, where):
     size = full_size[ext]
-    limit = {"nothing_fits": 0, "in_head": 20, "in_events": size // 2, "in_tail": size - 40,
-             "at_flush": 1 << 40}[where]
+    limit = {
+        "nothing_fits": 0,
+        "in_head": 20,
+        "in_events": size // 2,
+        "in_tail": size - 40,
+        "at_flush": 1 << 40,
+    }[where]
     _full_output(monkeypatch, limit, fail_flush=where == "at_flush")
     out = tmp_path / ("merged" + ext)
     rc, _o, err = cli("merge", ddp_files[0], ddp_files[1], "-o", out, "-q", "-j", "1")
@@ -150,8 +157,11 @@ def test_disk_full_while_writing_the_output(tmp_path, monkeypatch, ddp_files, fu
 def test_disk_full_message_names_the_output(tmp_path, monkeypatch, ddp_files, full_size, where):
     """``tracefuse: error: FILE: what is wrong`` holds for output errors too: with
     several outputs (--split-ranks) or a default -o, the user must see which file."""
-    _full_output(monkeypatch, full_size[".json"] // 2 if where == "in_events" else 1 << 40,
-                 fail_flush=where == "at_flush")
+    _full_output(
+        monkeypatch,
+        full_size[".json"] // 2 if where == "in_events" else 1 << 40,
+        fail_flush=where == "at_flush",
+    )
     out = tmp_path / "merged.json"
     rc, _o, err = cli("merge", ddp_files[0], ddp_files[1], "-o", out, "-q", "-j", "1")
     assert rc == 3, err
@@ -253,7 +263,10 @@ def test_stdout_on_a_full_device(tmp_path, ddp_files):
     with open("/dev/full", "wb") as full:
         p = subprocess.run(
             [sys.executable, "-m", "tracefuse_stream", "merge", str(ddp_files[0]), "-o", "-", "-j", "1"],
-            stdout=full, stderr=subprocess.PIPE, env=env, timeout=120,
+            stdout=full,
+            stderr=subprocess.PIPE,
+            env=env,
+            timeout=120,
         )
     err = p.stderr.decode("utf-8", "replace")
     assert p.returncode == 3, err
@@ -307,7 +320,10 @@ def _run_signalled(args: Sequence[Any], spec: str, log: Path) -> Tuple[subproces
     env[ENV_LOG] = str(log)
     p = subprocess.Popen(
         [sys.executable, "-m", "tracefuse_stream", *map(str, args)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        start_new_session=True,
     )
     try:
         _out, err_b = p.communicate(timeout=120)
@@ -482,11 +498,11 @@ def test_output_naming_an_input_is_refused(tmp_path, run_dir, monkeypatch):
     link = tmp_path / "link.json.gz"
     link.symlink_to(inputs[0])
     spellings = [
-        ([run_dir], inputs[0]),                       # found through the directory
-        ([inputs[1]], inputs[1]),                     # the same path
-        ([inputs[1]], Path(inputs[1].name)),          # relative spelling (cwd is run_dir)
+        ([run_dir], inputs[0]),  # found through the directory
+        ([inputs[1]], inputs[1]),  # the same path
+        ([inputs[1]], Path(inputs[1].name)),  # relative spelling (cwd is run_dir)
         ([inputs[2]], Path("..") / "run" / inputs[2].name),
-        ([inputs[0]], link),                          # a symlink to the input
+        ([inputs[0]], link),  # a symlink to the input
     ]
     for ins, target in spellings:
         for extra in ((), ("--force",)):
@@ -511,7 +527,9 @@ def test_inputs_unchanged_by_subprocess_merges(tmp_path, run_dir):
     def run(*args: Any) -> int:
         p = subprocess.run(
             [sys.executable, "-m", "tracefuse_stream", "merge", *map(str, args), "-q"],
-            capture_output=True, env=env, timeout=120,
+            capture_output=True,
+            env=env,
+            timeout=120,
         )
         assert "Traceback" not in p.stderr.decode("utf-8", "replace")
         return p.returncode

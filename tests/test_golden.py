@@ -9,6 +9,7 @@ Absolute input paths (the header's ``source``) and the tool version differ betwe
 checkouts and releases, so both are replaced by placeholders before hashing; every
 other byte counts.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -41,7 +42,12 @@ def _cases() -> List[Tuple[str, str, Any, Dict[str, Any]]]:
         ("sample-gz", "repo", [SAMPLE], {"_ext": ".json.gz"}),
         ("sample-zst", "repo", [SAMPLE], {"_ext": ".json.zst", "ranks": [1, 3]}),
         ("sample-window", "repo", [SAMPLE], {"window_ms": (2.0, 6.5)}),
-        ("sample-filters", "repo", [SAMPLE], {"keep_cat": ["kernel", "cpu_op", "ac2g"], "name_regex": "^(nccl|aten|ac2g)"}),
+        (
+            "sample-filters",
+            "repo",
+            [SAMPLE],
+            {"keep_cat": ["kernel", "cpu_op", "ac2g"], "name_regex": "^(nccl|aten|ac2g)"},
+        ),
         ("ddp4-default", "shared", [ddp4], {}),
         ("ddp4-pyfunc", "shared", [ddp4], {"include_pyfunc": True}),
         ("ddp4-steps", "shared", [ddp4], {"steps": (3, 3)}),
@@ -65,7 +71,9 @@ def merged_digest(tmp: Path, inputs: Any, kwargs: Dict[str, Any]) -> str:
         if old is not None:
             os.environ["TRACEFUSE_VERIFY"] = old
     data = decompress_bytes(out.read_bytes())
-    dirs = {Path(os.path.abspath(i)).parent if Path(i).is_file() else Path(os.path.abspath(i)) for i in inputs}
+    dirs = {
+        Path(os.path.abspath(i)).parent if Path(i).is_file() else Path(os.path.abspath(i)) for i in inputs
+    }
     for d in sorted(dirs, key=lambda d: -len(str(d))):
         data = data.replace(json.dumps(str(d))[1:-1].encode() + b"/", b"<DIR>/")
     data = data.replace(b'"version":"0.1.0"', b'"version":"<V>"')

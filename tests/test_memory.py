@@ -8,6 +8,7 @@ flows) with increasing timestamps and ids, counting while it writes. The merged
 output is then counted by streaming it (ijson), per rank, against what was written.
 (There is one generator, and it runs: no fallback that a test never reaches.)
 """
+
 from __future__ import annotations
 
 import json
@@ -113,11 +114,16 @@ def big_run(tmp_path_factory, rec_ddp4_by_rank, h):
 
 def _idle_address_space_kb() -> int:
     out = subprocess.run(
-        [sys.executable, "-c",
-         "import tracefuse_stream.pipeline.orchestrate\n"
-         "for l in open('/proc/self/status'):\n"
-         "    if l.startswith('VmPeak:'): print(l.split()[1])"],
-        capture_output=True, text=True, check=True,
+        [
+            sys.executable,
+            "-c",
+            "import tracefuse_stream.pipeline.orchestrate\n"
+            "for l in open('/proc/self/status'):\n"
+            "    if l.startswith('VmPeak:'): print(l.split()[1])",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     return int(out.strip())
 
@@ -156,7 +162,11 @@ def test_merge_of_200mb_stays_in_bounded_memory(big_run, tmp_path, h):
     env.pop("TRACEFUSE_VERIFY", None)
     proc = subprocess.run(
         [sys.executable, "-c", MERGE_SCRIPT, *map(str, paths), str(out)],
-        capture_output=True, text=True, preexec_fn=limit, timeout=300, env=env,
+        capture_output=True,
+        text=True,
+        preexec_fn=limit,
+        timeout=300,
+        env=env,
     )
     assert proc.returncode == 0, (
         f"merge under a {cap >> 20} MB address-space cap (idle {idle_kb >> 10} MB + {HEADROOM_MB} MB) "
@@ -164,7 +174,9 @@ def test_merge_of_200mb_stays_in_bounded_memory(big_run, tmp_path, h):
     )
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     rss_mb = report["hwm_kb"] / 1024
-    print(f"input {total_in / 1e6:.0f} MB, cap {cap >> 20} MB, peak RSS {rss_mb:.0f} MB, VmPeak {report['vmpeak_kb'] >> 10} MB")
+    print(
+        f"input {total_in / 1e6:.0f} MB, cap {cap >> 20} MB, peak RSS {rss_mb:.0f} MB, VmPeak {report['vmpeak_kb'] >> 10} MB"
+    )
     assert rss_mb < RSS_LIMIT_MB, f"peak RSS {rss_mb:.0f} MB for {total_in / 1e6:.0f} MB of input"
     assert rss_mb * 1e6 < total_in / 2
     # the merge's own count of what it read and kept

@@ -2,6 +2,7 @@
 errors, output codecs, determinism across --jobs, overwrite protection, temp-file
 hygiene, ``info``; and the TraceLens-compatible ``TraceFuse`` API.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -131,7 +132,10 @@ def test_inputs_in_any_compression_whatever_their_name(rec_ddp4, tmp_path, h):
     o = h.load_output(out, exact=True)
     h.check_merge(o, {0: f0, 1: f1, 2: f2})
     assert {r: v["compression"] for r, v in o["tracefuse"]["ranks"].items()} == {
-        "0": "gzip", "1": "plain", "2": "zstd"}
+        "0": "gzip",
+        "1": "plain",
+        "2": "zstd",
+    }
 
 
 # ---------------------------------------------------------------- outputs
@@ -161,8 +165,11 @@ def test_codecs_give_identical_json(codec_outputs, ddp4_job, h):
     ref = h.strict_loads(plain, exact=True)
     h.check_merge(ref, ddp4_job.by_rank)
     for key in [("m.json.gz", 1), ("m.json.zst", 1), ("-", 2)]:
-        data = h.gunzip_one_member(runs[key]) if key[0].endswith(".gz") else (
-            h.unzstd(runs[key]) if key[0].endswith(".zst") else runs[key])
+        data = (
+            h.gunzip_one_member(runs[key])
+            if key[0].endswith(".gz")
+            else (h.unzstd(runs[key]) if key[0].endswith(".zst") else runs[key])
+        )
         assert h.strict_loads(data, exact=True) == ref, f"{key} differs from the plain .json output"
     for sub in ("j1", "j2"):
         assert listing(d / sub) == ["m.json", "m.json.gz", "m.json.zst"]  # no temp files
@@ -354,11 +361,25 @@ def test_missing_shared_fixtures_skip_with_a_reason_and_fail_in_ci(ci, tmp_path,
     if ci:
         env["CI"] = "1"
     p = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
-         "tests/test_merge_real.py::test_dict_inputs_keys_are_ranks"],
-        cwd=str(h.REPO), env=env, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-rs",
+            "-p",
+            "no:cacheprovider",
+            "tests/test_merge_real.py::test_dict_inputs_keys_are_ranks",
+        ],
+        cwd=str(h.REPO),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
-    assert "needs the real GPU traces in ../shared/fixtures (set TRACEFUSE_SHARED_FIXTURES)" in p.stdout, p.stdout
+    assert "needs the real GPU traces in ../shared/fixtures (set TRACEFUSE_SHARED_FIXTURES)" in p.stdout, (
+        p.stdout
+    )
     assert str(tmp_path / "no-such-dir") in p.stdout
     if ci:
         assert p.returncode == 1, p.stdout[-2000:]
@@ -396,14 +417,20 @@ def test_tracefuse_dict_keys_and_gz_name_kept(ddp4_by_rank, real_dir, tmp_path, 
 
 def test_tracefuse_multiprocessing_same_bytes_and_filters(ddp4_job, tmp_path, h):
     a = TraceFuse(ddp4_job.files).merge_and_save(str(tmp_path / "a.json"))
-    b = TraceFuse(ddp4_job.files, use_multiprocessing=True, max_workers=2).merge_and_save(str(tmp_path / "b.json"))
+    b = TraceFuse(ddp4_job.files, use_multiprocessing=True, max_workers=2).merge_and_save(
+        str(tmp_path / "b.json")
+    )
     assert Path(a).read_bytes() == Path(b).read_bytes()
     # TraceLens overwrites: so does the drop-in (force by default)
     again = TraceFuse(ddp4_job.files, use_multiprocessing=True).merge_and_save(
-        str(tmp_path / "b.json"), include_pyfunc=True, filter_fn=lambda e: e.get("name", "").startswith("aten::"))
+        str(tmp_path / "b.json"),
+        include_pyfunc=True,
+        filter_fn=lambda e: e.get("name", "").startswith("aten::"),
+    )
     assert again == str(tmp_path / "b.json.gz")
     o = h.load_output(again, exact=True)
     flt = {"include_pyfunc": True, "fn": lambda e: e.get("name", "").startswith("aten::")}
     h.check_merge(o, dict(enumerate(ddp4_job.files)), **flt)
     assert len(h.non_meta(o["traceEvents"])) == sum(
-        len(h.kept_events(h.cached_input(f, exact=True)["traceEvents"], **flt)) for f in ddp4_job.files)
+        len(h.kept_events(h.cached_input(f, exact=True)["traceEvents"], **flt)) for f in ddp4_job.files
+    )

@@ -5,6 +5,7 @@ present; required in CI). Every expectation is derived from the input files in t
 events in input order with exact counts, absolute times to the nanosecond, pids,
 tids, flow ids, correlation/External id, args.rank, regenerated metadata, header.
 """
+
 from __future__ import annotations
 
 from decimal import Decimal
@@ -86,7 +87,9 @@ def test_ddp4_pids_labels_and_flows(ddp4_merged, ddp4_by_rank_of_job, h):
     # precondition that makes the uniqueness meaningful: every rank used the same ids
     assert len(set.intersection(*in_fwdbwd.values())) >= 10
     sort = sorted(
-        (m["args"]["sort_index"], m["args"]["rank"]) for m in out["traceEvents"] if m.get("name") == "process_sort_index"
+        (m["args"]["sort_index"], m["args"]["rank"])
+        for m in out["traceEvents"]
+        if m.get("name") == "process_sort_index"
     )
     assert [r for _, r in sort] == sorted(r for _, r in sort)
     assert sort[0] == (0, 0) and all(-(2**31) <= s < 2**31 for s, _ in sort)
@@ -182,15 +185,21 @@ def test_duplicate_distributed_info_ranks_are_refused(real_dir, tmp_path):
 
 
 def test_dict_inputs_keys_are_ranks(real_dir, ddp4_by_rank, tmp_path, h):
-    inputs = {7: real_dir / "h100_bert_small.json.gz", 2: real_dir / "mi250_minitoy.json.gz",
-              4: ddp4_by_rank[3]}
+    inputs = {
+        7: real_dir / "h100_bert_small.json.gz",
+        2: real_dir / "mi250_minitoy.json.gz",
+        4: ddp4_by_rank[3],
+    }
     out = tmp_path / "m.json.zst"
     merge(inputs, str(out))
     o = h.load_output(out, exact=True)
     h.check_merge(o, inputs)
     assert sorted(h.split_by_rank(o)) == [2, 4, 7]
     assert {r: v["rank_from"] for r, v in o["tracefuse"]["ranks"].items()} == {
-        "2": "explicit", "4": "explicit", "7": "explicit"}
+        "2": "explicit",
+        "4": "explicit",
+        "7": "explicit",
+    }
 
 
 @pytest.mark.parametrize("ranks", [[0, 2], [3], [1, 2, 3]])
@@ -246,8 +255,9 @@ def test_resaved_file_with_distributed_info_after_events(variant, ddp4_job, tmp_
         order = keys + ["traceEvents", "distributedInfo", "baseTimeNanoseconds"]
     d = tmp_path / "in"
     d.mkdir()
-    resaved = h.write_trace(src, d / "vm_99.1795938942000000000.pt.trace.json.gz", order,
-                            indent=variant == "distinfo_after")
+    resaved = h.write_trace(
+        src, d / "vm_99.1795938942000000000.pt.trace.json.gz", order, indent=variant == "distinfo_after"
+    )
     back = h.load_input(resaved, exact=True)
     assert key_position(back, "distributedInfo") == "after"
     # re-saved first in the list: its rank must still come from distributedInfo
@@ -267,8 +277,14 @@ def test_resaved_trailer_with_device_properties_and_tricky_strings(real_dir, tmp
     src = dict(h.cached_input(real_dir / "h100_bert_small.json.gz", exact=True))
     src["distributedInfo"] = {"backend": "nccl", "rank": 1, "world_size": 2}
     src["traceName"] = '/tmp/run "a]"/x}.json'
-    order = ["schemaVersion", "traceEvents", "deviceProperties", "distributedInfo", "traceName",
-             "baseTimeNanoseconds"]
+    order = [
+        "schemaVersion",
+        "traceEvents",
+        "deviceProperties",
+        "distributedInfo",
+        "traceName",
+        "baseTimeNanoseconds",
+    ]
     resaved = h.write_trace(src, tmp_path / "h100_resaved.json", order, indent=False)
     other = real_dir / "mi250_minitoy.json.gz"
     out = tmp_path / "m.json"
@@ -347,9 +363,7 @@ FILTERS = {
 
 
 # worker processes (jobs=2) with a lambda filter_fn and with keep_cat
-@pytest.mark.parametrize(
-    "name, jobs", [(n, 1) for n in FILTERS] + [("filter_fn", 2), ("keep_cat_kernel", 2)]
-)
+@pytest.mark.parametrize("name, jobs", [(n, 1) for n in FILTERS] + [("filter_fn", 2), ("keep_cat_kernel", 2)])
 def test_filters(name, jobs, ddp4_by_rank, real_dir, tmp_path, h):
     flt = FILTERS[name]
     inputs = {0: ddp4_by_rank[0], 1: real_dir / "h100_bert_small.json.gz"}
@@ -377,12 +391,17 @@ def test_filters(name, jobs, ddp4_by_rank, real_dir, tmp_path, h):
     if name == "include_pyfunc":
         assert sum(e.get("cat") == "python_function" for e in o["traceEvents"]) == sum(
             e.get("cat") == "python_function"
-            for p in inputs.values() for e in h.cached_input(p)["traceEvents"])
+            for p in inputs.values()
+            for e in h.cached_input(p)["traceEvents"]
+        )
     if name == "keep_cat_kernel":
         # rank 0 (CPU-only job) keeps nothing: no section; rank 1's CPU gets no metadata
         assert 0 not in secs
-        cpu_pid = next(e["pid"] for e in h.cached_input(inputs[1])["traceEvents"]
-                       if e["ph"] != "M" and isinstance(e["pid"], int) and e["pid"] >= 5000)
+        cpu_pid = next(
+            e["pid"]
+            for e in h.cached_input(inputs[1])["traceEvents"]
+            if e["ph"] != "M" and isinstance(e["pid"], int) and e["pid"] >= 5000
+        )
         mapped = dict(map(tuple, o["tracefuse"]["ranks"]["1"]["pids"])).get(cpu_pid)
         assert mapped is None or mapped not in {e["pid"] for e in o["traceEvents"]}
         assert not any(e["pid"] == 20000 + 5000 for e in o["traceEvents"])

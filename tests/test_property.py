@@ -12,6 +12,7 @@
 Traces are generated: the random ones event by event, the corrupted ones from the
 real Kineto traces recorded in the repository (tests/data/recorded).
 """
+
 from __future__ import annotations
 
 import gzip
@@ -73,17 +74,18 @@ def encode(data: bytes, codec: str) -> Tuple[bytes, str]:
 
 def leftovers(d: Path) -> List[str]:
     return sorted(
-        p.name for p in d.iterdir()
+        p.name
+        for p in d.iterdir()
         if p.name.endswith(".tracefuse-tmp") or p.name.startswith(".tracefuse-frag-")
     )
 
 
 # --------------------------------------------------------------------------- random valid traces
 PIDS = st.one_of(
-    st.integers(0, 7),                       # GPU device pids
-    st.integers(5000, 4_000_000),            # OS pids
-    st.integers(-3, -1),                     # overhead pid -1 and friends
-    st.integers(2**32, 2**40),               # out of Perfetto's uint32
+    st.integers(0, 7),  # GPU device pids
+    st.integers(5000, 4_000_000),  # OS pids
+    st.integers(-3, -1),  # overhead pid -1 and friends
+    st.integers(2**32, 2**40),  # out of Perfetto's uint32
     st.sampled_from(["Spans", "Traces", "", "GPU 0 Counters", "7"]),
 )
 TIDS = st.one_of(
@@ -103,11 +105,13 @@ def _us(ns: int, as_int: bool = False) -> str:
 
 @st.composite
 def rank_trace(draw: Any, rank: int, world: int) -> Dict[str, Any]:
-    base = draw(st.one_of(
-        st.none(),                                                  # PyTorch <= 2.3: epoch us
-        st.sampled_from([216 * PERIOD_NS, 217 * PERIOD_NS, 227 * PERIOD_NS]),  # Kineto bases
-        st.integers(1_600_000_000 * 10**9, 1_800_000_000 * 10**9),   # any ns
-    ))
+    base = draw(
+        st.one_of(
+            st.none(),  # PyTorch <= 2.3: epoch us
+            st.sampled_from([216 * PERIOD_NS, 217 * PERIOD_NS, 227 * PERIOD_NS]),  # Kineto bases
+            st.integers(1_600_000_000 * 10**9, 1_800_000_000 * 10**9),  # any ns
+        )
+    )
     epoch0 = draw(st.integers(1_600_000_000 * 10**15, 1_800_000_000 * 10**15))  # abs ns
     events: List[str] = []
     facts: List[Dict[str, Any]] = []  # per non-metadata event, in file order
@@ -139,8 +143,15 @@ def rank_trace(draw: Any, rank: int, world: int) -> Dict[str, Any]:
                 args["correlation"] = draw(st.integers(0, 2**32 - 1))
             events.append(
                 '{"ph": "X", "cat": %s, "name": %s, "pid": %s, "tid": %s, "ts": %s, "dur": %s, "args": %s}'
-                % (json.dumps(cat), json.dumps(f"op{len(events)}"), json.dumps(pid), json.dumps(tid), ts, dur,
-                   json.dumps(args))
+                % (
+                    json.dumps(cat),
+                    json.dumps(f"op{len(events)}"),
+                    json.dumps(pid),
+                    json.dumps(tid),
+                    ts,
+                    dur,
+                    json.dumps(args),
+                )
             )
             facts.append({"ts": ts, "dur": dur, "pid": pid, "tid": tid, "args": args})
         elif kind == "i":
@@ -190,7 +201,9 @@ def _pid_key(p: Any) -> Tuple[str, Any]:
     return (type(p).__name__, p)
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 @given(run=runs(), out_ext=st.sampled_from([".json", ".json.gz", ".json.zst"]))
 def test_random_valid_runs_merge_with_all_invariants(run, out_ext):
     with tempfile.TemporaryDirectory() as td:
@@ -274,7 +287,11 @@ corruption = st.one_of(
     st.tuples(st.just("truncate"), st.floats(0, 1)),
     st.tuples(st.just("flip"), st.floats(0, 1), st.integers(1, 255), st.integers(1, 4)),
     st.tuples(st.just("insert"), st.floats(0, 1), st.binary(min_size=1, max_size=6)),
-    st.tuples(st.just("insert"), st.floats(0, 1), st.sampled_from([b'"', b"\\", b"{", b"]", b",", b"\x00", b"NaN", b"\xff"])),
+    st.tuples(
+        st.just("insert"),
+        st.floats(0, 1),
+        st.sampled_from([b'"', b"\\", b"{", b"]", b",", b"\x00", b"NaN", b"\xff"]),
+    ),
 )
 
 
@@ -372,7 +389,8 @@ def test_relative_ts_beyond_2_43_us_keeps_every_digit():
         exp = [e for e in ins[r] if e.get("ph") != "M" and e.get("cat") != "python_function"]
         assert len(got) == len(exp)
         lost = [
-            (e["ts"], g["ts"]) for g, e in zip(got, exp)
+            (e["ts"], g["ts"])
+            for g, e in zip(got, exp)
             if "ts" in e and B + g["ts"] * 1000 != bases[r] + e["ts"] * 1000
         ]
         assert not lost, f"rank {r}: {len(lost)} timestamps changed, e.g. in {lost[0][0]} -> out {lost[0][1]}"

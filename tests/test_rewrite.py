@@ -3,6 +3,7 @@
 spliced compressed writer and the atomic output. Expected values come from the
 rules in docs/OUTPUT_FORMAT.md (and, where a real trace is fed, from that trace).
 """
+
 from __future__ import annotations
 
 import copy
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tracefuse_stream.errors import InputError, OutputError, TerminateSignal
-from tracefuse_stream.select.filters import EventFilter
+from tracefuse_stream.read.trailer import find_trailer
 from tracefuse_stream.rewrite.labels import rank_metadata
 from tracefuse_stream.rewrite.rules import (
     RankRewriter,
@@ -28,8 +29,8 @@ from tracefuse_stream.rewrite.rules import (
     output_pid,
     rank_of_pid,
 )
+from tracefuse_stream.select.filters import EventFilter
 from tracefuse_stream.timeunits import us_to_ns
-from tracefuse_stream.read.trailer import find_trailer
 from tracefuse_stream.write.writer import (
     AtomicOutput,
     PieceWriter,
@@ -86,9 +87,17 @@ def test_map_pid_device_pids_keep_their_number_others_by_first_appearance():
     assert r.map_pid("Spans") == base + 5001
     assert r.map_pid(2910249) == base + 5000
     assert r.pid_map() == [
-        [0, base], [7, base + 7], [542, base + 542], [4999, base + 4999], [2910249, base + 5000],
-        ["Spans", base + 5001], [-1, base + 5002], ["", base + 5003], [5000, base + 5004],
-        ["6583", base + 5005], [6583, base + 5006],
+        [0, base],
+        [7, base + 7],
+        [542, base + 542],
+        [4999, base + 4999],
+        [2910249, base + 5000],
+        ["Spans", base + 5001],
+        [-1, base + 5002],
+        ["", base + 5003],
+        [5000, base + 5004],
+        ["6583", base + 5005],
+        [6583, base + 5006],
     ]
 
 
@@ -202,32 +211,96 @@ def test_us_to_ns_exact(value, ns):
 
 # ------------------------------------------------------------------ feed
 KINETO_EVENTS = [
-    {"ph": "X", "cat": "python_function", "name": "<module>", "pid": 19392, "tid": 19392,
-     "ts": 10.5, "dur": 3.0, "args": {"Python id": 1, "Ev Idx": 0}},
-    {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 19392, "tid": 19392,
-     "ts": 11.25, "dur": 1.125, "args": {"External id": 2, "correlation": 8198, "cbid": 211}},
+    {
+        "ph": "X",
+        "cat": "python_function",
+        "name": "<module>",
+        "pid": 19392,
+        "tid": 19392,
+        "ts": 10.5,
+        "dur": 3.0,
+        "args": {"Python id": 1, "Ev Idx": 0},
+    },
+    {
+        "ph": "X",
+        "cat": "cuda_runtime",
+        "name": "cudaLaunchKernel",
+        "pid": 19392,
+        "tid": 19392,
+        "ts": 11.25,
+        "dur": 1.125,
+        "args": {"External id": 2, "correlation": 8198, "cbid": 211},
+    },
     {"ph": "s", "id": 8198, "pid": 19392, "tid": 19392, "ts": 11.25, "cat": "ac2g", "name": "ac2g"},
-    {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 20.0, "dur": 5.0,
-     "args": {"External id": 2, "correlation": 8198, "device": 0, "stream": 7}},
+    {
+        "ph": "X",
+        "cat": "kernel",
+        "name": "gemm",
+        "pid": 0,
+        "tid": 7,
+        "ts": 20.0,
+        "dur": 5.0,
+        "args": {"External id": 2, "correlation": 8198, "device": 0, "stream": 7},
+    },
     {"ph": "f", "id": 8198, "pid": 0, "tid": 7, "ts": 20.0, "cat": "ac2g", "name": "ac2g", "bp": "e"},
-    {"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": "Spans",
-     "tid": "PyTorch Profiler", "ts": 1.0, "dur": 40.0, "args": {"Op count": 0}},
+    {
+        "ph": "X",
+        "cat": "Trace",
+        "name": "PyTorch Profiler (0)",
+        "pid": "Spans",
+        "tid": "PyTorch Profiler",
+        "ts": 1.0,
+        "dur": 40.0,
+        "args": {"Op count": 0},
+    },
     {"ph": "i", "s": "g", "name": "Record Window End", "pid": "", "tid": "", "ts": 41.0},
     {"ph": "M", "name": "process_name", "pid": 19392, "tid": 0, "ts": 1.0, "args": {"name": "python3"}},
     {"ph": "M", "name": "process_labels", "pid": 19392, "tid": 0, "ts": 1.0, "args": {"labels": "CPU"}},
-    {"ph": "M", "name": "process_sort_index", "pid": 19392, "tid": 0, "ts": 1.0, "args": {"sort_index": 19392}},
+    {
+        "ph": "M",
+        "name": "process_sort_index",
+        "pid": 19392,
+        "tid": 0,
+        "ts": 1.0,
+        "args": {"sort_index": 19392},
+    },
     {"ph": "M", "name": "process_name", "pid": 0, "tid": 0, "ts": 1.0, "args": {"name": "python3"}},
     {"ph": "M", "name": "process_labels", "pid": 0, "tid": 0, "ts": 1.0, "args": {"labels": "GPU 0"}},
-    {"ph": "M", "name": "process_sort_index", "pid": 0, "tid": 0, "ts": 1.0, "args": {"sort_index": 16777216}},
+    {
+        "ph": "M",
+        "name": "process_sort_index",
+        "pid": 0,
+        "tid": 0,
+        "ts": 1.0,
+        "args": {"sort_index": 16777216},
+    },
     {"ph": "M", "name": "process_name", "pid": 3, "tid": 0, "ts": 1.0, "args": {"name": "python3"}},
     {"ph": "M", "name": "process_labels", "pid": 3, "tid": 0, "ts": 1.0, "args": {"labels": "GPU 3"}},
     {"ph": "M", "name": "thread_name", "pid": 0, "tid": 7, "ts": 1.0, "args": {"name": "stream 7"}},
-    {"ph": "M", "name": "thread_name", "pid": 19392, "tid": 19392, "ts": 1.0,
-     "args": {"name": "thread 19392 (python3)"}},
-    {"ph": "M", "name": "thread_sort_index", "pid": 19392, "tid": 19392, "ts": 1.0,
-     "args": {"sort_index": 19392}},
-    {"ph": "M", "name": "process_sort_index", "pid": "Spans", "tid": 0, "ts": 1.0,
-     "args": {"sort_index": 536870912}},
+    {
+        "ph": "M",
+        "name": "thread_name",
+        "pid": 19392,
+        "tid": 19392,
+        "ts": 1.0,
+        "args": {"name": "thread 19392 (python3)"},
+    },
+    {
+        "ph": "M",
+        "name": "thread_sort_index",
+        "pid": 19392,
+        "tid": 19392,
+        "ts": 1.0,
+        "args": {"sort_index": 19392},
+    },
+    {
+        "ph": "M",
+        "name": "process_sort_index",
+        "pid": "Spans",
+        "tid": 0,
+        "ts": 1.0,
+        "args": {"sort_index": 536870912},
+    },
 ]
 
 
@@ -399,13 +472,18 @@ def test_event_filter_matches_the_documented_rule(flt, shared_fixtures, h):
 # ------------------------------------------------------------------ trailer
 def _after_events(obj):
     keys = list(obj)
-    return {k: obj[k] for k in keys[keys.index("traceEvents") + 1:]}
+    return {k: obj[k] for k in keys[keys.index("traceEvents") + 1 :]}
 
 
 @pytest.mark.parametrize(
     "name",
-    ["mi300_resnet_rank0.json.gz", "a100_nccl_rank0.json.gz", "h100_bert_small.json.gz",
-     "mi250_minitoy.json.gz", "a100_no_distinfo_epoch_ts.json.gz"],
+    [
+        "mi300_resnet_rank0.json.gz",
+        "a100_nccl_rank0.json.gz",
+        "h100_bert_small.json.gz",
+        "mi250_minitoy.json.gz",
+        "a100_no_distinfo_epoch_ts.json.gz",
+    ],
 )
 @pytest.mark.parametrize("window", [1 << 16, 3000])
 def test_trailer_of_real_traces(name, window, shared_fixtures, h):
@@ -428,7 +506,7 @@ def test_trailer_of_ddp4_has_only_trace_name(ddp4_files, h):
 def test_trailer_skips_device_properties_and_tricky_strings():
     ev = '{"ph": "X", "name": "a]\\"}], \\\\", "pid": 1, "tid": 1, "ts": 1.5, "dur": 2}'
     tail = (
-        '{"traceEvents": [' + ev + ",\n" + ev + '],\n'
+        '{"traceEvents": [' + ev + ",\n" + ev + "],\n"
         '"deviceProperties": [{"id": 0, "name": "GPU ]}\\" x"}, {"id": 1}],\n'
         '"distributedInfo": {"rank": 5, "world_size": 8, "pg_config": [{"ranks": [0, 1]}]},\n'
         '"traceName": "/tmp/a]b}\\"c.json", "baseTimeNanoseconds": 1790857026000000000}\n'
@@ -446,8 +524,10 @@ def test_trailer_skips_device_properties_and_tricky_strings():
 
 def test_trailer_numbers_are_exact():
     """Keys after the events keep every digit (no float in between)."""
-    tail = (b'{"traceEvents": [{"ph": "X", "ts": 1}], "baseTimeNanoseconds": 1790857026000000001, '
-            b'"x": 0.12345678901234567890123, "big": 123456789012345678901234567890, "f": 1.50}')
+    tail = (
+        b'{"traceEvents": [{"ph": "X", "ts": 1}], "baseTimeNanoseconds": 1790857026000000001, '
+        b'"x": 0.12345678901234567890123, "big": 123456789012345678901234567890, "f": 1.50}'
+    )
     got = find_trailer(tail)
     assert got["baseTimeNanoseconds"] == 1790857026000000001
     assert got["x"] == Decimal("0.12345678901234567890123") and str(got["x"]) == "0.12345678901234567890123"
@@ -466,10 +546,16 @@ def test_trailer_none_for_truncated_and_empty_for_array_or_no_keys():
 
 
 # ------------------------------------------------------------------ writer
-@pytest.mark.parametrize("name, codec", [
-    ("a.json", "plain"), ("a.json.gz", "gzip"), ("A.JSON.GZ", "gzip"), ("a.json.zst", "zstd"),
-    ("a.json.zstd", "zstd"),
-])
+@pytest.mark.parametrize(
+    "name, codec",
+    [
+        ("a.json", "plain"),
+        ("a.json.gz", "gzip"),
+        ("A.JSON.GZ", "gzip"),
+        ("a.json.zst", "zstd"),
+        ("a.json.zstd", "zstd"),
+    ],
+)
 def test_codec_for(name, codec):
     assert codec_for(name) == codec
 
@@ -493,7 +579,7 @@ def test_spliced_pieces_are_one_valid_stream(codec, on_disk, tmp_path, ddp4_file
     for i, part in enumerate(parts):
         w = PieceWriter(codec, str(tmp_path / f"p{i}") if on_disk else None)
         for j in range(0, len(part), 70_000):
-            w.write(part[j:j + 70_000])
+            w.write(part[j : j + 70_000])
         piece = w.finish()
         assert piece.length == len(part)
         sp.add(piece)
@@ -562,8 +648,11 @@ def test_atomic_output_commit_and_abort(tmp_path):
 
 # ------------------------------------------------------------------ exact numbers
 def test_dumps_exact_keeps_every_digit():
-    ev = {"ts": Decimal("1795938942104588.813"), "dur": Decimal("0.001"),
-          "args": {"Comms Id": 2**64 + 5, "neg": -(2**63) - 1, "f": 1.5, "n": None}}
+    ev = {
+        "ts": Decimal("1795938942104588.813"),
+        "dur": Decimal("0.001"),
+        "args": {"Comms Id": 2**64 + 5, "neg": -(2**63) - 1, "f": 1.5, "n": None},
+    }
     text = dumps_exact(ev)
     assert b"1795938942104588.813" in text and b"0.001" in text
     import json

@@ -1,4 +1,5 @@
 """Parsing of --ranks, --window and --steps."""
+
 from __future__ import annotations
 
 import pytest

@@ -6,6 +6,7 @@ the three Kineto key orders, consistent ids and flows, properly nested slices,
 collective end times that agree across ranks (up to jitter and exactly up to the
 clock offset), flat memory, and a committed sample that cannot drift.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -61,11 +62,19 @@ def run4(tmp_path_factory: pytest.TempPathFactory) -> Tuple[List[Path], List[Dic
     """4 ranks on 2 hosts, all key orders and compressions, host 1's clock off."""
     out = tmp_path_factory.mktemp("run4")
     summaries: List[Dict[str, Any]] = []
-    paths = write_run(out, 4, steps=4, seed=7, layers=1, hosts=2,
-                      host_clock_offsets_ns=[0, 777_777_123],
-                      compress=[None, "gzip", "zstd", None],
-                      key_orders=["base_first", "base_after", "distinfo_after"],
-                      first_steps=[0, 0, 5, 3], summaries=summaries)
+    paths = write_run(
+        out,
+        4,
+        steps=4,
+        seed=7,
+        layers=1,
+        hosts=2,
+        host_clock_offsets_ns=[0, 777_777_123],
+        compress=[None, "gzip", "zstd", None],
+        key_orders=["base_first", "base_after", "distinfo_after"],
+        first_steps=[0, 0, 5, 3],
+        summaries=summaries,
+    )
     return paths, sorted(summaries, key=lambda s: s["rank"])
 
 
@@ -80,8 +89,15 @@ def test_same_arguments_same_bytes(tmp_path: Path) -> None:
         a, b = tmp_path / "a", tmp_path / "b"
         a.mkdir(exist_ok=True)
         b.mkdir(exist_ok=True)
-        kw = dict(steps=2, seed=3, layers=1, compress=compress, kernel_jitter_ns=900,
-                  clock_offset_ns=-5000, key_order="base_after")
+        kw = dict(
+            steps=2,
+            seed=3,
+            layers=1,
+            compress=compress,
+            kernel_jitter_ns=900,
+            clock_offset_ns=-5000,
+            key_order="base_after",
+        )
         write_rank_trace(a / "t.json", 1, 4, **kw)  # type: ignore[arg-type]
         write_rank_trace(b / "t.json", 1, 4, **kw)  # type: ignore[arg-type]
         assert (a / "t.json").read_bytes() == (b / "t.json").read_bytes(), compress
@@ -100,9 +116,10 @@ def test_gzip_header_is_deterministic(tmp_path: Path) -> None:
     assert head[4:8] == b"\0\0\0\0"  # mtime 0
 
 
-def test_strict_json_and_top_level(run4: Tuple[List[Path], List[Dict[str, Any]]],
-                                   docs4: List[Dict[str, Any]]) -> None:
-    for r, (path, doc) in enumerate(zip(run4[0], docs4)):
+def test_strict_json_and_top_level(
+    run4: Tuple[List[Path], List[Dict[str, Any]]], docs4: List[Dict[str, Any]]
+) -> None:
+    for r, (_path, doc) in enumerate(zip(run4[0], docs4)):
         assert doc["distributedInfo"]["rank"] == r
         assert doc["distributedInfo"]["world_size"] == 4
         assert doc["distributedInfo"]["backend"] == "nccl"
@@ -111,8 +128,12 @@ def test_strict_json_and_top_level(run4: Tuple[List[Path], List[Dict[str, Any]]]
         assert len(doc["deviceProperties"]) == 8
         assert doc["schemaVersion"] == 1 and doc["displayTimeUnit"] == "ms"
     names = [p.name for p in run4[0]]
-    assert names == ["node0_11777.0.pt.trace.json", "node0_11778.1.pt.trace.json.gz",
-                     "node1_11779.2.pt.trace.json.zst", "node1_11780.3.pt.trace.json"]
+    assert names == [
+        "node0_11777.0.pt.trace.json",
+        "node0_11778.1.pt.trace.json.gz",
+        "node1_11779.2.pt.trace.json.zst",
+        "node1_11780.3.pt.trace.json",
+    ]
 
 
 @pytest.mark.parametrize("order", synth.KEY_ORDERS)
@@ -120,9 +141,18 @@ def test_key_order_in_raw_text(tmp_path: Path, order: str) -> None:
     p = tmp_path / "t.json"
     write_rank_trace(p, 0, 2, steps=1, layers=1, key_order=order)
     text = p.read_text()
-    pos = {k: text.index(f'"{k}":') for k in
-           ("traceEvents", "traceName", "baseTimeNanoseconds", "distributedInfo",
-            "displayTimeUnit", "schemaVersion", "deviceProperties")}
+    pos = {
+        k: text.index(f'"{k}":')
+        for k in (
+            "traceEvents",
+            "traceName",
+            "baseTimeNanoseconds",
+            "distributedInfo",
+            "displayTimeUnit",
+            "schemaVersion",
+            "deviceProperties",
+        )
+    }
     ev = pos["traceEvents"]
     assert pos["schemaVersion"] < pos["deviceProperties"] < ev < pos["traceName"]
     if order == "base_first":
@@ -144,29 +174,45 @@ def test_ts_and_dur_have_three_decimals(run4: Tuple[List[Path], List[Dict[str, A
         for key, v in vals:
             assert re.fullmatch(r"[0-9]+\.[0-9]{3}", v), (key, v)
             if key == "ts":
-                assert Decimal(v) < 2 ** 43
+                assert Decimal(v) < 2**43
 
 
 def test_event_content(docs4: List[Dict[str, Any]]) -> None:
     doc = docs4[0]
     evs = doc["traceEvents"]
     cats = Counter(e.get("cat") for e in evs)
-    for cat in ("cpu_op", "cuda_runtime", "kernel", "python_function", "cpu_instant_event",
-                "gpu_memcpy", "gpu_memset", "user_annotation", "ac2g", "fwdbwd", "Trace",
-                "gpu_user_annotation"):
+    for cat in (
+        "cpu_op",
+        "cuda_runtime",
+        "kernel",
+        "python_function",
+        "cpu_instant_event",
+        "gpu_memcpy",
+        "gpu_memset",
+        "user_annotation",
+        "ac2g",
+        "fwdbwd",
+        "Trace",
+        "gpu_user_annotation",
+    ):
         assert cats[cat] > 0, cat
     assert cats["python_function"] > 0.15 * len(evs)
-    steps = [e["name"] for e in evs if e.get("cat") == "user_annotation"
-             and e["name"].startswith("ProfilerStep#")]
+    steps = [
+        e["name"] for e in evs if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")
+    ]
     assert steps == [f"ProfilerStep#{i}" for i in range(4)]
-    steps2 = [e["name"] for e in docs4[2]["traceEvents"] if e.get("cat") == "user_annotation"
-              and e["name"].startswith("ProfilerStep#")]
+    steps2 = [
+        e["name"]
+        for e in docs4[2]["traceEvents"]
+        if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")
+    ]
     assert steps2 == [f"ProfilerStep#{i}" for i in range(5, 9)]  # first_step=5
     spans = [e for e in evs if e.get("pid") == "Spans"]
     assert {(e["ph"], e.get("cat"), e["tid"]) for e in spans} == {
-        ("X", "Trace", "PyTorch Profiler"), ("M", None, 0)}
-    assert any(e.get("pid") == "Traces" and e["name"] == "Iteration Start: PyTorch Profiler"
-               for e in evs)
+        ("X", "Trace", "PyTorch Profiler"),
+        ("M", None, 0),
+    }
+    assert any(e.get("pid") == "Traces" and e["name"] == "Iteration Start: PyTorch Profiler" for e in evs)
     assert any(e.get("pid") == "" and e["name"] == "Record Window End" for e in evs)
     for e in evs:
         if e.get("cat") == "cpu_op":
@@ -176,7 +222,7 @@ def test_event_content(docs4: List[Dict[str, Any]]) -> None:
     assert any("Input Dims" in e.get("args", {}) for e in evs)
     # collective CPU ops carry the comm args, incl. a uint64 "Comms Id" beyond int64
     rpc = [e for e in evs if e.get("name") == "record_param_comms"]
-    assert rpc and all(e["args"]["Comms Id"] >= 2 ** 63 for e in rpc)
+    assert rpc and all(e["args"]["Comms Id"] >= 2**63 for e in rpc)
     assert all(e["args"]["Process Group Name"] == "0" for e in rpc)
 
 
@@ -199,15 +245,20 @@ def test_ac2g_flows_match_correlation(docs4: List[Dict[str, Any]]) -> None:
     for doc in docs4:
         evs = doc["traceEvents"]
         rt = {e["args"]["correlation"]: e for e in evs if e.get("cat") == "cuda_runtime"}
-        dev = {e["args"]["correlation"]: e for e in evs
-               if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")}
+        dev = {
+            e["args"]["correlation"]: e for e in evs if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+        }
         s = [e for e in evs if e.get("cat") == "ac2g" and e["ph"] == "s"]
         f = [e for e in evs if e.get("cat") == "ac2g" and e["ph"] == "f"]
         assert s and len({e["id"] for e in s}) == len(s)
         for e in s:
             launch = rt[e["id"]]
-            assert launch["name"] in ("cudaLaunchKernel", "cudaLaunchKernelExC",
-                                      "cudaMemcpyAsync", "cudaMemsetAsync")
+            assert launch["name"] in (
+                "cudaLaunchKernel",
+                "cudaLaunchKernelExC",
+                "cudaMemcpyAsync",
+                "cudaMemsetAsync",
+            )
             assert (e["pid"], e["tid"], e["ts"]) == (launch["pid"], launch["tid"], launch["ts"])
             k = dev[e["id"]]
             assert k["args"]["External id"] == launch["args"]["External id"]
@@ -235,8 +286,11 @@ def test_ac2g_flows_match_correlation(docs4: List[Dict[str, Any]]) -> None:
 def test_ids_are_the_same_numbers_on_every_rank(docs4: List[Dict[str, Any]]) -> None:
     def ids(doc: Dict[str, Any]) -> Tuple[List[int], List[int]]:
         evs = doc["traceEvents"]
-        return ([e["args"]["correlation"] for e in evs if e.get("cat") == "kernel"],
-                [e["id"] for e in evs if e.get("ph") == "s"])
+        return (
+            [e["args"]["correlation"] for e in evs if e.get("cat") == "kernel"],
+            [e["id"] for e in evs if e.get("ph") == "s"],
+        )
+
     first = ids(docs4[0])
     assert min(first[0]) == 1
     for doc in docs4[1:]:
@@ -272,15 +326,15 @@ def _collective_ends(doc: Dict[str, Any]) -> Dict[Tuple[str, str, int], Tuple[in
     return out
 
 
-def test_collective_ends_agree_across_ranks(run4: Tuple[List[Path], List[Dict[str, Any]]],
-                                            docs4: List[Dict[str, Any]]) -> None:
+def test_collective_ends_agree_across_ranks(
+    run4: Tuple[List[Path], List[Dict[str, Any]]], docs4: List[Dict[str, Any]]
+) -> None:
     offsets = [0, 0, 777_777_123, 777_777_123]
     colls = [_collective_ends(d) for d in docs4]
     assert set(colls[0]) and all(set(c) == set(colls[0]) for c in colls)
     seqs = sorted(k[2] for k in colls[0])
     assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))  # Seq increases by 1
-    assert len(seqs) == sum(1 for e in docs4[0]["traceEvents"]
-                            if e.get("name") == "record_param_comms")
+    assert len(seqs) == sum(1 for e in docs4[0]["traceEvents"] if e.get("name") == "record_param_comms")
     for key in colls[0]:
         true_ends = {c[key][1] - off for c, off in zip(colls, offsets)}
         assert len(true_ends) == 1, key  # no jitter: exactly equal once offset removed
@@ -292,8 +346,17 @@ def test_collective_ends_agree_across_ranks(run4: Tuple[List[Path], List[Dict[st
 def test_collective_jitter_and_base_straddling(tmp_path: Path) -> None:
     jitter = 2500
     bases = [DEFAULT_BASE_TIME_NS, DEFAULT_BASE_TIME_NS + PERIOD_NS]
-    paths = write_run(tmp_path, 4, steps=3, seed=11, layers=1, kernel_jitter_ns=jitter,
-                      rank_base_times_ns=bases, hosts=2, host_clock_offsets_ns=[0, -3_000_000])
+    paths = write_run(
+        tmp_path,
+        4,
+        steps=3,
+        seed=11,
+        layers=1,
+        kernel_jitter_ns=jitter,
+        rank_base_times_ns=bases,
+        hosts=2,
+        host_clock_offsets_ns=[0, -3_000_000],
+    )
     docs = [_load(p) for p in paths]
     assert [d["baseTimeNanoseconds"] for d in docs] == bases * 2
     colls = [_collective_ends(d) for d in docs]
@@ -308,11 +371,12 @@ def test_collective_jitter_and_base_straddling(tmp_path: Path) -> None:
     assert max(spread) > 0
     # all ranks' ts stay in range even though two bases differ by a whole period
     for d in docs:
-        assert all(0 <= e["ts"] < 2 ** 43 for e in d["traceEvents"])
+        assert all(0 <= e["ts"] < 2**43 for e in d["traceEvents"])
 
 
-def test_summary_counts_match_file(run4: Tuple[List[Path], List[Dict[str, Any]]],
-                                   docs4: List[Dict[str, Any]]) -> None:
+def test_summary_counts_match_file(
+    run4: Tuple[List[Path], List[Dict[str, Any]]], docs4: List[Dict[str, Any]]
+) -> None:
     for summary, path, doc in zip(run4[1], run4[0], docs4):
         evs = doc["traceEvents"]
         assert summary["events"] == len(evs)
@@ -348,8 +412,15 @@ def test_bad_arguments(tmp_path: Path) -> None:
 
 
 def test_same_pid_and_patterns(tmp_path: Path) -> None:
-    paths = write_run(tmp_path, 2, steps=1, layers=1, same_pid=True,
-                      file_pattern="{host}_{pid}.{time_ns}.pt.trace.json", compress="gzip")
+    paths = write_run(
+        tmp_path,
+        2,
+        steps=1,
+        layers=1,
+        same_pid=True,
+        file_pattern="{host}_{pid}.{time_ns}.pt.trace.json",
+        compress="gzip",
+    )
     assert all(p.name.startswith("node0_542.") and p.name.endswith(".json.gz") for p in paths)
     assert "1" not in {p.name.split(".")[1] for p in paths}
     for r, p in enumerate(paths):
@@ -359,12 +430,30 @@ def test_same_pid_and_patterns(tmp_path: Path) -> None:
 
 
 def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main([str(tmp_path), "--ranks", "2", "--steps", "1", "--layers", "1", "--zstd",
-                 "--hosts", "2", "--host-offset-us", "1200", "--seed", "5"]) == 0
+    assert (
+        main(
+            [
+                str(tmp_path),
+                "--ranks",
+                "2",
+                "--steps",
+                "1",
+                "--layers",
+                "1",
+                "--zstd",
+                "--hosts",
+                "2",
+                "--host-offset-us",
+                "1200",
+                "--seed",
+                "5",
+            ]
+        )
+        == 0
+    )
     assert "MB/s" in capsys.readouterr().out
     files = sorted(tmp_path.iterdir())
-    assert [f.name for f in files] == ["node0_11777.0.pt.trace.json.zst",
-                                       "node1_11778.1.pt.trace.json.zst"]
+    assert [f.name for f in files] == ["node0_11777.0.pt.trace.json.zst", "node1_11778.1.pt.trace.json.zst"]
     d0, d1 = (_load(f) for f in files)
     c0, c1 = _collective_ends(d0), _collective_ends(d1)
     assert all(c1[k][1] - c0[k][1] == 1_200_000 for k in c0)
@@ -391,8 +480,7 @@ def test_committed_sample_equals_regeneration(tmp_path: Path) -> None:
         text = _raw(SAMPLE_DIR / name).decode()
         ev, base = text.index('"traceEvents"'), text.index('"baseTimeNanoseconds"')
         dist = text.index('"distributedInfo"')
-        orders.add(("base_first" if base < ev else "distinfo_after" if dist > ev
-                    else "base_after"))
+        orders.add("base_first" if base < ev else "distinfo_after" if dist > ev else "base_after")
     assert orders == set(synth.KEY_ORDERS)
 
 

@@ -3,6 +3,7 @@
 Expected numbers are computed here from the real inputs with ``json`` and Decimal,
 independently of the engine.
 """
+
 from __future__ import annotations
 
 import re
@@ -10,8 +11,8 @@ from pathlib import Path
 from typing import Dict, List, Tuple
 
 import pytest
-
 from conftest import abs_ns, kept, load_input, load_output, non_meta, run_cli, to_ns
+
 from tracefuse_stream import merge
 from tracefuse_stream.errors import UsageError
 from tracefuse_stream.select.ranges import parse_rank_spec
@@ -70,7 +71,8 @@ def test_step_window_keeps_exactly_the_intersecting_events(ddp4, tmp_path, first
     for r, v in ddp4.items():
         t = v["trace"]
         want = [
-            e for e in non_meta(t["traceEvents"])
+            e
+            for e in non_meta(t["traceEvents"])
             if kept(e) and _in_window(e, t["baseTimeNanoseconds"], lo, hi)
         ]
         got = per.get(r, [])
@@ -89,7 +91,9 @@ def test_missing_step_lists_present_steps(ddp4, tmp_path):
     with pytest.raises(UsageError, match=r"steps present: 2-4"):
         merge([str(v["path"]) for v in ddp4.values()], str(tmp_path / "x.json"), steps=(7, 8))
     assert not (tmp_path / "x.json").exists()
-    r = run_cli("merge", *[str(v["path"]) for v in ddp4.values()], "-o", str(tmp_path / "y.json"), "--steps", "1:9")
+    r = run_cli(
+        "merge", *[str(v["path"]) for v in ddp4.values()], "-o", str(tmp_path / "y.json"), "--steps", "1:9"
+    )
     assert r.returncode == 2
     assert b"steps present: 2-4" in r.stderr and b"Traceback" not in r.stderr
     assert not (tmp_path / "y.json").exists()
@@ -98,7 +102,9 @@ def test_missing_step_lists_present_steps(ddp4, tmp_path):
 def test_window_ms_relative_to_first_event(ddp4, tmp_path):
     first = min(
         abs_ns(v["trace"]["baseTimeNanoseconds"], e["ts"])
-        for v in ddp4.values() for e in non_meta(v["trace"]["traceEvents"]) if "ts" in e
+        for v in ddp4.values()
+        for e in non_meta(v["trace"]["traceEvents"])
+        if "ts" in e
     )
     lo, hi = first + 20_000_000, first + 60_000_000
     out_path = tmp_path / "w.json.gz"
@@ -107,7 +113,11 @@ def test_window_ms_relative_to_first_event(ddp4, tmp_path):
     per = _per_rank_non_meta(load_output(out_path, exact=True))
     for r, v in ddp4.items():
         t = v["trace"]
-        want = sum(1 for e in non_meta(t["traceEvents"]) if kept(e) and _in_window(e, t["baseTimeNanoseconds"], lo, hi))
+        want = sum(
+            1
+            for e in non_meta(t["traceEvents"])
+            if kept(e) and _in_window(e, t["baseTimeNanoseconds"], lo, hi)
+        )
         assert len(per.get(r, [])) == want
 
 
@@ -117,7 +127,9 @@ def test_rank_stride_spec():
 
 def test_ranks_subset_on_real_job(ddp4, tmp_path):
     out_path = tmp_path / "sub.json"
-    r = run_cli("merge", *[str(v["path"]) for v in ddp4.values()], "-o", str(out_path), "--ranks", "1-3:2", "-q")
+    r = run_cli(
+        "merge", *[str(v["path"]) for v in ddp4.values()], "-o", str(out_path), "--ranks", "1-3:2", "-q"
+    )
     assert r.returncode == 0, r.stderr
     out = load_output(out_path)
     assert sorted({e["args"]["rank"] for e in out["traceEvents"]}) == [1, 3]
@@ -145,7 +157,8 @@ def test_split_outputs_equal_unsplit(ddp4, tmp_path, k, codec):
     s = merge(paths, str(tmp_path / f"part{codec}"), split_ranks=k)
     groups = [list(range(i, min(i + k, 4))) for i in range(0, 4, k)]
     expected_names = [
-        tmp_path / (f"part.ranks{g[0]}{codec}" if len(g) == 1 else f"part.ranks{g[0]}-{g[-1]}{codec}") for g in groups
+        tmp_path / (f"part.ranks{g[0]}{codec}" if len(g) == 1 else f"part.ranks{g[0]}-{g[-1]}{codec}")
+        for g in groups
     ]
     assert [Path(p) for p in s.outputs] == expected_names
     events: List[dict] = []

@@ -1,4 +1,5 @@
 """Step windows on a reference rank, exact us -> ns conversion, --window conversion."""
+
 from __future__ import annotations
 
 import gzip
@@ -38,7 +39,7 @@ def _reference_steps(doc):
     for e in doc["traceEvents"]:
         name = e.get("name")
         if e.get("ph") == "X" and isinstance(name, str) and name.startswith("ProfilerStep#"):
-            n = int(name[len("ProfilerStep#"):])
+            n = int(name[len("ProfilerStep#") :])
             s = int(Decimal(e["ts"]) * 1000)
             t = s + int(Decimal(e.get("dur", 0)) * 1000)
             if n in out:
@@ -54,7 +55,9 @@ def ddp4(ddp4_job):
     out = []
     for p in ddp4_job.files:
         doc = _load_exact(p)
-        out.append((p, doc["distributedInfo"]["rank"], int(doc["baseTimeNanoseconds"]), _reference_steps(doc)))
+        out.append(
+            (p, doc["distributedInfo"]["rank"], int(doc["baseTimeNanoseconds"]), _reference_steps(doc))
+        )
     out.sort(key=lambda t: t[1])
     assert [t[1] for t in out] == [0, 1, 2, 3]
     return out

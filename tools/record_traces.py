@@ -35,6 +35,7 @@ natural_order   12 independent processes without torch.distributed, each exporti
                 order 11, 10, ..., 0 so that time order is the reverse of rank order.
                 Each process wraps its work in record_function("rank_<i>").
 """
+
 from __future__ import annotations
 
 import argparse
@@ -85,8 +86,7 @@ SETS: dict[str, TraceSet] = {
     s.name: s
     for s in [
         TraceSet("ddp4", 4, record_shapes=True, with_stack=True, profile_memory=True),
-        TraceSet("ddp4_samepid", 4, record_shapes=True, with_stack=True,
-                 profile_memory=True, samepid=True),
+        TraceSet("ddp4_samepid", 4, record_shapes=True, with_stack=True, profile_memory=True, samepid=True),
         TraceSet("ddp2_cycles", 2, repeat=2, record_shapes=True),
         TraceSet("ddp8_straggler", 8, with_stack=True, straggler=5),
         TraceSet("ddp4_subgroups", 4, record_shapes=True, subgroups=((0, 1), (2, 3))),
@@ -103,8 +103,7 @@ def run_worker(ts: TraceSet, rank: int, outdir: Path) -> None:
     from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
     torch.set_num_threads(1)
-    print(f"[{ts.name}] rank {rank} os.getpid()={os.getpid()} host={socket.gethostname()}",
-          flush=True)
+    print(f"[{ts.name}] rank {rank} os.getpid()={os.getpid()} host={socket.gethostname()}", flush=True)
 
     if not ts.distributed:
         # natural_order: a few ops, no torch.distributed -> no distributedInfo.
@@ -127,8 +126,7 @@ def run_worker(ts: TraceSet, rank: int, outdir: Path) -> None:
         group = next(g for g, members in zip(groups, ts.subgroups) if rank in members)
 
     torch.manual_seed(SEED)
-    model = nn.Sequential(nn.Linear(ts.d_in, ts.d_hidden), nn.ReLU(),
-                          nn.Linear(ts.d_hidden, ts.d_out))
+    model = nn.Sequential(nn.Linear(ts.d_in, ts.d_hidden), nn.ReLU(), nn.Linear(ts.d_hidden, ts.d_out))
     ddp = DDP(model, process_group=group)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
     loss_fn = nn.MSELoss()
@@ -137,8 +135,7 @@ def run_worker(ts: TraceSet, rank: int, outdir: Path) -> None:
     handler = torch.profiler.tensorboard_trace_handler(str(outdir), use_gzip=True)
     with profile(
         activities=[ProfilerActivity.CPU],
-        schedule=schedule(wait=ts.wait, warmup=ts.warmup, active=ts.active,
-                          repeat=ts.repeat),
+        schedule=schedule(wait=ts.wait, warmup=ts.warmup, active=ts.active, repeat=ts.repeat),
         on_trace_ready=handler,
         record_shapes=ts.record_shapes,
         with_stack=ts.with_stack,
@@ -180,23 +177,26 @@ def record(ts: TraceSet, out: Path, force: bool, timeout: float) -> Path:
         sys.exit("unshare not found: cannot record ddp4_samepid")
 
     base_env = dict(os.environ)
-    base_env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONHASHSEED="0",
-                    GLOO_SOCKET_IFNAME="lo")
+    base_env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONHASHSEED="0", GLOO_SOCKET_IFNAME="lo")
     port = free_port()
     ranks = list(range(ts.world_size))
     if not ts.distributed:
         ranks = ranks[::-1]  # reverse: time order is the opposite of rank order
     procs = []
     for rank in ranks:
-        cmd = [sys.executable, str(HERE), "--set", ts.name, "--out", str(out),
-               "--worker-rank", str(rank)]
+        cmd = [sys.executable, str(HERE), "--set", ts.name, "--out", str(out), "--worker-rank", str(rank)]
         if ts.samepid:
             cmd = ["unshare", "--pid", "--fork", "--mount-proc"] + cmd
         env = dict(base_env)
         if ts.distributed:
-            env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                       WORLD_SIZE=str(ts.world_size), LOCAL_RANK=str(rank),
-                       LOCAL_WORLD_SIZE=str(ts.world_size))
+            env.update(
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(port),
+                RANK=str(rank),
+                WORLD_SIZE=str(ts.world_size),
+                LOCAL_RANK=str(rank),
+                LOCAL_WORLD_SIZE=str(ts.world_size),
+            )
         p = subprocess.Popen(cmd, env=env)
         if not ts.distributed:
             if p.wait(timeout=timeout) != 0:
@@ -244,31 +244,43 @@ def check(d: Path, expect_dist: bool | None = None) -> dict:
         base = "absent"
         if "baseTimeNanoseconds" in keys:
             base = "before" if keys.index("baseTimeNanoseconds") < ti else "after"
-        cpu_pids = sorted({e.get("pid") for e in ev
-                           if e.get("ph") == "X" and isinstance(e.get("pid"), int)})
+        cpu_pids = sorted({e.get("pid") for e in ev if e.get("ph") == "X" and isinstance(e.get("pid"), int)})
         tids = sorted({e.get("tid") for e in ev if e.get("ph") == "X"}, key=str)
         comms = {}
         for e in ev:
             n = e.get("name", "")
             if n.startswith("gloo:") or n == "record_param_comms":
                 a = e.get("args", {})
-                k = (n, a.get("Collective name"), a.get("Process Group Name"),
-                     a.get("Process Group Description"), a.get("Group size"))
+                k = (
+                    n,
+                    a.get("Collective name"),
+                    a.get("Process Group Name"),
+                    a.get("Process Group Description"),
+                    a.get("Group size"),
+                )
                 comms.setdefault(k, []).append(a.get("Seq"))
         steps = sorted({e["name"] for e in ev if e.get("name", "").startswith("ProfilerStep#")})
         entry = {
-            "file": f.name, "bytes": f.stat().st_size, "raw_bytes": len(raw),
-            "events": len(ev), "keys": keys, "baseTimeNanoseconds": base,
+            "file": f.name,
+            "bytes": f.stat().st_size,
+            "raw_bytes": len(raw),
+            "events": len(ev),
+            "keys": keys,
+            "baseTimeNanoseconds": base,
             "rank": info.get("rank") if info else None,
             "world_size": info.get("world_size") if info else None,
-            "cpu_pids": cpu_pids, "tids": tids, "steps": steps,
+            "cpu_pids": cpu_pids,
+            "tids": tids,
+            "steps": steps,
             "comms": {" | ".join(map(str, k)): v for k, v in comms.items()},
         }
         summary["files"].append(entry)
-        print(f"{f.name}: {entry['bytes']} B ({entry['raw_bytes']} B raw), "
-              f"{entry['events']} events, rank={entry['rank']}/{entry['world_size']}, "
-              f"pids={cpu_pids}, tids={tids}, steps={steps}, base {base} traceEvents, "
-              f"keys={keys}")
+        print(
+            f"{f.name}: {entry['bytes']} B ({entry['raw_bytes']} B raw), "
+            f"{entry['events']} events, rank={entry['rank']}/{entry['world_size']}, "
+            f"pids={cpu_pids}, tids={tids}, steps={steps}, base {base} traceEvents, "
+            f"keys={keys}"
+        )
         for k, seqs in entry["comms"].items():
             print(f"    {k}: Seq {seqs}")
     total = sum(e["bytes"] for e in summary["files"])
@@ -278,17 +290,32 @@ def check(d: Path, expect_dist: bool | None = None) -> dict:
 
 # --------------------------------------------------------------------------- main
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog=__doc__.split("Sets:", 1)[1])
-    ap.add_argument("--set", action="append", choices=[*SETS, "all"],
-                    help="trace set to record (repeatable; 'all' for every set)")
-    ap.add_argument("--out", type=Path, default=REPO / "tests" / "data" / "recorded",
-                    help="parent folder; the set goes to OUT/<set>/")
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("Sets:", 1)[1],
+    )
+    ap.add_argument(
+        "--set",
+        action="append",
+        choices=[*SETS, "all"],
+        help="trace set to record (repeatable; 'all' for every set)",
+    )
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=REPO / "tests" / "data" / "recorded",
+        help="parent folder; the set goes to OUT/<set>/",
+    )
     ap.add_argument("--force", action="store_true", help="replace a non-empty OUT/<set>/")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per set")
-    ap.add_argument("--check", type=Path, nargs="*", metavar="DIR",
-                    help="only validate and summarise the traces in DIR(s)")
+    ap.add_argument(
+        "--check",
+        type=Path,
+        nargs="*",
+        metavar="DIR",
+        help="only validate and summarise the traces in DIR(s)",
+    )
     ap.add_argument("--worker-rank", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
@@ -306,6 +333,7 @@ def main(argv=None) -> None:
         return
 
     import torch  # noqa: F401  (fail early, before spawning ranks)
+
     print(f"torch {torch.__version__}", flush=True)
     for name in names:
         ts = SETS[name]

@@ -9,8 +9,8 @@ for keys after the events) -> ``stream`` (ijson events of one rank) -> ``rewrite
 ``cli`` and ``compat`` (TraceLens-compatible ``TraceFuse``) are the front doors,
 ``verify`` checks a merged file.
 """
-from tracefuse_stream._version import __version__
 
+from tracefuse_stream._version import __version__
 from tracefuse_stream.compat import TraceFuse
 from tracefuse_stream.errors import InputError, OutputError, TraceFuseError, UsageError
 from tracefuse_stream.pipeline.orchestrate import MergeSummary, RankSummary, merge

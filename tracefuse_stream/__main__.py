@@ -1,4 +1,5 @@
 """``python -m tracefuse_stream ...`` runs the command line."""
+
 import sys
 
 from tracefuse_stream.cli.app import main

@@ -6,6 +6,7 @@ the file and, where it helps, the byte offset or event index. The CLI prints tha
 line and exits with the class's ``exit_code``; nothing else ever reaches the user
 as a traceback.
 """
+
 from __future__ import annotations
 
 import enum
@@ -104,8 +105,12 @@ class InputError(TraceFuseError):
 
 
 def _rebuild_input_error(
-    path: str, problem: str, offset: Optional[int], event_index: Optional[int],
-    hint: Optional[str], kind: str,
+    path: str,
+    problem: str,
+    offset: Optional[int],
+    event_index: Optional[int],
+    hint: Optional[str],
+    kind: str,
 ) -> InputError:
     return InputError(path, problem, offset=offset, event_index=event_index, hint=hint, kind=ErrorKind(kind))
 
@@ -141,6 +146,11 @@ class TerminateSignal(BaseException):
 
 
 _SALVAGEABLE = frozenset(
-    {ErrorKind.INVALID_JSON, ErrorKind.TRUNCATED, ErrorKind.CORRUPT_STREAM, ErrorKind.INVALID_UTF8,
-     ErrorKind.BAD_EVENT}
+    {
+        ErrorKind.INVALID_JSON,
+        ErrorKind.TRUNCATED,
+        ErrorKind.CORRUPT_STREAM,
+        ErrorKind.INVALID_UTF8,
+        ErrorKind.BAD_EVENT,
+    }
 )

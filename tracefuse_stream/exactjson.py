@@ -5,6 +5,7 @@ other number a ``Decimal`` with its original digits — and encoding writes thos
 as JSON numbers unchanged (no float in between). Both are msgspec, whose C decoder is
 about 3x faster than ijson's per-value Python callbacks.
 """
+
 from __future__ import annotations
 
 from decimal import Decimal

@@ -16,6 +16,7 @@ value made of small parts, each of which validates itself when it is made:
 raises :class:`~tracefuse_stream.errors.UsageError` with the one-line message the CLI
 prints, before any file is opened.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -105,7 +106,9 @@ class Filters:
             try:
                 re.compile(self.name_regex)
             except (re.error, TypeError) as e:
-                raise UsageError(f"--name {self.name_regex!r} is not a valid regular expression: {e}") from None
+                raise UsageError(
+                    f"--name {self.name_regex!r} is not a valid regular expression: {e}"
+                ) from None
         if self.filter_fn is not None and not callable(self.filter_fn):
             raise UsageError("filter_fn must be callable (event -> bool)")
 
@@ -139,7 +142,9 @@ class TimeWindow:
                 raise UsageError(f"--step-rank must be a non-negative rank, not {self.step_rank!r}")
         if self.window_ms is not None:
             lo, hi = self.window_ms
-            if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in (lo, hi)):
+            if not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in (lo, hi)
+            ):
                 raise UsageError(f"--window {lo}:{hi}: bounds must be finite numbers of ms")
             if lo < 0 or hi < 0:
                 raise UsageError(f"--window {lo}:{hi}: bounds must not be negative")
@@ -199,7 +204,9 @@ class Execution:
 
     def __post_init__(self) -> None:
         if self.jobs is not None and (not _is_int(self.jobs) or self.jobs < 0):
-            raise UsageError(f"--jobs must be 0 (usable cores) or a positive number of workers, not {self.jobs!r}")
+            raise UsageError(
+                f"--jobs must be 0 (usable cores) or a positive number of workers, not {self.jobs!r}"
+            )
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ exact (the float's error plus the product's rounding stay under half a nanosecon
 from 2**42 up the product's rounding can add a whole nanosecond, so the float's
 shortest repr — the number as written in the JSON — goes through Decimal instead.
 """
+
 from __future__ import annotations
 
 import math
@@ -14,7 +15,7 @@ from typing import Any, Optional, Union
 
 Number = Union[int, float, Decimal]
 
-FLOAT_FAST_LIMIT = 2.0 ** 42
+FLOAT_FAST_LIMIT = 2.0**42
 _THOUSAND = Decimal(1000)
 
 

@@ -6,6 +6,7 @@ clock sees (see :mod:`tracefuse_stream.align.clock`). This pass keeps only those
 (absolute ns, bounded by a cap), keyed so that the same collective has the same key on
 every rank.
 """
+
 from __future__ import annotations
 
 import re
@@ -190,5 +191,3 @@ def _scan(path: PathLike, base: int, cap: int) -> RankCollectives:
             ends[("order", name, stream, i)] = end
     result.ends = ends
     return result
-
-

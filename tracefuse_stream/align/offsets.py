@@ -5,6 +5,7 @@ end-time difference to the reference host (the host of the lowest rank), applied
 when it is significant (enough matches, spread below the offset). See
 :mod:`tracefuse_stream.align.clock` for the reasoning and the sign convention.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -143,9 +144,7 @@ def estimate_offsets(
         elif not any(ends_of(r) for r in members):
             reason = "no GPU collective kernels (NCCL/RCCL) in this host's traces; offset 0"
         elif not ref_ends2:
-            reason = (
-                f"reference host {ref_label} has no GPU collective kernels (NCCL/RCCL); offset 0"
-            )
+            reason = f"reference host {ref_label} has no GPU collective kernels (NCCL/RCCL); offset 0"
         elif n < min_matches:
             reason = (
                 f"only {n} collective(s) matched with reference host {ref_label} "
@@ -197,20 +196,24 @@ def format_alignment_table(alignments: Mapping[int, RankAlignment]) -> str:
     rows = [header]
     for r in sorted(alignments):
         a = alignments[r]
-        rows.append((
-            str(r),
-            a.host,
-            f"{a.offset_ns / 1000.0:+.3f}",
-            str(a.matched) if a.method == "collectives" else "-",
-            f"{a.spread_us:.3f}" if a.matched else "-",
-            "yes" if a.applied else "no",
-            a.reason,
-        ))
+        rows.append(
+            (
+                str(r),
+                a.host,
+                f"{a.offset_ns / 1000.0:+.3f}",
+                str(a.matched) if a.method == "collectives" else "-",
+                f"{a.spread_us:.3f}" if a.matched else "-",
+                "yes" if a.applied else "no",
+                a.reason,
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
     lines = []
     for row in rows:
-        cells = [row[i].rjust(widths[i]) if i in (0, 2, 3, 4) else row[i].ljust(widths[i])
-                 for i in range(len(header) - 1)]
+        cells = [
+            row[i].rjust(widths[i]) if i in (0, 2, 3, 4) else row[i].ljust(widths[i])
+            for i in range(len(header) - 1)
+        ]
         lines.append("  ".join(cells + [row[-1]]).rstrip())
     return "\n".join(lines)
 

@@ -1,4 +1,5 @@
 """Known clock offsets from a ``--clock-offsets FILE``: ``{"host or rank": microseconds}``."""
+
 from __future__ import annotations
 
 import json
@@ -41,8 +42,7 @@ def load_clock_offsets(path: PathLike) -> Dict[str, float]:
         raise UsageError(f"{where}: not valid JSON: {e}") from None
     if not isinstance(data, dict):
         raise UsageError(
-            f"{where}: expected a JSON object {{\"host or rank\": microseconds}}, "
-            f"got {type(data).__name__}"
+            f'{where}: expected a JSON object {{"host or rank": microseconds}}, got {type(data).__name__}'
         )
     out: Dict[str, float] = {}
     for k, v in data.items():
@@ -101,15 +101,14 @@ def offsets_from_file(
         host = hosts.get(r)
         if r in rank_entries:
             key, ns = rank_entries[r]
-            out[r] = RankAlignment(ns, label, applied=True, method="file",
-                                   reason=f"clock-offsets file, rank entry {key!r}")
+            out[r] = RankAlignment(
+                ns, label, applied=True, method="file", reason=f"clock-offsets file, rank entry {key!r}"
+            )
         elif host is not None and str(host).strip() in host_entries:
             key, ns = host_entries[str(host).strip()]
-            out[r] = RankAlignment(ns, label, applied=True, method="file",
-                                   reason=f"clock-offsets file, host entry {key!r}")
+            out[r] = RankAlignment(
+                ns, label, applied=True, method="file", reason=f"clock-offsets file, host entry {key!r}"
+            )
         else:
-            out[r] = RankAlignment(0, label, method="file",
-                                   reason="not in clock-offsets file; offset 0")
+            out[r] = RankAlignment(0, label, method="file", reason="not in clock-offsets file; offset 0")
     return out
-
-

@@ -4,6 +4,7 @@ Every error is one line on stderr naming the file, and an exit code from
 ``errors`` (0 ok, 1 input error, 2 usage, 3 output error, 4 merged with salvage,
 5 verify found errors, 130 interrupted) — never a traceback.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,9 +35,13 @@ def _csv(s: str) -> List[str]:
 
 
 def _add_input_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("inputs", nargs="+", metavar="INPUT", help="trace files and/or directories of *.json[.gz|.zst]")
     p.add_argument(
-        "--rank-from", choices=["auto", "order"], default="auto",
+        "inputs", nargs="+", metavar="INPUT", help="trace files and/or directories of *.json[.gz|.zst]"
+    )
+    p.add_argument(
+        "--rank-from",
+        choices=["auto", "order"],
+        default="auto",
         help="auto: distributedInfo.rank, else position in the input list; order: always the position",
     )
     p.add_argument("--ranks", metavar="SPEC", help="merge only these ranks, e.g. 0,8,16-23,32-63:8")
@@ -52,60 +57,110 @@ def build_parser() -> argparse.ArgumentParser:
 
     m = sub.add_parser("merge", help="merge rank traces into one file")
     _add_input_args(m)
-    m.add_argument("-o", "--output", default="merged_trace.json.gz",
-                   help="output file; .json, .json.gz or .json.zst; '-' for stdout (default: %(default)s)")
+    m.add_argument(
+        "-o",
+        "--output",
+        default="merged_trace.json.gz",
+        help="output file; .json, .json.gz or .json.zst; '-' for stdout (default: %(default)s)",
+    )
     m.add_argument("--force", action="store_true", help="overwrite an existing output (never an input)")
-    m.add_argument("--include-pyfunc", action="store_true", help="keep python_function events (dropped by default)")
-    m.add_argument("--keep-cat", type=_csv, metavar="CATS", help="keep only these categories (comma separated)")
+    m.add_argument(
+        "--include-pyfunc", action="store_true", help="keep python_function events (dropped by default)"
+    )
+    m.add_argument(
+        "--keep-cat", type=_csv, metavar="CATS", help="keep only these categories (comma separated)"
+    )
     m.add_argument("--drop-cat", type=_csv, metavar="CATS", help="drop these categories (comma separated)")
     m.add_argument("--name", metavar="REGEX", help="keep only events whose name matches REGEX")
-    m.add_argument("--args", choices=["all", "slim", "none"], default="all",
-                   help="event args kept: all (default); slim: links, rank and small readable args "
-                        "(no shape/stride/input lists; about half the viewer memory); none: links and rank")
-    m.add_argument("-j", "--jobs", type=int, default=0,
-                   help="worker processes (default: usable cores; 1 = no workers)")
-    m.add_argument("--salvage", action="store_true",
-                   help="merge what can be read from broken inputs instead of failing")
-    m.add_argument("--align", choices=["base", "collectives"], default="base",
-                   help="base: exact baseTimeNanoseconds alignment (default); collectives: also "
-                        "correct per-host clock skew from GPU collective end times")
-    m.add_argument("--clock-offsets", metavar="FILE",
-                   help='JSON {"host or rank": microseconds} of known clock offsets to add')
-    m.add_argument("--steps", metavar="A:B", help="keep only ProfilerStep#A..#B (as timed on the reference rank)")
-    m.add_argument("--step-rank", type=int, metavar="R", help="reference rank for --steps (default: lowest merged rank)")
-    m.add_argument("--window", metavar="START_MS:END_MS",
-                   help="keep only this window, in ms from the merged trace's first event")
-    m.add_argument("--split-ranks", type=int, metavar="K",
-                   help="write one file per K consecutive merged ranks (names derived from -o)")
-    m.add_argument("--cycle", metavar="N|latest|all",
-                   help="profiling cycle to merge when a directory holds several (1-based); "
-                        "all: one file per cycle (merged.cycle1.json.gz, ...)")
-    m.add_argument("--dry-run", action="store_true",
-                   help="apply all filters and report counts and estimated sizes; write nothing")
+    m.add_argument(
+        "--args",
+        choices=["all", "slim", "none"],
+        default="all",
+        help="event args kept: all (default); slim: links, rank and small readable args "
+        "(no shape/stride/input lists; about half the viewer memory); none: links and rank",
+    )
+    m.add_argument(
+        "-j", "--jobs", type=int, default=0, help="worker processes (default: usable cores; 1 = no workers)"
+    )
+    m.add_argument(
+        "--salvage", action="store_true", help="merge what can be read from broken inputs instead of failing"
+    )
+    m.add_argument(
+        "--align",
+        choices=["base", "collectives"],
+        default="base",
+        help="base: exact baseTimeNanoseconds alignment (default); collectives: also "
+        "correct per-host clock skew from GPU collective end times",
+    )
+    m.add_argument(
+        "--clock-offsets",
+        metavar="FILE",
+        help='JSON {"host or rank": microseconds} of known clock offsets to add',
+    )
+    m.add_argument(
+        "--steps", metavar="A:B", help="keep only ProfilerStep#A..#B (as timed on the reference rank)"
+    )
+    m.add_argument(
+        "--step-rank", type=int, metavar="R", help="reference rank for --steps (default: lowest merged rank)"
+    )
+    m.add_argument(
+        "--window",
+        metavar="START_MS:END_MS",
+        help="keep only this window, in ms from the merged trace's first event",
+    )
+    m.add_argument(
+        "--split-ranks",
+        type=int,
+        metavar="K",
+        help="write one file per K consecutive merged ranks (names derived from -o)",
+    )
+    m.add_argument(
+        "--cycle",
+        metavar="N|latest|all",
+        help="profiling cycle to merge when a directory holds several (1-based); "
+        "all: one file per cycle (merged.cycle1.json.gz, ...)",
+    )
+    m.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="apply all filters and report counts and estimated sizes; write nothing",
+    )
     m.add_argument("--verify", action="store_true", help="verify the merged output against the inputs")
-    m.add_argument("--link-collectives", action="store_true",
-                   help="flow arrows joining each collective instance across ranks in order of arrival, "
-                        "with each slice's wait and the last rank in its args")
+    m.add_argument(
+        "--link-collectives",
+        action="store_true",
+        help="flow arrows joining each collective instance across ranks in order of arrival, "
+        "with each slice's wait and the last rank in its args",
+    )
     m.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no summary")
     m.add_argument("--json-summary", action="store_true", help="summary as JSON on stdout (stderr with -o -)")
 
     i = sub.add_parser("info", help="per-rank facts about the inputs (streams them, writes nothing)")
     _add_input_args(i)
     i.add_argument("--json", action="store_true", help="machine-readable output")
-    i.add_argument("--align", action="store_true",
-                   help="also estimate per-host clock offsets from collectives (no merge)")
+    i.add_argument(
+        "--align",
+        action="store_true",
+        help="also estimate per-host clock offsets from collectives (no merge)",
+    )
     i.add_argument("--steps", action="store_true", help="also list the ProfilerStep numbers of each rank")
-    i.add_argument("--collectives", action="store_true",
-                   help="collective instances matched across ranks: arrivals, waits, the straggler")
+    i.add_argument(
+        "--collectives",
+        action="store_true",
+        help="collective instances matched across ranks: arrivals, waits, the straggler",
+    )
 
     v = sub.add_parser(
-        "verify", help="check that a merged trace will render right in Perfetto",
+        "verify",
+        help="check that a merged trace will render right in Perfetto",
         description="Check that a merged trace renders right in Perfetto (and, with --against, "
-                    "that it holds exactly the kept input events). Exit 5 on error-level findings.",
+        "that it holds exactly the kept input events). Exit 5 on error-level findings.",
     )
     add_verify_arguments(v)
 
-    add_open_arguments(sub.add_parser("open", help="serve a trace once on 127.0.0.1 and print its Perfetto link"))
+    add_open_arguments(
+        sub.add_parser("open", help="serve a trace once on 127.0.0.1 and print its Perfetto link")
+    )
     return ap
 
 
@@ -147,12 +202,13 @@ def merge_options(a: argparse.Namespace) -> MergeOptions:
         ),
         alignment=Alignment(mode=a.align, clock_offsets=a.clock_offsets),
         output=OutputOptions(
-            force=a.force, split_ranks=a.split_ranks, dry_run=a.dry_run, verify=True if a.verify else None,
+            force=a.force,
+            split_ranks=a.split_ranks,
+            dry_run=a.dry_run,
+            verify=True if a.verify else None,
             link_collectives=a.link_collectives,
         ),
-        execution=Execution(
-            jobs=a.jobs, progress=not a.quiet and sys.stderr.isatty(), salvage=a.salvage
-        ),
+        execution=Execution(jobs=a.jobs, progress=not a.quiet and sys.stderr.isatty(), salvage=a.salvage),
     )
 
 
@@ -202,7 +258,11 @@ def cmd_info(a: argparse.Namespace) -> int:
         text.append("clock alignment from collectives (not applied; merge --align collectives does):")
         text.append(format_alignment_table(al))
     if a.json:
-        print(json.dumps(out if (a.steps or a.align or "cycles" in out) else out["ranks"], indent=2, default=str))
+        print(
+            json.dumps(
+                out if (a.steps or a.align or "cycles" in out) else out["ranks"], indent=2, default=str
+            )
+        )
     else:
         print("\n".join(text))
     return EXIT_INPUT if plans.broken else EXIT_OK

@@ -5,6 +5,7 @@ atomic output per file, then (optionally) verify what was written.
 Each stage hands the next a value: the planner's plans, alignment's corrected plans,
 the window, the per-rank results; nothing reaches back into another stage's object.
 """
+
 from __future__ import annotations
 
 import functools
@@ -148,8 +149,12 @@ def _merge(inputs: InputSpec, output: str, opts: MergeOptions) -> MergeSummary:
             )
     viewer = [estimate_viewer_bytes(ViewerCounts(json_bytes=s.json_bytes)) for s in sinks]
     big = max(range(len(sinks)), key=viewer.__getitem__, default=0)
-    too_big = size_warning(max((s.json_bytes for s in sinks), default=0), largest(viewer),
-                           len(groups[big]) if groups else 0, split)
+    too_big = size_warning(
+        max((s.json_bytes for s in sinks), default=0),
+        largest(viewer),
+        len(groups[big]) if groups else 0,
+        split,
+    )
     if too_big:
         warnings.append(too_big)
     warnings.extend(notes)
@@ -157,9 +162,16 @@ def _merge(inputs: InputSpec, output: str, opts: MergeOptions) -> MergeSummary:
         output=", ".join(names) if not out_opts.dry_run else f"(dry run, {codec})",
         ranks=[
             RankSummary(
-                rank=r.rank, path=r.path, events_in=r.events_in, events_out=r.events_out,
-                dropped=r.dropped, shift_ns=p.shift_ns, seconds=r.seconds, salvage=r.salvage,
-                metadata_out=r.metadata_out, json_bytes_in=r.json_bytes_in,
+                rank=r.rank,
+                path=r.path,
+                events_in=r.events_in,
+                events_out=r.events_out,
+                dropped=r.dropped,
+                shift_ns=p.shift_ns,
+                seconds=r.seconds,
+                salvage=r.salvage,
+                metadata_out=r.metadata_out,
+                json_bytes_in=r.json_bytes_in,
             )
             for p, r in zip(plans, results)
         ],
@@ -219,8 +231,16 @@ def _write_files(
     try:
         for name, group in zip(names, groups, strict=True):
             sinks.append(
-                sink_for(name, codec, head=head, tail=tail, force=opts.output.force, inputs=inputs_paths,
-                         dry_run=dry_run, plans=group)
+                sink_for(
+                    name,
+                    codec,
+                    head=head,
+                    tail=tail,
+                    force=opts.output.force,
+                    inputs=inputs_paths,
+                    dry_run=dry_run,
+                    plans=group,
+                )
             )
         if not dry_run:
             frags = FragmentDir(sinks[0].fragment_dir)
@@ -229,8 +249,11 @@ def _write_files(
         group_of = {p.rank: gi for gi, g in enumerate(groups) for p in g}
         tasks = [
             RankTask(
-                p, flt, sinks[group_of[p.rank]].fragment_codec,
-                None if frags is None else frags.file_for(p.rank), opts.execution.salvage,
+                p,
+                flt,
+                sinks[group_of[p.rank]].fragment_codec,
+                None if frags is None else frags.file_for(p.rank),
+                opts.execution.salvage,
                 None if links is None else tuple(links.by_rank.get(p.rank, ())),
             )
             for p in plans

@@ -6,6 +6,7 @@ every input's top-level keys, the applied shifts, pid maps and counts ("nothing
 lost"). With ``--split-ranks K`` there is one such file per K consecutive ranks, all
 on the same base; their names derive from ``-o``.
 """
+
 from __future__ import annotations
 
 import os
@@ -25,9 +26,7 @@ OUTPUT_SUFFIXES = tuple(sorted(ACCEPTED_EXTENSIONS, key=len, reverse=True))
 
 
 def head(base_ns: int) -> bytes:
-    return (
-        b'{"schemaVersion":1,"displayTimeUnit":"ms","baseTimeNanoseconds":%d,"traceEvents":[\n' % base_ns
-    )
+    return b'{"schemaVersion":1,"displayTimeUnit":"ms","baseTimeNanoseconds":%d,"traceEvents":[\n' % base_ns
 
 
 def tail(meta: Dict[str, Any]) -> bytes:

@@ -1,4 +1,5 @@
 """The bytes-read progress bar of a merge (tqdm on stderr, only for a terminal)."""
+
 from __future__ import annotations
 
 import sys
@@ -16,8 +17,14 @@ class Progress:
                 from tqdm import tqdm
 
                 self.bar = tqdm(
-                    total=total, unit="B", unit_scale=True, unit_divisor=1024,
-                    desc="merging", file=sys.stderr, leave=False, dynamic_ncols=True,
+                    total=total,
+                    unit="B",
+                    unit_scale=True,
+                    unit_divisor=1024,
+                    desc="merging",
+                    file=sys.stderr,
+                    leave=False,
+                    dynamic_ncols=True,
                 )
             except Exception:  # pragma: no cover - progress is best effort
                 self.bar = None

@@ -5,6 +5,7 @@ with the corrected shifts). Both read only what they need — collective kernel 
 the reference rank's ProfilerStep events, each rank's first event — with the shared
 event reader, in worker processes when there are several.
 """
+
 from __future__ import annotations
 
 from typing import Any, List, Optional, Sequence, Tuple

@@ -13,6 +13,7 @@ array, salvage notes) comes back in the :class:`RankResult`. Memory per rank is 
 read buffer, one batch, one output buffer (~1 MB each) and the rewriter's small tables,
 however large the file.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -98,8 +99,11 @@ def _stream_strict(task: RankTask, progress: Progress) -> RankResult:
         progress(n)  # type: ignore[misc]
 
     try:
-        return _drive(task, BatchedReader(plan.path, plan.compression, plan.layout),
-                      counted if progress is not None else None)
+        return _drive(
+            task,
+            BatchedReader(plan.path, plan.compression, plan.layout),
+            counted if progress is not None else None,
+        )
     except Handover:
         pass
     already = reported
@@ -137,7 +141,11 @@ def _no_cyclic_gc() -> Iterator[None]:
 def _rewriter(task: RankTask) -> RankRewriter:
     plan = task.plan
     return RankRewriter(
-        plan.rank, plan.shift_ns, task.flt, (plan.base_time_ns or 0) + plan.align_offset_ns, plan.path,
+        plan.rank,
+        plan.shift_ns,
+        task.flt,
+        (plan.base_time_ns or 0) + plan.align_offset_ns,
+        plan.path,
         keep_args=kept_keys(task.flt.args),
     )
 
@@ -169,7 +177,9 @@ class _ProgressAt:
 class _Sink:
     """One rank's rewritten events, encoded, separated and flushed into its piece."""
 
-    def __init__(self, rw: RankRewriter, w: PieceWriter, reader: EventReader, progress_at: _ProgressAt) -> None:
+    def __init__(
+        self, rw: RankRewriter, w: PieceWriter, reader: EventReader, progress_at: _ProgressAt
+    ) -> None:
         self.rw = rw
         self.feed_batch: Callable[[Sequence[Any]], List[Any]] = rw.feed_batch  # or a CollectiveLinker's
         self.w = w
@@ -233,7 +243,9 @@ class _Sink:
         return self.w.finish(), meta_out
 
 
-def _drive(task: RankTask, reader: EventReader, progress: Progress, strict_error: Optional[str] = None) -> RankResult:
+def _drive(
+    task: RankTask, reader: EventReader, progress: Progress, strict_error: Optional[str] = None
+) -> RankResult:
     """Run ``reader`` through the rank's rewriter into its piece; the piece is removed
     if anything fails (and a :class:`Handover` goes to the caller, for the next reader)."""
     t0 = time.perf_counter()

@@ -4,6 +4,7 @@
 the CLI's summary (text or ``--json-summary``). MB/s is measured on the decompressed
 JSON read, the work actually done, not on compressed file sizes.
 """
+
 from __future__ import annotations
 
 import json
@@ -119,7 +120,9 @@ class MergeSummary:
         return "\n".join(lines)
 
 
-def size_warning(json_bytes: int, viewer_bytes: int = 0, ranks: int = 0, split: bool = False) -> Optional[str]:
+def size_warning(
+    json_bytes: int, viewer_bytes: int = 0, ranks: int = 0, split: bool = False
+) -> Optional[str]:
     """The summary's warning when a merged file is too big for the browser UI: by the
     viewer-memory estimate beyond 4 GB, else by JSON size beyond ~1 GB."""
     from tracefuse_stream.report.viewer import over_limit_warning

@@ -15,6 +15,7 @@ that dies (a signal to the whole process group, the OOM killer) and fails the me
 instead of waiting for it; on interruption the parent stops the workers by the pids
 they registered in a shared array (the executor has no public "terminate").
 """
+
 from __future__ import annotations
 
 import multiprocessing
@@ -95,7 +96,9 @@ def run_in_order(
     pids = ctx.Array("i", jobs)
     seen = [0] * jobs
     pool = ProcessPoolExecutor(
-        max_workers=jobs, mp_context=ctx, initializer=_init_worker,
+        max_workers=jobs,
+        mp_context=ctx,
+        initializer=_init_worker,
         initargs=(fn, list(tasks), counters, ctx.Value("i", 0), pids),
     )
 

@@ -84,6 +84,7 @@ class RankPlan:
         fresh = dataclasses.replace(self, **changes)
         object.__setattr__(fresh, "problems", list(fresh.problems))
         return fresh.seal()
+
     cycle: Optional[int] = None  # 1-based profiling cycle, when the inputs hold several
     from_dir: bool = False  # found by listing a directory (not given by path)
 

@@ -21,6 +21,7 @@ which reports the precise problem (truncation offset, invalid JSON at event N) o
 accepts the odd form (an array without its closing bracket). Valid traces never take
 that path; broken ones pay one extra partial read, on the error path only.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, Iterator, List, Optional
@@ -38,6 +39,7 @@ _WS = frozenset(b" \t\r\n")
 _WS_OR_COMMA = frozenset(b" \t\r\n,")
 _COMMA, _CLOSE = ord(","), ord("}")
 _KEY = b'"traceEvents"'
+
 
 class NotBatchable(Exception):
     """This rank must be read by the exact ijson reader instead (why in args[0])."""

@@ -14,6 +14,7 @@ the exact ijson reader, which skips the events already delivered and names the e
 position of the problem. Both produce the same values, so a caller cannot tell which
 one it got, except by speed.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Iterator, List, Optional
@@ -107,7 +108,9 @@ def _exact_batches(
             open_end = layout == "array" and kind is ErrorKind.TRUNCATED and _ends_after_event(reader.tail())
             if strict and not open_end:
                 raise InputError(
-                    str(path), f"{problem} while {what}", kind=kind,
+                    str(path),
+                    f"{problem} while {what}",
+                    kind=kind,
                     offset=reader.offset if kind is ErrorKind.TRUNCATED else None,
                     event_index=index,
                 ) from None

@@ -7,6 +7,7 @@ and reads the returned kind; nothing else in the package looks at their messages
 Each mapping below has a test in ``tests/test_errors.py`` that produces the real
 message from the real library.
 """
+
 from __future__ import annotations
 
 import re

@@ -14,6 +14,7 @@ A faster reader joins by implementing :class:`EventReader` and raising
 :class:`Handover` for anything it does not handle. All readers parse numbers exactly
 (integers of any size, other numbers as ``Decimal``) and write them back unchanged.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, Iterator, List, Optional, Protocol
@@ -139,7 +140,11 @@ class ExactReader(_FileReader):
                     else "use --salvage to keep the complete events before it"
                 )
                 raise InputError(  # event_index is 0-based: the event after the last complete one
-                    self.path, problem, kind=kind, hint=hint, event_index=self.index,
+                    self.path,
+                    problem,
+                    kind=kind,
+                    hint=hint,
+                    event_index=self.index,
                     offset=self.reader.offset if kind is ErrorKind.TRUNCATED else None,
                 ) from None
         if self.need_trailer:
@@ -164,8 +169,10 @@ class ExactReader(_FileReader):
                 parts.append(dumps_exact(ev))
             except (TypeError, ValueError, OverflowError) as e:  # orjson's error is a TypeError
                 raise InputError(
-                    self.path, f"event cannot be written as strict JSON: {e}",
-                    event_index=self.index - 1, kind=ErrorKind.BAD_EVENT,
+                    self.path,
+                    f"event cannot be written as strict JSON: {e}",
+                    event_index=self.index - 1,
+                    kind=ErrorKind.BAD_EVENT,
                 ) from None
         return b",\n".join(parts)
 

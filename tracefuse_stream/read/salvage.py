@@ -12,6 +12,7 @@ corrupt gzip/zstd stream) keeps every complete event before the cut.
 Framing works on bytes with regular-expression jumps between the few characters
 that matter, and holds at most one event plus one read chunk in memory.
 """
+
 from __future__ import annotations
 
 import json
@@ -48,8 +49,11 @@ class SalvageReport:
     @property
     def anything(self) -> bool:
         return bool(
-            self.truncated_at is not None or self.stream_error or self.skipped
-            or self.repaired or not self.header_complete
+            self.truncated_at is not None
+            or self.stream_error
+            or self.skipped
+            or self.repaired
+            or not self.header_complete
         )
 
     def to_dict(self) -> Dict[str, Any]:

@@ -8,6 +8,7 @@ Readers count the *compressed* bytes they consumed (``RawCounter``), which is wh
 progress bar over input sizes needs, and they turn decompression failures into
 :class:`~tracefuse_stream.errors.InputError` naming the file.
 """
+
 from __future__ import annotations
 
 import io
@@ -278,8 +279,8 @@ class TraceReader(io.RawIOBase):
             ) from None
         except OSError as e:
             raise InputError(
-                    self.path, f"read error: {e.strerror or e}", offset=self.offset, kind=ErrorKind.UNREADABLE
-                ) from None
+                self.path, f"read error: {e.strerror or e}", offset=self.offset, kind=ErrorKind.UNREADABLE
+            ) from None
 
     def read(self, n: int = -1) -> bytes:
         if n is None or n < 0:

@@ -11,6 +11,7 @@ window; ``deviceProperties`` (also a top-level array) is skipped that way.
 Backward scanning works on the reversed bytes: in reversed text a quote that was
 escaped (``\\"``) is followed by an odd number of backslashes.
 """
+
 from __future__ import annotations
 
 import re
@@ -98,4 +99,3 @@ def find_trailer(tail: bytes, whole: bool = False) -> Optional[Dict[str, Any]]:
     if candidate is not None and not whole:
         return candidate_trailer
     return None
-

@@ -9,6 +9,7 @@ CPU before its GPUs. Kineto's own sort indexes (the OS pid, 16777216+device,
 Metadata is emitted at the end of each rank's section, only for processes that kept
 at least one event, so filtering never leaves empty named tracks behind.
 """
+
 from __future__ import annotations
 
 import re
@@ -101,7 +102,11 @@ def rank_metadata(rw: RankRewriter) -> Iterator[Event]:
             "name": "process_labels",
             "args": {"labels": f"rank {r}" + (f", {label}" if label else ""), "rank": r},
         }
-        yield {**base, "name": "process_sort_index", "args": {"sort_index": r * SORT_STRIDE + sort, "rank": r}}
+        yield {
+            **base,
+            "name": "process_sort_index",
+            "args": {"sort_index": r * SORT_STRIDE + sort, "rank": r},
+        }
     named_threads = set()
     for ev in rw.metadata:
         if ev.get("name") in PROCESS_META:
@@ -118,8 +123,12 @@ def rank_metadata(rw: RankRewriter) -> Iterator[Event]:
     for (pid, tid), orig in rw.synth_tids.items():
         if pid in kept and (pid, tid) not in named_threads:
             yield {
-                "ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
-                "ts": rw.pid_first_ts[pid], "args": {"name": synthetic_thread_name(orig), "rank": r},
+                "ph": "M",
+                "name": "thread_name",
+                "pid": pid,
+                "tid": tid,
+                "ts": rw.pid_first_ts[pid],
+                "args": {"name": synthetic_thread_name(orig), "rank": r},
             }
 
 

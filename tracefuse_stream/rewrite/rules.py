@@ -22,6 +22,7 @@ and constants, never events. The rules, and why (see docs/OUTPUT_FORMAT.md):
 * **ts** — shifted by exactly ``shift_ns`` nanoseconds with decimal arithmetic, so
   no precision is lost; unshifted ranks keep the parsed value untouched.
 """
+
 from __future__ import annotations
 
 from decimal import Context, Decimal, Inexact, InvalidOperation, Overflow
@@ -157,7 +158,9 @@ class RankRewriter:
         if rank < 0 or rank > MAX_RANK:
             raise InputError(path, f"rank {rank} is outside 0..{MAX_RANK}, the range the pid rule supports")
         if rank > MAX_ID_RANK:
-            raise InputError(path, f"rank {rank} is above {MAX_ID_RANK}: rewritten flow ids would exceed 2**53")
+            raise InputError(
+                path, f"rank {rank} is above {MAX_ID_RANK}: rewritten flow ids would exceed 2**53"
+            )
         self.rank = rank
         self.path = path
         self.filter = flt
@@ -277,10 +280,10 @@ class RankRewriter:
         simple_filter = self._simple_filter
         window = self._window
         pids = self.pids
-        first_ts = self.pid_first_ts
+        first_ts: Dict[Any, Any] = self.pid_first_ts
         shifting, add, dshift = self._shifting, self._add, self._dshift
         id_off, rank = self.id_off, self.rank
-        gpu_like = self.pid_gpu_like
+        gpu_like: Set[Any] = self.pid_gpu_like
         keep_args = self.keep_args
         no_rare_links, rare_links = _RARE_LINK_KEYS.isdisjoint, _RARE_LINK_KEYS.intersection
         try:
@@ -304,7 +307,7 @@ class RankRewriter:
                     dropped += 1
                     continue
                 p = get("pid")
-                pid = pids.get(p)
+                pid: Any = pids.get(p)
                 new_pid = pid is None
                 if new_pid:
                     self.index = index
@@ -320,7 +323,11 @@ class RankRewriter:
                         else:
                             ts = ev["ts"] = self.shift(ts)
                     except (ValueError, TypeError, ArithmeticError) as e:
-                        why = e if isinstance(e, (ValueError, TypeError)) else f"{ts!r} cannot be shifted exactly"
+                        why = (
+                            e
+                            if isinstance(e, (ValueError, TypeError))
+                            else f"{ts!r} cannot be shifted exactly"
+                        )
                         raise InputError(path, f"bad ts: {why}", event_index=index) from None
                 if new_pid or pid not in first_ts:
                     first_ts.setdefault(pid, 0 if ts is None else ts)
@@ -415,7 +422,7 @@ def _is_id(v: Any) -> bool:
         return False
 
 
-def default_number(obj: Any, _decimal: type = Decimal, _fragment: Any = orjson.Fragment) -> Any:
+def default_number(obj: Any, _decimal: Any = Decimal, _fragment: Any = orjson.Fragment) -> Any:
     """orjson ``default=``: write Decimals with their original digits (called for
     every non-integer number, so it is kept minimal; ijson never yields NaN)."""
     if type(obj) is _decimal and obj.is_finite():
@@ -461,4 +468,3 @@ def dumps_exact(ev: Any) -> bytes:
     except orjson.JSONEncodeError as e:
         reraise_interruption(e)
         raise
-

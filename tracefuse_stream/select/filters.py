@@ -8,6 +8,7 @@ often most of the file and rarely what a multi-rank view is for.
 A filter's settings are recorded in the merged file's header (``to_header``) so that
 ``verify --against`` can re-apply exactly the same selection (``from_header``).
 """
+
 from __future__ import annotations
 
 import re
@@ -45,9 +46,7 @@ class EventFilter:
         if not self.include_pyfunc:
             drop.add(PYFUNC_CAT)
         self._drop = frozenset(drop)
-        self._trivial = (
-            self.keep_cat is None and self._name_re is None and self.fn is None
-        )
+        self._trivial = self.keep_cat is None and self._name_re is None and self.fn is None
 
     def keep(self, event: Event) -> bool:
         """True when ``event`` (a non-metadata event) passes the category, name and
@@ -100,7 +99,7 @@ class EventFilter:
         return out
 
     @classmethod
-    def from_header(cls, h: Dict[str, Any]) -> "EventFilter":
+    def from_header(cls, h: Dict[str, Any]) -> EventFilter:
         """Rebuild the filter a merge used (a custom ``fn`` cannot be rebuilt)."""
         win = h.get("window_ns")
         keep = h.get("keep_cat")

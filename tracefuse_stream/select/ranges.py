@@ -10,6 +10,7 @@ one-line message that quotes the offending part, so the CLI can print it as is.
 
 ``32-63:8`` means 32, 40, 48, 56 (start, start + S, ... up to and including B).
 """
+
 from __future__ import annotations
 
 import math
@@ -22,9 +23,7 @@ from tracefuse_stream.errors import UsageError
 MAX_RANKS = 1 << 20
 
 _INT = r"[0-9]+"
-_RANK_PART_RE = re.compile(
-    rf"\s*({_INT})\s*(?:-\s*({_INT})\s*(?::\s*({_INT})\s*)?)?", re.ASCII
-)
+_RANK_PART_RE = re.compile(rf"\s*({_INT})\s*(?:-\s*({_INT})\s*(?::\s*({_INT})\s*)?)?", re.ASCII)
 _NUMBER_RE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\s*", re.ASCII)
 _STEP_RE = re.compile(rf"\s*({_INT})\s*", re.ASCII)
 
@@ -56,14 +55,10 @@ def parse_rank_spec(spec: str) -> List[int]:
     ranks: Set[int] = set()
     for part in spec.split(","):
         if not part.strip():
-            raise UsageError(
-                f"bad rank spec {spec!r}: empty part (stray or doubled comma)"
-            )
+            raise UsageError(f"bad rank spec {spec!r}: empty part (stray or doubled comma)")
         m = _RANK_PART_RE.fullmatch(part)
         if m is None:
-            raise UsageError(
-                f"bad rank spec part {part.strip()!r} in {spec!r}: {_diagnose_rank_part(part)}"
-            )
+            raise UsageError(f"bad rank spec part {part.strip()!r} in {spec!r}: {_diagnose_rank_part(part)}")
         a_s, b_s, s_s = m.groups()
         a = int(a_s)
         if b_s is None:
@@ -73,8 +68,7 @@ def parse_rank_spec(spec: str) -> List[int]:
             step = int(s_s) if s_s is not None else 1
             if b < a:
                 raise UsageError(
-                    f"bad rank spec part {part.strip()!r} in {spec!r}: "
-                    f"range end {b} is before its start {a}"
+                    f"bad rank spec part {part.strip()!r} in {spec!r}: range end {b} is before its start {a}"
                 )
             if step == 0:
                 raise UsageError(
@@ -115,9 +109,7 @@ def parse_window_ms(spec: str) -> Tuple[float, float]:
     (``inf``/``nan`` included), a negative bound, or ``start >= end``.
     """
     if not isinstance(spec, str) or spec.count(":") != 1:
-        raise UsageError(
-            f"bad --window {spec!r}: expected START_MS:END_MS, e.g. '1500:2250.5'"
-        )
+        raise UsageError(f"bad --window {spec!r}: expected START_MS:END_MS, e.g. '1500:2250.5'")
     s_tok, e_tok = spec.split(":")
     start = _parse_ms(s_tok, "start", spec)
     end = _parse_ms(e_tok, "end", spec)

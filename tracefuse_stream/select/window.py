@@ -14,18 +14,18 @@ window ending with step B also covers the device work step B launched.
 All times here are exact integers in nanoseconds: ``ts``/``dur`` are microseconds
 with three decimals, converted by :func:`us_to_ns` without float rounding errors.
 """
+
 from __future__ import annotations
 
 import re
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from typing import Dict, Optional, Tuple, Union
 
-
-from tracefuse_stream.timeunits import FLOAT_FAST_LIMIT, us_to_ns, us_to_ns_or_none
 from tracefuse_stream.errors import InputError, UsageError
-from tracefuse_stream.select.ranges import compress_ranges
 from tracefuse_stream.read.events import iter_event_batches
 from tracefuse_stream.read.sources import PathLike
+from tracefuse_stream.select.ranges import compress_ranges
+from tracefuse_stream.timeunits import FLOAT_FAST_LIMIT, us_to_ns, us_to_ns_or_none
 
 Number = Union[int, float, Decimal]
 

@@ -144,9 +144,15 @@ def verify_archive_file(path: str, against: Sequence[str] = ()) -> VerifyReport:
     out = _combined(path, reports, problem, list(against))
     unmatched = [a for a in against if a not in used]
     if unmatched:  # an input no member names as its source: the wrong run, or a rank missing
-        out.errors.append(Finding(level="error", code="against_unmatched",
-                                  message="--against input is not the source of any member",
-                                  count=len(unmatched), examples=[{"input": a} for a in unmatched[:5]]))
+        out.errors.append(
+            Finding(
+                level="error",
+                code="against_unmatched",
+                message="--against input is not the source of any member",
+                count=len(unmatched),
+                examples=[{"input": a} for a in unmatched[:5]],
+            )
+        )
         out.ok = False
     return out
 
@@ -161,17 +167,40 @@ def _combined(path: str, reports: List[VerifyReport], problem: str, against: Lis
     for r in reports:
         member = r.path.rsplit("/", 1)[-1]
         for f in r.errors:
-            errors.append(Finding(level=f.level, code=f.code, message=f"{member}: {f.message}",
-                                  rank=f.rank, count=f.count, examples=f.examples))
+            errors.append(
+                Finding(
+                    level=f.level,
+                    code=f.code,
+                    message=f"{member}: {f.message}",
+                    rank=f.rank,
+                    count=f.count,
+                    examples=f.examples,
+                )
+            )
         for f in r.warnings:
-            warnings.append(Finding(level=f.level, code=f.code, message=f"{member}: {f.message}",
-                                    rank=f.rank, count=f.count, examples=f.examples))
+            warnings.append(
+                Finding(
+                    level=f.level,
+                    code=f.code,
+                    message=f"{member}: {f.message}",
+                    rank=f.rank,
+                    count=f.count,
+                    examples=f.examples,
+                )
+            )
         ranks.update(r.ranks)
         for k, v in r.totals.items():
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 totals[k] = totals.get(k, 0) + v
-    return VerifyReport(path=path, ok=not errors, errors=errors, warnings=warnings, ranks=ranks,
-                        totals=totals, against=against)
+    return VerifyReport(
+        path=path,
+        ok=not errors,
+        errors=errors,
+        warnings=warnings,
+        ranks=ranks,
+        totals=totals,
+        against=against,
+    )
 
 
 __all__ = ["is_archive", "verify_archive", "verify_archive_file"]

@@ -10,6 +10,7 @@ three calls, chosen by :func:`sink_for` from the output name.
 Every sink is all-or-nothing: :meth:`MergeSink.commit` makes the file appear under
 its name, :meth:`MergeSink.abort` removes every trace of it.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, Iterable, List, Optional, Protocol
@@ -78,7 +79,9 @@ class JsonSink:
         self.target = target
         self.fragment_codec = codec
         self._head, self._tail = head, tail
-        self._out: Optional[AtomicOutput] = None if dry_run else AtomicOutput(target, force=force, inputs=inputs)
+        self._out: Optional[AtomicOutput] = (
+            None if dry_run else AtomicOutput(target, force=force, inputs=inputs)
+        )
         self.fragment_dir = None if self._out is None else self._out.frag_parent
         try:
             self._splicer = Splicer(None if self._out is None else self._out.file, codec, target)

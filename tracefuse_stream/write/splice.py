@@ -80,7 +80,12 @@ class Splicer:
         a reflink on filesystems that have them). False: use the portable path."""
         copy = getattr(os, "copy_file_range", None)
         out = self.out
-        if copy is None or piece.path is None or out is None or type(out) not in (io.BufferedWriter, io.FileIO):
+        if (
+            copy is None
+            or piece.path is None
+            or out is None
+            or type(out) not in (io.BufferedWriter, io.FileIO)
+        ):
             return False  # only a real file we opened (not stdout, not a wrapper)
         try:
             dst = out.fileno()
