@@ -51,6 +51,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -246,12 +247,14 @@ def measure(argv: List[str], out_path: Optional[Path], name: str, rep: int) -> R
         out_path.unlink()
     load1 = os.getloadavg()[0]
     t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, cwd=RUN_CWD, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # stdout/stderr go to files, read at the end: a pipe that nobody drains while the
+    # command runs blocks a command that prints more than ~64 KB (``info`` on 4,000 ranks)
+    out_f, err_f = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+    proc = subprocess.Popen(argv, cwd=RUN_CWD, env=ENV, stdout=out_f, stderr=err_f)
     ps = psutil.Process(proc.pid)
     peak_tree = peak_proc = max_procs = 0
     status = None
     ru = None
-    # stdout/stderr are small (one JSON line or nothing); read them at the end.
     while True:
         try:
             procs = [ps] + ps.children(recursive=True)
@@ -272,8 +275,12 @@ def measure(argv: List[str], out_path: Optional[Path], name: str, rep: int) -> R
             break
         time.sleep(POLL_S)
     wall = time.perf_counter() - t0
-    out = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
-    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    out_f.seek(0)
+    err_f.seek(0)
+    out = out_f.read().decode(errors="replace")
+    err = err_f.read().decode(errors="replace")
+    out_f.close()
+    err_f.close()
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         print(f"  !! {name} exited {proc.returncode}: {err.strip()[-2000:]}", flush=True)
