@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Dict, Hashable, Iterator, List, Mapping, Optional, Tuple
 
+import msgspec
+
 from tracefuse_stream.errors import ErrorKind, InputError, UsageError
-from tracefuse_stream.read.events import iter_event_batches
+from tracefuse_stream.read.events import KernelFields, decode_args, iter_event_batches
 from tracefuse_stream.read.sources import PathLike
 from tracefuse_stream.timeunits import us_to_ns_or_none as us_to_ns
 
@@ -54,12 +56,7 @@ def is_collective_kernel(event: Mapping[str, Any]) -> bool:
     args = event.get("args")
     if isinstance(args, dict) and "Collective name" in args:
         return True
-    name = event.get("name")
-    if not isinstance(name, str):
-        return False
-    if name.startswith(_COLLECTIVE_PREFIXES):
-        return True
-    return any(m in name for m in _COLLECTIVE_MARKERS)
+    return _named_collective(event.get("name"))
 
 
 def _seq_value(args: Mapping[str, Any]) -> Optional[Hashable]:
@@ -135,10 +132,23 @@ def collect_collective_ends(
 
 
 def _collective_kernels(path: PathLike) -> Iterator[Dict[str, Any]]:
-    for batch in iter_event_batches(path, what="looking for collective kernels"):
+    for batch in iter_event_batches(path, what="looking for collective kernels", fields=KernelFields):
         for event in batch:
-            if type(event) is dict and is_collective_kernel(event):
+            if type(event) is not dict or event.get("cat") != "kernel":
+                continue
+            raw = event.get("args")
+            if type(raw) is msgspec.Raw and not _named_collective(event.get("name")):
+                if b'"Collective name"' not in bytes(raw):
+                    continue  # most kernels: no collective, no need to decode their args
+            event["args"] = decode_args(event)
+            if is_collective_kernel(event):
                 yield event
+
+
+def _named_collective(name: Any) -> bool:
+    return isinstance(name, str) and (
+        name.startswith(_COLLECTIVE_PREFIXES) or any(m in name for m in _COLLECTIVE_MARKERS)
+    )
 
 
 def _scan(path: PathLike, base: int, cap: int) -> RankCollectives:

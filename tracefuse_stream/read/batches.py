@@ -24,7 +24,10 @@ that path; broken ones pay one extra partial read, on the error path only.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterator, List, Optional
+from decimal import Decimal
+from typing import Any, Callable, Dict, Iterator, List, Optional
+
+import msgspec
 
 from tracefuse_stream.exactjson import DecodeError, loads_exact
 from tracefuse_stream.read.jsonerrors import error_byte, is_truncation
@@ -149,14 +152,29 @@ class EventBatches:
     """Iterate over lists of events of one rank; ``trailer`` holds the top-level keys
     after the array once iteration has finished (``{}`` for the array form).
 
+    ``fields``: a ``TypedDict`` of the keys a side pass needs (e.g. ``ph``, ``name``,
+    ``ts``, ``dur``). Each event is then decoded as a dict of only those keys (values
+    exact as always), several times faster than building every event whole; an event
+    that is not an object hands over to the exact reader like any other surprise.
+    A projected read keeps no trailer (``{}``): side passes do not need one.
+
     Raises :class:`NotBatchable` for anything but a complete, valid trace; never
     an error about the input itself (the exact reader owns those messages).
     """
 
-    def __init__(self, reader: TraceReader, layout: str) -> None:
+    def __init__(self, reader: TraceReader, layout: str, fields: Optional[type] = None) -> None:
         self.reader = reader
         self.layout = layout
         self.trailer: Optional[Dict[str, Any]] = None
+        self._decode: Callable[[Any], Any] = _decode
+        self._decode_doc: Callable[[Any], Any] = _decode
+        if fields is not None:
+            events_type: Any = List[fields]  # type: ignore[valid-type]
+            # the document's other keys (the trailer) are skipped, not decoded
+            doc = msgspec.defstruct("_Doc", [("traceEvents", events_type)])
+            self._decode = msgspec.json.Decoder(events_type, float_hook=Decimal).decode
+            decode_doc = msgspec.json.Decoder(doc, float_hook=Decimal).decode
+            self._decode_doc = lambda data: {"traceEvents": getattr(decode_doc(data), "traceEvents")}  # noqa: B009
 
     def __iter__(self) -> Iterator[List[Any]]:
         buf = _events_start(self.reader, self.layout)  # buf[0] == '['
@@ -198,8 +216,7 @@ class EventBatches:
             if len(buf) > MAX_BUFFER:
                 raise NotBatchable(f"keys after the event array exceed {MAX_BUFFER >> 20} MB")
 
-    @staticmethod
-    def _try_cut(buf: bytearray, cut: int) -> Optional[List[Any]]:
+    def _try_cut(self, buf: bytearray, cut: int) -> Optional[List[Any]]:
         """Decode ``buf[:cut]`` + ``]``; None when the cut is not an event boundary.
 
         Raises :class:`_ArrayEnded` when the text before the error is the complete
@@ -207,7 +224,7 @@ class EventBatches:
         Kineto layouts, this tool's own header), :class:`NotBatchable` for anything
         else this stage does not decode."""
         try:
-            return _decode(buf[:cut] + b"]")
+            return self._decode(buf[:cut] + b"]")
         except DecodeError as e:
             pos = error_byte(e)
             if is_truncation(e) or (pos is not None and pos >= cut):
@@ -220,10 +237,10 @@ class EventBatches:
         """The remaining events, the closing bracket and (object form) the trailer."""
         try:
             if self.layout == "array":
-                events = _decode(buf)
+                events = self._decode(buf)
                 trailer: Dict[str, Any] = {}
             else:
-                doc = _decode(b'{"traceEvents":' + bytes(buf))
+                doc = self._decode_doc(b'{"traceEvents":' + bytes(buf))
                 if not isinstance(doc, dict):
                     raise NotBatchable("end of file is not the end of a trace object")
                 events = doc.pop("traceEvents")

@@ -14,13 +14,16 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
+from decimal import Decimal
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from tracefuse_stream.errors import InputError, TraceFuseError
 from tracefuse_stream.plan.cycles import describe_cycles
 from tracefuse_stream.plan.planner import InputSpec, PlanList, RankPlan, plan_all
-from tracefuse_stream.read.events import iter_event_batches
-from tracefuse_stream.timeunits import us_to_ns_or_none
+from tracefuse_stream.read.events import TimedFields, iter_event_batches
+from tracefuse_stream.timeunits import us_to_ns
+
+_EXACT_NUMBERS = (int, Decimal)  # what the readers give for numbers (never bool or float)
 
 
 @dataclass
@@ -52,25 +55,35 @@ class RankInfo:
 
 def scan_rank(plan: RankPlan) -> RankInfo:
     """Count events and find the absolute time span of one rank (one streaming pass,
-    numbers parsed exactly)."""
+    numbers parsed exactly).
+
+    Times are compared as the numbers the reader gives (ints and Decimals compare and
+    add exactly) and converted to ns once, for the two extremes: converting every
+    event's ``ts`` and ``dur`` cost more than reading them.
+    """
     base = plan.base_time_ns or 0
     n = 0
-    lo: Optional[int] = None
-    hi: Optional[int] = None
+    lo: Any = None
+    hi: Any = None
     for batch in iter_event_batches(
-        plan.path, compression=plan.compression, layout=plan.layout, what="counting events"
+        plan.path,
+        compression=plan.compression,
+        layout=plan.layout,
+        what="counting events",
+        fields=TimedFields,
     ):
         n += len(batch)
         for ev in batch:
             if type(ev) is not dict or ev.get("ph") == "M":
                 continue
-            start = us_to_ns_or_none(ev.get("ts"))
-            if start is None:
-                continue
-            dur = us_to_ns_or_none(ev.get("dur")) or 0
-            end = start + max(dur, 0)
-            if lo is None or start < lo:
-                lo = start
+            ts: Any = ev.get("ts")
+            kind = type(ts)
+            if kind is not int and (kind is not Decimal or not ts.is_finite()):
+                continue  # no usable time
+            dur: Any = ev.get("dur")
+            end = ts + dur if type(dur) in _EXACT_NUMBERS and dur > 0 else ts
+            if lo is None or ts < lo:
+                lo = ts
             if hi is None or end > hi:
                 hi = end
     return RankInfo(
@@ -83,8 +96,8 @@ def scan_rank(plan: RankPlan) -> RankInfo:
         host_name=plan.host_name,
         base_time_ns=plan.base_time_ns,
         events=n,
-        first_ns=None if lo is None else base + lo,
-        last_ns=None if hi is None else base + hi,
+        first_ns=None if lo is None else base + us_to_ns(lo),
+        last_ns=None if hi is None else base + us_to_ns(hi),
         cycle=plan.cycle,
     )
 
