@@ -10,6 +10,7 @@ archive holds nothing else. A finding is reported under ``ARCHIVE/MEMBER``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -157,6 +158,11 @@ def verify_archive_file(path: str, against: Sequence[str] = ()) -> VerifyReport:
     return out
 
 
+def _in_member(member: str, f: Finding) -> Finding:
+    """A member's finding, named after the member."""
+    return dataclasses.replace(f, message=f"{member}: {f.message}")
+
+
 def _combined(path: str, reports: List[VerifyReport], problem: str, against: List[str]) -> VerifyReport:
     errors: List[Finding] = []
     warnings: List[Finding] = []
@@ -166,28 +172,8 @@ def _combined(path: str, reports: List[VerifyReport], problem: str, against: Lis
     totals: Dict[str, Any] = {"members": len(reports)}
     for r in reports:
         member = r.path.rsplit("/", 1)[-1]
-        for f in r.errors:
-            errors.append(
-                Finding(
-                    level=f.level,
-                    code=f.code,
-                    message=f"{member}: {f.message}",
-                    rank=f.rank,
-                    count=f.count,
-                    examples=f.examples,
-                )
-            )
-        for f in r.warnings:
-            warnings.append(
-                Finding(
-                    level=f.level,
-                    code=f.code,
-                    message=f"{member}: {f.message}",
-                    rank=f.rank,
-                    count=f.count,
-                    examples=f.examples,
-                )
-            )
+        errors.extend(_in_member(member, f) for f in r.errors)
+        warnings.extend(_in_member(member, f) for f in r.warnings)
         ranks.update(r.ranks)
         for k, v in r.totals.items():
             if isinstance(v, (int, float)) and not isinstance(v, bool):

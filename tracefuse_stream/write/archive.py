@@ -27,6 +27,7 @@ from tracefuse_stream.errors import OutputError
 from tracefuse_stream.write.atomic import AtomicOutput
 from tracefuse_stream.write.codecs import ARCHIVE_CODECS, Piece, piece_of
 from tracefuse_stream.write.manifest import MANIFEST_NAME, Member, archive_stem, manifest_bytes, members_for
+from tracefuse_stream.write.sinks import AtomicSink
 from tracefuse_stream.write.splice import Splicer
 
 BLOCK = 512
@@ -49,7 +50,7 @@ def padding(size: int) -> bytes:
     return b"\0" * (-size % BLOCK)
 
 
-class ArchiveSink:
+class ArchiveSink(AtomicSink):
     """One ``.perfetto.tar[.gz]`` output: a :class:`~tracefuse_stream.write.sinks.MergeSink`.
 
     ``plans``: the ranks of this file, in rank order (their rank and host name the
@@ -134,14 +135,6 @@ class ArchiveSink:
             raise OutputError(f"{self.target}: ranks {missing} were never written")  # a bug
         self._splicer.add(self._piece(END_OF_ARCHIVE))
         self._splicer.finish()
-
-    def commit(self) -> None:
-        if self._out is not None:
-            self._out.commit()
-
-    def abort(self) -> None:
-        if self._out is not None:
-            self._out.abort()
 
     @property
     def json_bytes(self) -> int:

@@ -59,7 +59,22 @@ class MergeSink(Protocol):
         """Bytes of the file as written (compressed)."""
 
 
-class JsonSink:
+class AtomicSink:
+    """What every file sink shares: an atomic output (None in a dry run) that appears
+    under its name on :meth:`commit` and leaves nothing behind on :meth:`abort`."""
+
+    _out: Optional[AtomicOutput] = None
+
+    def commit(self) -> None:
+        if self._out is not None:
+            self._out.commit()
+
+    def abort(self) -> None:
+        if self._out is not None:
+            self._out.abort()
+
+
+class JsonSink(AtomicSink):
     """The merged JSON trace (plain, gzip as ONE member, or zstd frames).
 
     ``dry_run``: nothing is opened; pieces are only counted and sized.
@@ -106,14 +121,6 @@ class JsonSink:
         self._splicer.add(piece_of(self.fragment_codec, self._tail(meta)))
         self._splicer.finish()
 
-    def commit(self) -> None:
-        if self._out is not None:
-            self._out.commit()
-
-    def abort(self) -> None:
-        if self._out is not None:
-            self._out.abort()
-
     @property
     def json_bytes(self) -> int:
         return self._splicer.length
@@ -142,4 +149,4 @@ def abort_all(sinks: List[MergeSink]) -> None:
         s.abort()
 
 
-__all__ = ["JsonSink", "MergeSink", "abort_all", "sink_for"]
+__all__ = ["AtomicSink", "JsonSink", "MergeSink", "abort_all", "sink_for"]
