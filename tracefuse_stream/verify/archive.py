@@ -16,7 +16,7 @@ import os
 import shutil
 import tarfile
 import tempfile
-from typing import Any, Dict, List, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from tracefuse_stream.errors import InputError
 from tracefuse_stream.verify.report import Finding, VerifyReport
@@ -39,6 +39,44 @@ def _layout_problem(path: str, names: List[str], manifest: Dict[str, Any], expec
     return ""
 
 
+class _Walk:
+    """One streaming pass over an archive's members: the manifest is parsed, each other
+    member is copied to a private temporary file and handed to ``check(name, file)``
+    (None: not checked); the member names seen are kept for the layout check."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.names: List[str] = []
+        self.manifest: Dict[str, Any] = {}
+
+    def run(self, check: Callable[[str, str], Optional[VerifyReport]]) -> List[VerifyReport]:
+        reports: List[VerifyReport] = []
+        tmp = tempfile.mkdtemp(prefix=".tracefuse-verify-")
+        try:
+            with tarfile.open(self.path, "r|*") as tar:  # a stream: one pass, members in order
+                for info in tar:
+                    self.names.append(info.name)
+                    f = tar.extractfile(info)
+                    if f is None:
+                        continue
+                    if info.name == MANIFEST_NAME:
+                        self.manifest = json.loads(f.read())
+                        continue
+                    member_path = os.path.join(tmp, "member.json")
+                    with open(member_path, "wb") as dst:
+                        shutil.copyfileobj(f, dst, 1 << 20)
+                    report = check(info.name, member_path)
+                    os.unlink(member_path)
+                    if report is not None:
+                        report.path = f"{self.path}/{info.name}"
+                        reports.append(report)
+        except (tarfile.TarError, OSError, ValueError) as e:
+            raise InputError(self.path, f"cannot read the archive: {e}") from None
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return reports
+
+
 def verify_archive(path: str, plans: Sequence[Any], *, against: bool = True) -> List[VerifyReport]:
     """One report per rank member (``against``: checked against the rank's input).
 
@@ -50,40 +88,20 @@ def verify_archive(path: str, plans: Sequence[Any], *, against: bool = True) -> 
     stem = archive_stem(path)
     expected = [member_name(stem, p.rank) for p in plans]
     source = {member_name(stem, p.rank): p.path for p in plans}
-    tmp = tempfile.mkdtemp(prefix=".tracefuse-verify-")
-    reports: List[VerifyReport] = []
-    names: List[str] = []
-    manifest: Dict[str, Any] = {}
-    try:
-        try:
-            with tarfile.open(path, "r|*") as tar:  # a stream: one pass, members in order
-                for info in tar:
-                    names.append(info.name)
-                    f = tar.extractfile(info)
-                    if f is None:
-                        continue
-                    if info.name == MANIFEST_NAME:
-                        manifest = json.loads(f.read())
-                        continue
-                    if info.name not in source:
-                        continue  # reported by the layout check
-                    member_path = os.path.join(tmp, "member.json")
-                    with open(member_path, "wb") as out:
-                        shutil.copyfileobj(f, out, 1 << 20)
-                    report = verify_file(member_path, against=[source[info.name]] if against else None)
-                    report.path = f"{path}/{info.name}"
-                    reports.append(report)
-                    os.unlink(member_path)
-        except (tarfile.TarError, OSError, ValueError) as e:
-            raise InputError(path, f"cannot read the archive: {e}") from None
-        problem = _layout_problem(path, names, manifest, expected)
-        if problem:  # the manifest disagrees with the members: Perfetto would mis-place ranks
-            finding = Finding(level="error", code="header_mismatch", message=problem)
-            reports.insert(
-                0, VerifyReport(path=path, ok=False, errors=[finding], warnings=[], ranks={}, totals={})
-            )
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+
+    def check(name: str, member: str) -> Optional[VerifyReport]:
+        if name not in source:
+            return None  # reported by the layout check
+        return verify_file(member, against=[source[name]] if against else None)
+
+    walk = _Walk(path)
+    reports = walk.run(check)
+    problem = _layout_problem(path, walk.names, walk.manifest, expected)
+    if problem:  # the manifest disagrees with the members: Perfetto would mis-place ranks
+        finding = Finding(level="error", code="header_mismatch", message=problem)
+        reports.insert(
+            0, VerifyReport(path=path, ok=False, errors=[finding], warnings=[], ranks={}, totals={})
+        )
     return reports
 
 
@@ -103,45 +121,27 @@ def verify_archive_file(path: str, against: Sequence[str] = ()) -> VerifyReport:
     from tracefuse_stream.plan.headers import trailer_of_file
     from tracefuse_stream.verify.check import verify as verify_file
 
-    reports: List[VerifyReport] = []
-    names: List[str] = []
-    manifest: Dict[str, Any] = {}
     used: set[str] = set()
-    tmp = tempfile.mkdtemp(prefix=".tracefuse-verify-")
-    try:
-        try:
-            with tarfile.open(path, "r|*") as tar:
-                for info in tar:
-                    names.append(info.name)
-                    f = tar.extractfile(info)
-                    if f is None:
-                        continue
-                    if info.name == MANIFEST_NAME:
-                        manifest = json.loads(f.read())
-                        continue
-                    member_path = os.path.join(tmp, "member.json")
-                    with open(member_path, "wb") as dst:
-                        shutil.copyfileobj(f, dst, 1 << 20)
-                    trailer = trailer_of_file(member_path)[0] or {}
-                    tf_any = trailer.get("tracefuse")
-                    tf: Dict[str, Any] = tf_any if isinstance(tf_any, dict) else {}
-                    sources = {
-                        os.path.realpath(str(r.get("source")))
-                        for r in (tf.get("ranks") or {}).values()
-                        if isinstance(r, dict)
-                    }
-                    mine = [a for a in against if os.path.realpath(a) in sources]
-                    used.update(mine)
-                    report = verify_file(member_path, against=mine or None)
-                    report.path = f"{path}/{info.name}"
-                    reports.append(report)
-                    os.unlink(member_path)
-        except (tarfile.TarError, OSError, ValueError) as e:
-            raise InputError(path, f"cannot read the archive: {e}") from None
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    listed = [f.get("path") for f in manifest.get("perfetto_manifest", {}).get("files", [])]
-    problem = _layout_problem(path, names, manifest, listed) if listed else f"{path}: no {MANIFEST_NAME}"
+
+    def check(name: str, member: str) -> VerifyReport:
+        trailer = trailer_of_file(member)[0] or {}
+        tf_any = trailer.get("tracefuse")
+        tf: Dict[str, Any] = tf_any if isinstance(tf_any, dict) else {}
+        sources = {
+            os.path.realpath(str(r.get("source")))
+            for r in (tf.get("ranks") or {}).values()
+            if isinstance(r, dict)
+        }
+        mine = [a for a in against if os.path.realpath(a) in sources]
+        used.update(mine)
+        return verify_file(member, against=mine or None)
+
+    walk = _Walk(path)
+    reports = walk.run(check)
+    listed = [f.get("path") for f in walk.manifest.get("perfetto_manifest", {}).get("files", [])]
+    problem = (
+        _layout_problem(path, walk.names, walk.manifest, listed) if listed else f"{path}: no {MANIFEST_NAME}"
+    )
     out = _combined(path, reports, problem, list(against))
     unmatched = [a for a in against if a not in used]
     if unmatched:  # an input no member names as its source: the wrong run, or a rank missing
