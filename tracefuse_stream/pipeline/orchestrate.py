@@ -134,7 +134,7 @@ def _merge(inputs: InputSpec, output: str, opts: MergeOptions) -> MergeSummary:
 
         links = plan_links(plans, flt, groups, n_jobs)
         notes.extend(links.notes())
-    results, sinks = _write_files(plans, groups, names, split, codec, flt, base_ns, opts, links)
+    results, sinks = _write_files(plans, groups, names, split, codec, flt, base_ns, opts, n_jobs, links)
     for r in results:
         warnings.extend(r.warnings)
     if flt.window_ns is not None:
@@ -217,6 +217,7 @@ def _write_files(
     flt: EventFilter,
     base_ns: int,
     opts: MergeOptions,
+    n_jobs: int,
     links: Any = None,
 ) -> tuple[List[RankResult], List[MergeSink]]:
     """Stream every rank into a fragment and hand the fragments, in rank order, to

@@ -19,17 +19,14 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, Iterator, List, Optional, TypedDict
 
-import ijson
 import msgspec
 
-from tracefuse_stream.errors import ErrorKind, InputError
+from tracefuse_stream.errors import InputError
 from tracefuse_stream.exactjson import loads_exact
 from tracefuse_stream.read.batches import EventBatches, NotBatchable
-from tracefuse_stream.read.jsonerrors import describe_json_error
-from tracefuse_stream.read.sources import PathLike, TraceReader
+from tracefuse_stream.read.sources import PathLike, TraceReader, detect_compression
 
 EXACT_BATCH = 4096  # events per list handed out by the exact reader
-PARSE_BUF = 1 << 18
 
 
 def sniff_layout(path: PathLike, compression: Optional[str] = None) -> str:
@@ -97,43 +94,32 @@ def iter_event_batches(
 def _exact_batches(
     path: PathLike, compression: Optional[str], layout: str, strict: bool, what: str, skip: int
 ) -> Iterator[List[Any]]:
-    reader = TraceReader(path, compression, keep_tail=4096 if layout == "array" else 0)
-    prefix = "traceEvents.item" if layout == "object" else "item"
-    index = 0
+    """The merge's exact reader (:class:`~tracefuse_stream.read.readers.ExactReader`),
+    skipping the ``skip`` events already delivered, regrouped into lists; its errors
+    say what the pass was doing (and suggest nothing: side passes have no salvage)."""
+    from tracefuse_stream.read.readers import ExactReader
+
+    reader = ExactReader(str(path), compression or detect_compression(path), layout, need_trailer=False)
     batch: List[Any] = []
     try:
-        try:
-            for ev in ijson.items(reader, prefix, use_float=False, buf_size=PARSE_BUF):
-                index += 1
-                if index <= skip:
-                    continue
-                batch.append(ev)
-                if len(batch) >= EXACT_BATCH:
-                    yield batch
-                    batch = []
-        except (ijson.JSONError, UnicodeDecodeError) as e:
-            kind, problem = describe_json_error(e)
-            open_end = layout == "array" and kind is ErrorKind.TRUNCATED and _ends_after_event(reader.tail())
-            if strict and not open_end:
-                raise InputError(
-                    str(path),
-                    f"{problem} while {what}",
-                    kind=kind,
-                    offset=reader.offset if kind is ErrorKind.TRUNCATED else None,
-                    event_index=index,
-                ) from None
-        except InputError:
-            if strict:
-                raise
-        if batch:
-            yield batch
+        for one in reader.batches():
+            if reader.index <= skip:
+                continue
+            batch.extend(one)
+            if len(batch) >= EXACT_BATCH:
+                yield batch
+                batch = []
+    except InputError as e:
+        if strict and e.event_index is None:
+            raise  # a read or decompression problem, as the file reader words it
+        if strict:
+            raise InputError(
+                e.path, f"{e.problem} while {what}", kind=e.kind, offset=e.offset, event_index=e.event_index
+            ) from None
     finally:
         reader.close()
-
-
-def _ends_after_event(tail: bytes) -> bool:
-    """A bare ``[...]`` trace may omit its closing bracket (Chrome's array form)."""
-    return tail.rstrip().rstrip(b",").rstrip().endswith(b"}")
+    if batch:
+        yield batch
 
 
 def iter_events(path: PathLike, **kwargs: Any) -> Iterator[Any]:
