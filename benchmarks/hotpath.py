@@ -125,6 +125,12 @@ def commands(main: Path, tiny: Path, out: Path, baseline: bool) -> Dict[str, tup
         "tokenize": ([PY, str(HERE / "tokenize_floor.py"), str(main)], None, "main"),
         "ijson": ([PY, str(HERE / "parse_floor.py"), str(main)], None, "main"),
         "merge": (merge + [str(main), "-o", o, "-j", "1"], Path(o), "main"),
+        # the same merge with the C kernel switched off: the pure-Python path
+        "merge-py": (
+            ["env", "TRACEFUSE_KERNEL=0"] + merge + [str(main), "-o", o, "-j", "1"],
+            Path(o),
+            "main",
+        ),
         "merge-j2": (merge + [str(main), "-o", o, "-j", "2"], Path(o), "main"),
         "window": (merge + [str(main), "-o", o, "-j", "1", "--window", "20:60"], Path(o), "main"),
         "steps": (merge + [str(main), "-o", o, "-j", "1", "--steps", "1:2"], Path(o), "main"),
@@ -195,6 +201,8 @@ def main(argv: List[str] | None = None) -> int:
             ratios[name] = med[num] / med[den]
 
     ratio("merge MB/s / tokenize MB/s (target >= 0.35)", "tokenize", "merge")
+    ratio("merge-py MB/s / tokenize MB/s (the pure-Python path)", "tokenize", "merge-py")
+    ratio("merge MB/s / merge-py MB/s (the kernel's speed-up)", "merge-py", "merge")
     ratio("merge MB/s / ijson-floor MB/s", "ijson", "merge")
     ratio("merge MB/s / naive MB/s", "naive", "merge")
     ratio("merge-j2 speedup over merge", "merge", "merge-j2")

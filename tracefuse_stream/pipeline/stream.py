@@ -28,6 +28,7 @@ from tracefuse_stream.errors import InputError
 from tracefuse_stream.plan.planner import RankPlan
 from tracefuse_stream.read.readers import BatchedReader, EventReader, ExactReader, Handover, SalvageReader
 from tracefuse_stream.rewrite.args import kept_keys
+from tracefuse_stream.rewrite.kernel import kernel_for
 from tracefuse_stream.rewrite.labels import rank_metadata
 from tracefuse_stream.rewrite.rules import RankRewriter
 from tracefuse_stream.select.filters import EventFilter
@@ -197,7 +198,9 @@ class _Sink:
         first = self.first
         try:
             for batch in batches:
-                if skip_bad:
+                if type(batch) is bytes:  # the C kernel's output: rewritten and encoded
+                    data = batch
+                elif skip_bad:
                     try:
                         kept = feed_batch(batch)
                         data = encode_batch(kept) if kept else b""
@@ -211,6 +214,8 @@ class _Sink:
                     if not kept:
                         continue
                     data = encode_batch(kept)
+                if not data:
+                    continue
                 if first:
                     first = False
                 else:
@@ -260,6 +265,12 @@ def _drive(
 
         linker = CollectiveLinker(rw, task.links, plan.shift_ns)
         sink.feed_batch = linker.feed_batch
+    else:
+        # the batched reader's option (found by name: tests stand in for that reader)
+        use_kernel: Optional[Callable[[Any], None]] = getattr(reader, "rewrite_raw_with", None)
+        kernel = kernel_for(rw) if use_kernel is not None else None
+        if kernel is not None:
+            use_kernel(kernel)
     try:
         sink.pump(reader.batches())
         piece, meta_out = sink.finish()

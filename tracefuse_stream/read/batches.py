@@ -25,7 +25,7 @@ that path; broken ones pay one extra partial read, on the error path only.
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 import msgspec
 
@@ -42,6 +42,12 @@ _WS = frozenset(b" \t\r\n")
 _WS_OR_COMMA = frozenset(b" \t\r\n,")
 _COMMA, _CLOSE = ord(","), ord("}")
 _KEY = b'"traceEvents"'
+
+
+#: ``rewrite_raw(buf, pos, need_sep, at_start) -> (encoded, pos, status, skip_to,
+#: need_sep)``: a raw-text rewriter such as the C kernel (rewrite/kernel.py), driven by
+#: :meth:`EventBatches.mixed`. ``status`` is ``"more"``, ``"end"`` or ``"fallback"``.
+RawRewrite = Callable[[bytearray, int, bool, bool], Tuple[bytes, int, str, int, bool]]
 
 
 class NotBatchable(Exception):
@@ -204,6 +210,53 @@ class EventBatches:
             if len(buf) > MAX_BUFFER:
                 raise NotBatchable(f"no event boundary in {len(buf)} bytes")
         yield self._last(buf)
+
+    def mixed(self, rewrite_raw: RawRewrite) -> Iterator[Union[bytes, List[Any]]]:
+        """The events as ``rewrite_raw`` rewrites them (``bytes``: encoded events,
+        ``,\n``-separated, ready for the output) and, for each event it hands back,
+        that event decoded like any batch (a one-event list, for ``feed_batch``).
+
+        The raw rewriter finds the event boundaries itself, so this loop only keeps the
+        buffer: it drops what was consumed, reads more when an event is incomplete, and
+        decodes a handed-back event alone. Anything it cannot take further (no
+        separator between events, an event that does not decode, end of file inside
+        the array) raises :class:`NotBatchable` or ends in :meth:`_last`, exactly as
+        the plain batches do, so the exact reader still owns every error message.
+        """
+        buf = _events_start(self.reader, self.layout)  # buf[0] == '['
+        pos, need_sep, started = 1, False, False
+        while True:
+            out, pos, status, skip_to, need_sep = rewrite_raw(buf, pos, need_sep, not started)
+            started = started or need_sep or pos > 1
+            if out:
+                yield out
+            if status == "end":
+                yield self._rest_of_file(bytearray(b"[") + buf[pos:])
+                return
+            if status == "fallback":
+                if skip_to == -2:
+                    raise NotBatchable(f"no separator between events near byte {pos} of the buffer")
+                if skip_to >= 0:
+                    try:
+                        events = self._decode(b"[" + buf[pos:skip_to] + b"]")
+                    except DecodeError as e:
+                        raise NotBatchable(f"an event does not decode: {e}") from None
+                    yield events
+                    pos, need_sep, started = skip_to, True, True
+                    continue
+            # "more", or a handed-back event not complete in the buffer yet: read on
+            if pos > 1:
+                del buf[1:pos]
+                pos = 1
+            more = self.reader.read(CHUNK_BYTES)
+            if not more:
+                if need_sep:
+                    del buf[1:]  # what is left is white space (the kernel consumed the rest)
+                yield self._last(buf)
+                return
+            buf += more
+            if len(buf) > MAX_BUFFER:
+                raise NotBatchable(f"no event boundary in {len(buf)} bytes")
 
     def _rest_of_file(self, buf: bytearray) -> List[Any]:
         """The array has ended in ``buf``: read the (small) trailer to the end of the

@@ -23,7 +23,7 @@ import ijson
 
 from tracefuse_stream.errors import ErrorKind, InputError
 from tracefuse_stream.exactjson import dumps_fast, encode_lines
-from tracefuse_stream.read.batches import EventBatches, NotBatchable
+from tracefuse_stream.read.batches import EventBatches, NotBatchable, RawRewrite
 from tracefuse_stream.read.jsonerrors import describe_json_error
 from tracefuse_stream.read.salvage import Framer, SalvageReport, tolerant_chunks
 from tracefuse_stream.read.sources import TraceReader
@@ -87,10 +87,19 @@ class BatchedReader(_FileReader):
     def __init__(self, path: str, compression: str, layout: str) -> None:
         super().__init__(path, compression)
         self._batches = EventBatches(self.reader, layout)
+        self._raw: Optional[RawRewrite] = None
 
-    def batches(self) -> Iterator[List[Any]]:
+    def rewrite_raw_with(self, rewrite_raw: RawRewrite) -> None:
+        """Let ``rewrite_raw`` (the C kernel) rewrite the events it can straight from
+        the text: :meth:`batches` then also yields ``bytes``, already encoded."""
+        self._raw = rewrite_raw
+
+    def batches(self) -> Iterator[Any]:
         try:
-            yield from self._batches
+            if self._raw is not None:
+                yield from self._batches.mixed(self._raw)
+            else:
+                yield from self._batches
         except InputError as e:
             if e.path == self.path and e.event_index is None:
                 raise Handover(str(e)) from None

@@ -1,0 +1,844 @@
+/* The rewrite kernel: the straight line of rewrite/rules.py, in C, on the JSON text.
+ *
+ * Why it exists: a merge in Python spends most of its time building and freeing one
+ * dict per event (issue 14's profile: decode, per-event rules and encode are 3x the
+ * tokenize-and-copy floor). This kernel tokenises a rank's event array in place and
+ * writes the rewritten events straight from the input bytes, so nothing is built per
+ * event.
+ *
+ * The contract that keeps it honest: for every event it writes, the bytes are exactly
+ * what the Python path (msgspec decode with exact numbers -> RankRewriter.feed_batch ->
+ * msgspec encode) writes. It therefore handles only events whose text needs no
+ * normalisation, and hands every other event back to Python unchanged (status
+ * FALLBACK): M events, unknown or non-integer pids, odd tids, flow ids that are not
+ * small integers, link args that are not small integers, a "rank" arg, duplicate keys,
+ * string escapes other than \" \\ \n \r \t \b \f, any non-ASCII byte, numbers with an
+ * exponent, "-0", decimals Python's Decimal would print in scientific notation,
+ * timestamps it cannot shift exactly. Invalid JSON is never diagnosed here: it falls
+ * back, and Python reports it as before.
+ *
+ * One call: rewrite(ctx, buf, pos, need_sep, at_start) -> (out, pos, status, skip_to,
+ * need_sep, n_in, n_dropped, n_out). It consumes whole events from buf[pos:] (need_sep:
+ * a "," comes first; at_start: right after the array's "[", where "]" is an empty
+ * array), appends their rewritten text (",\n"-separated) to out, and stops at the first
+ * event it cannot finish: end of buffer (NEED_MORE), end of array (END, pos at the
+ * "]"), anything else (FALLBACK, pos at the event; skip_to is the end of that event
+ * when it is balanced, -1 when it is not complete in buf, -2 when the text between
+ * events is not a separator).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <string.h>
+
+enum { ST_NEED_MORE = 0, ST_END = 1, ST_FALLBACK = 2 };
+enum { OK = 0, E_MORE = 1, E_FALL = 2, E_NOMEM = 3 };
+
+#define MAX_KEYS 64
+#define MAX_DEPTH 32
+#define ID_LIMIT (((long long)1) << 32)
+
+typedef struct {
+    const unsigned char *p;
+    Py_ssize_t n;
+} Span;
+
+typedef struct {
+    /* input */
+    const unsigned char *s;
+    Py_ssize_t len, i;
+    /* output */
+    char *o;
+    Py_ssize_t olen, ocap;
+} St;
+
+typedef struct {
+    int neg;
+    Span ip, fp; /* integer and fraction digits */
+    int has_frac;
+} Num;
+
+/* the per-rank context, read once per call from the Python object */
+typedef struct {
+    long long id_off;
+    long long shift_ns;
+    int shifting;
+    long long shift_coef; /* shift in us = shift_coef * 10**shift_exp */
+    int shift_exp;        /* 0, -1, -2 or -3 */
+    PyObject *pids;       /* dict: original pid (int) -> output pid (int) */
+    PyObject *first_ts;   /* dict: output pid -> first ts (int or Decimal) */
+    PyObject *gpu_like;   /* set of output pids with GPU work */
+    PyObject *drop_cats;  /* frozenset of dropped categories */
+    PyObject *keep_args;  /* frozenset of kept arg keys, or None */
+    PyObject *decimal;    /* decimal.Decimal */
+    char rank_txt[32];
+    int rank_len;
+} Ctx;
+
+/* ---- output ---------------------------------------------------------------- */
+static int grow(St *st, Py_ssize_t need) {
+    if (st->olen + need <= st->ocap) return OK;
+    Py_ssize_t cap = st->ocap * 2;
+    if (cap < st->olen + need) cap = st->olen + need + 4096;
+    char *o = PyMem_Realloc(st->o, cap);
+    if (!o) return E_NOMEM;
+    st->o = o;
+    st->ocap = cap;
+    return OK;
+}
+
+static int put(St *st, const void *p, Py_ssize_t n) {
+    if (grow(st, n)) return E_NOMEM;
+    memcpy(st->o + st->olen, p, n);
+    st->olen += n;
+    return OK;
+}
+
+static int putc1(St *st, char c) { return put(st, &c, 1); }
+
+/* write a non-negative 128-bit integer, at least min_digits digits (zero-padded) */
+static int put_u128(St *st, unsigned __int128 v, int min_digits) {
+    char tmp[48];
+    int k = 0;
+    do {
+        tmp[k++] = (char)('0' + (int)(v % 10));
+        v /= 10;
+    } while (v && k < 47);
+    while (k < min_digits && k < 47) tmp[k++] = '0';
+    if (grow(st, k)) return E_NOMEM;
+    for (int j = k - 1; j >= 0; j--) st->o[st->olen++] = tmp[j];
+    return OK;
+}
+
+static int put_ll(St *st, long long v) {
+    if (v < 0) {
+        if (putc1(st, '-')) return E_NOMEM;
+        return put_u128(st, (unsigned __int128)(-(__int128)v), 1);
+    }
+    return put_u128(st, (unsigned __int128)v, 1);
+}
+
+/* ---- tokens ---------------------------------------------------------------- */
+static inline void skip_ws(St *st) {
+    const unsigned char *s = st->s;
+    Py_ssize_t i = st->i, n = st->len;
+    while (i < n && (s[i] == ' ' || s[i] == '\n' || s[i] == '\r' || s[i] == '\t')) i++;
+    st->i = i;
+}
+
+/* a string token at st->i: copied verbatim (when out), its content span returned */
+static int scan_string(St *st, Span *content, int out) {
+    const unsigned char *s = st->s;
+    Py_ssize_t i = st->i, n = st->len;
+    if (i >= n) return E_MORE;
+    if (s[i] != '"') return E_FALL;
+    Py_ssize_t start = i++;
+    for (;;) {
+        if (i >= n) return E_MORE;
+        unsigned char c = s[i];
+        if (c == '"') break;
+        if (c == '\\') {
+            if (i + 1 >= n) return E_MORE;
+            unsigned char e = s[i + 1];
+            if (e != '"' && e != '\\' && e != 'n' && e != 'r' && e != 't' && e != 'b' && e != 'f')
+                return E_FALL; /* \u, \/ and invalid escapes: Python's text differs */
+            i += 2;
+            continue;
+        }
+        if (c < 0x20 || c >= 0x80) return E_FALL;
+        i++;
+    }
+    content->p = s + start + 1;
+    content->n = i - start - 1;
+    i++;
+    st->i = i;
+    if (out) return put(st, s + start, i - start);
+    return OK;
+}
+
+static int scan_number(St *st, Num *num) {
+    const unsigned char *s = st->s;
+    Py_ssize_t i = st->i, n = st->len;
+    num->neg = 0;
+    num->has_frac = 0;
+    num->fp.n = 0;
+    if (i < n && s[i] == '-') {
+        num->neg = 1;
+        i++;
+    }
+    if (i >= n) return E_MORE;
+    if (s[i] < '0' || s[i] > '9') return E_FALL;
+    num->ip.p = s + i;
+    if (s[i] == '0') {
+        i++;
+    } else {
+        while (i < n && s[i] >= '0' && s[i] <= '9') i++;
+    }
+    num->ip.n = (s + i) - num->ip.p;
+    if (i >= n) return E_MORE;
+    if (s[i] == '.') {
+        i++;
+        num->fp.p = s + i;
+        while (i < n && s[i] >= '0' && s[i] <= '9') i++;
+        if (i >= n) return E_MORE;
+        num->fp.n = (s + i) - num->fp.p;
+        if (num->fp.n == 0) return E_FALL;
+        num->has_frac = 1;
+    }
+    if (s[i] == 'e' || s[i] == 'E') return E_FALL; /* Python writes exponents its own way */
+    if (s[i] >= '0' && s[i] <= '9') return E_FALL;  /* a leading zero followed by digits */
+    st->i = i;
+    return OK;
+}
+
+/* Would Python write this number with the same text? (int -> str(int), other -> str(Decimal)) */
+static int number_is_canonical(const Num *num) {
+    int int_zero = num->ip.n == 1 && num->ip.p[0] == '0';
+    if (!num->has_frac) return !(num->neg && int_zero); /* "-0" becomes "0" */
+    if (!int_zero) return 1;
+    /* 0.xxx: Decimal's adjusted exponent must stay >= -6 */
+    Py_ssize_t z = 0;
+    while (z < num->fp.n && num->fp.p[z] == '0') z++;
+    if (z == num->fp.n) return num->fp.n <= 6;
+    return z < 6;
+}
+
+static int copy_number(St *st) {
+    Py_ssize_t start = st->i;
+    Num num;
+    int r = scan_number(st, &num);
+    if (r) return r;
+    if (!number_is_canonical(&num)) return E_FALL;
+    return put(st, st->s + start, st->i - start);
+}
+
+/* an integer token's value (E_FALL when not an integer that fits in 63 bits) */
+static int scan_int(St *st, long long *v, Span *text) {
+    Py_ssize_t start = st->i;
+    Num num;
+    int r = scan_number(st, &num);
+    if (r) return r;
+    if (num.has_frac || !number_is_canonical(&num) || num.ip.n > 18) return E_FALL;
+    long long x = 0;
+    for (Py_ssize_t k = 0; k < num.ip.n; k++) x = x * 10 + (num.ip.p[k] - '0');
+    *v = num.neg ? -x : x;
+    text->p = st->s + start;
+    text->n = st->i - start;
+    return OK;
+}
+
+static int literal(St *st, const char *word, Py_ssize_t wn) {
+    Py_ssize_t i = st->i, n = st->len;
+    for (Py_ssize_t k = 0; k < wn; k++) {
+        if (i + k >= n) return E_MORE;
+        if (st->s[i + k] != (unsigned char)word[k]) return E_FALL;
+    }
+    st->i = i + wn;
+    return put(st, word, wn);
+}
+
+static int copy_value(St *st, int depth);
+
+static int key_is_dup(Span *keys, int nkeys, Span k) {
+    for (int j = 0; j < nkeys; j++)
+        if (keys[j].n == k.n && memcmp(keys[j].p, k.p, k.n) == 0) return 1;
+    return 0;
+}
+
+/* an object or array nested in a value: copied without white space */
+static int copy_container(St *st, int depth) {
+    if (depth > MAX_DEPTH) return E_FALL;
+    unsigned char open = st->s[st->i];
+    unsigned char close = open == '{' ? '}' : ']';
+    Span keys[MAX_KEYS];
+    int nkeys = 0, r;
+    st->i++;
+    if ((r = putc1(st, (char)open))) return r;
+    skip_ws(st);
+    if (st->i >= st->len) return E_MORE;
+    if (st->s[st->i] == close) {
+        st->i++;
+        return putc1(st, (char)close);
+    }
+    for (;;) {
+        if (open == '{') {
+            Span k;
+            skip_ws(st);
+            if ((r = scan_string(st, &k, 1))) return r;
+            if (nkeys == MAX_KEYS || key_is_dup(keys, nkeys, k)) return E_FALL;
+            keys[nkeys++] = k;
+            skip_ws(st);
+            if (st->i >= st->len) return E_MORE;
+            if (st->s[st->i] != ':') return E_FALL;
+            st->i++;
+            if ((r = putc1(st, ':'))) return r;
+        }
+        if ((r = copy_value(st, depth + 1))) return r;
+        skip_ws(st);
+        if (st->i >= st->len) return E_MORE;
+        unsigned char c = st->s[st->i++];
+        if (c == ',') {
+            if ((r = putc1(st, ','))) return r;
+            continue;
+        }
+        if (c == close) return putc1(st, (char)close);
+        return E_FALL;
+    }
+}
+
+static int copy_value(St *st, int depth) {
+    skip_ws(st);
+    if (st->i >= st->len) return E_MORE;
+    unsigned char c = st->s[st->i];
+    Span ignored;
+    switch (c) {
+    case '"':
+        return scan_string(st, &ignored, 1);
+    case '{':
+    case '[':
+        return copy_container(st, depth);
+    case 't':
+        return literal(st, "true", 4);
+    case 'f':
+        return literal(st, "false", 5);
+    case 'n':
+        return literal(st, "null", 4);
+    default:
+        if (c == '-' || (c >= '0' && c <= '9')) return copy_number(st);
+        return E_FALL;
+    }
+}
+
+/* ---- the rules ------------------------------------------------------------- */
+static inline int span_is(Span k, const char *lit, Py_ssize_t n) {
+    return k.n == n && memcmp(k.p, lit, n) == 0;
+}
+#define IS(k, lit) span_is((k), lit, (Py_ssize_t)(sizeof(lit) - 1))
+
+/* ts + shift, written as Python writes the result (rules.TimeShifter) */
+static int put_shifted_ts(St *st, const Ctx *cx, const Num *num) {
+    if (num->ip.n + num->fp.n > 30 || num->fp.n > 9) return E_FALL; /* |shift| < 1e18 ns: no overflow */
+    __int128 v = 0;
+    for (Py_ssize_t k = 0; k < num->ip.n; k++) v = v * 10 + (num->ip.p[k] - '0');
+    for (Py_ssize_t k = 0; k < num->fp.n; k++) v = v * 10 + (num->fp.p[k] - '0');
+    if (num->neg) v = -v;
+    int f = (int)num->fp.n; /* ts = v * 10**-f */
+    if (!num->has_frac && cx->shift_exp == 0) {
+        /* int + whole-microsecond shift: a Python int */
+        __int128 r = v + cx->shift_coef;
+        if (r < 0) {
+            if (putc1(st, '-')) return E_NOMEM;
+            return put_u128(st, (unsigned __int128)(-r), 1);
+        }
+        return put_u128(st, (unsigned __int128)r, 1);
+    }
+    /* Decimal addition: exact, exponent = min of the two exponents */
+    int e = f > -cx->shift_exp ? f : -cx->shift_exp;
+    __int128 a = v, b = cx->shift_coef;
+    for (int k = f; k < e; k++) a *= 10;
+    for (int k = -cx->shift_exp; k < e; k++) b *= 10;
+    __int128 r = a + b;
+    unsigned __int128 m = r < 0 ? (unsigned __int128)(-r) : (unsigned __int128)r;
+    /* Decimal's str() switches to scientific notation below an adjusted exponent of -6 */
+    int digits = 0;
+    unsigned __int128 t = m;
+    do {
+        digits++;
+        t /= 10;
+    } while (t);
+    if (-e + digits - 1 < -6) return E_FALL;
+    if (r < 0 && putc1(st, '-')) return E_NOMEM;
+    unsigned __int128 p10 = 1;
+    for (int k = 0; k < e; k++) p10 *= 10;
+    if (put_u128(st, m / p10, 1)) return E_NOMEM;
+    if (e > 0) {
+        if (putc1(st, '.')) return E_NOMEM;
+        if (put_u128(st, m % p10, e)) return E_NOMEM;
+    }
+    return OK;
+}
+
+static int is_gpu_cat(Span c) {
+    return IS(c, "kernel") || IS(c, "gpu_memcpy") || IS(c, "gpu_memset") || IS(c, "gpu_user_annotation") ||
+           IS(c, "Kernel") || IS(c, "Memcpy") || IS(c, "Memset");
+}
+
+static int set_has_text(PyObject *set, Span k, int *has) {
+    PyObject *u = PyUnicode_DecodeASCII((const char *)k.p, k.n, NULL);
+    if (!u) return E_NOMEM;
+    int c = PySet_Contains(set, u);
+    Py_DECREF(u);
+    if (c < 0) return E_NOMEM;
+    *has = c;
+    return OK;
+}
+
+/* the value of a link-id arg: small ints get the rank's id offset; others go to Python
+ * unless the Python rule keeps them as they are (null; sentinels of non-strict keys) */
+static int link_value(St *st, const Ctx *cx, int strict, int common) {
+    skip_ws(st);
+    if (st->i >= st->len) return E_MORE;
+    unsigned char c = st->s[st->i];
+    if (c == 'n') {
+        if (strict && !common) return E_FALL; /* map_id(None) raises */
+        return literal(st, "null", 4);
+    }
+    if (c != '-' && (c < '0' || c > '9')) return E_FALL;
+    long long v;
+    Span text;
+    int r = scan_int(st, &v, &text);
+    if (r) return r;
+    if (v >= 0 && v < ID_LIMIT) return put_ll(st, v + cx->id_off);
+    if (strict) return E_FALL;
+    return put(st, text.p, text.n);
+}
+
+static int rewrite_args(St *st, const Ctx *cx) {
+    Span keys[MAX_KEYS];
+    int nkeys = 0, r, kept = 0;
+    st->i++; /* '{' */
+    if ((r = putc1(st, '{'))) return r;
+    skip_ws(st);
+    if (st->i >= st->len) return E_MORE;
+    int empty = st->s[st->i] == '}';
+    if (empty) st->i++;
+    while (!empty) {
+        Py_ssize_t member_out = st->olen;
+        Span k;
+        skip_ws(st);
+        if (kept && (r = putc1(st, ','))) return r;
+        if ((r = scan_string(st, &k, 1))) return r;
+        if (nkeys == MAX_KEYS || key_is_dup(keys, nkeys, k)) return E_FALL;
+        keys[nkeys++] = k;
+        if (IS(k, "rank")) return E_FALL; /* Python overwrites it in place */
+        skip_ws(st);
+        if (st->i >= st->len) return E_MORE;
+        if (st->s[st->i] != ':') return E_FALL;
+        st->i++;
+        if ((r = putc1(st, ':'))) return r;
+        int keep = 1;
+        if (cx->keep_args != Py_None) {
+            for (Py_ssize_t j = 0; j < k.n; j++)
+                if (k.p[j] == '\\') return E_FALL;
+            if ((r = set_has_text(cx->keep_args, k, &keep))) return r;
+        }
+        if (IS(k, "correlation") || IS(k, "External id"))
+            r = link_value(st, cx, 1, 1);
+        else if (IS(k, "external id"))
+            r = link_value(st, cx, 1, 0);
+        else if (IS(k, "wait_on_cuda_event_record_corr_id") || IS(k, "wait_on_cuda_event_id") ||
+                 IS(k, "Python id") || IS(k, "Python parent id"))
+            r = link_value(st, cx, 0, 0);
+        else
+            r = copy_value(st, 1);
+        if (r) return r;
+        if (keep)
+            kept++;
+        else
+            st->olen = member_out; /* --args slim/none: not kept */
+        skip_ws(st);
+        if (st->i >= st->len) return E_MORE;
+        unsigned char c = st->s[st->i++];
+        if (c == '}') break;
+        if (c != ',') return E_FALL;
+    }
+    if (kept && (r = putc1(st, ','))) return r;
+    if ((r = put(st, cx->rank_txt, cx->rank_len))) return r;
+    return putc1(st, '}');
+}
+
+typedef struct {
+    Span ph, cat;
+    int has_ph, has_cat, has_pid, has_tid, has_id, has_args;
+    long long pid_out;
+    int pid_known;
+    PyObject *pid_key; /* original pid when unknown (new reference) */
+    Py_ssize_t ts_out_start, ts_out_end; /* the written ts text, for first_ts */
+    int ts_null;
+} Ev;
+
+/* one pid lookup: small C cache in front of the rewriter's dict */
+typedef struct {
+    long long orig[4], out[4];
+    int n;
+} PidCache;
+
+static int lookup_pid(const Ctx *cx, PidCache *pc, long long pid, long long *out, int *known) {
+    for (int j = 0; j < pc->n; j++)
+        if (pc->orig[j] == pid) {
+            *out = pc->out[j];
+            *known = 1;
+            return OK;
+        }
+    PyObject *k = PyLong_FromLongLong(pid);
+    if (!k) return E_NOMEM;
+    PyObject *v = PyDict_GetItemWithError(cx->pids, k);
+    Py_DECREF(k);
+    if (!v) {
+        if (PyErr_Occurred()) return E_NOMEM;
+        *known = 0;
+        return OK;
+    }
+    long long o = PyLong_AsLongLong(v);
+    if (o == -1 && PyErr_Occurred()) return E_NOMEM;
+    if (pc->n < 4) {
+        pc->orig[pc->n] = pid;
+        pc->out[pc->n] = o;
+        pc->n++;
+    }
+    *out = o;
+    *known = 1;
+    return OK;
+}
+
+static int rewrite_event(St *st, const Ctx *cx, PidCache *pc, Ev *ev) {
+    Span keys[MAX_KEYS];
+    int nkeys = 0, r;
+    memset(ev, 0, sizeof(*ev));
+    if (st->i >= st->len) return E_MORE;
+    if (st->s[st->i] != '{') return E_FALL;
+    st->i++;
+    if ((r = putc1(st, '{'))) return r;
+    skip_ws(st);
+    if (st->i >= st->len) return E_MORE;
+    if (st->s[st->i] == '}') return E_FALL; /* {}: no pid */
+    for (;;) {
+        Span k;
+        skip_ws(st);
+        if ((r = scan_string(st, &k, 1))) return r;
+        if (nkeys == MAX_KEYS || key_is_dup(keys, nkeys, k)) return E_FALL;
+        keys[nkeys++] = k;
+        skip_ws(st);
+        if (st->i >= st->len) return E_MORE;
+        if (st->s[st->i] != ':') return E_FALL;
+        st->i++;
+        if ((r = putc1(st, ':'))) return r;
+        skip_ws(st);
+        if (st->i >= st->len) return E_MORE;
+        unsigned char c = st->s[st->i];
+        if (IS(k, "ph") || IS(k, "cat")) {
+            Span v;
+            if ((r = scan_string(st, &v, 1))) return r; /* a non-string ph/cat: Python's call */
+            if (IS(k, "ph")) {
+                if (IS(v, "M")) return E_FALL; /* metadata is buffered for the labels */
+                ev->ph = v;
+                ev->has_ph = 1;
+            } else {
+                ev->cat = v;
+                ev->has_cat = 1;
+            }
+        } else if (IS(k, "pid")) {
+            long long pid;
+            Span text;
+            if ((r = scan_int(st, &pid, &text))) return r;
+            if ((r = lookup_pid(cx, pc, pid, &ev->pid_out, &ev->pid_known))) return r;
+            if (!ev->pid_known) return E_FALL; /* a new pid: Python allocates its slot */
+            if ((r = put_ll(st, ev->pid_out))) return r;
+            ev->has_pid = 1;
+        } else if (IS(k, "tid")) {
+            long long tid;
+            Span text;
+            if ((r = scan_int(st, &tid, &text))) return r;
+            if (tid < 0 || tid >= ID_LIMIT) return E_FALL;
+            if ((r = put(st, text.p, text.n))) return r;
+            ev->has_tid = 1;
+        } else if (IS(k, "ts")) {
+            if (c == 'n') {
+                if ((r = literal(st, "null", 4))) return r;
+                ev->ts_null = 1;
+            } else {
+                Num num;
+                Py_ssize_t start = st->i;
+                if ((r = scan_number(st, &num))) return r;
+                if (!number_is_canonical(&num)) return E_FALL;
+                ev->ts_out_start = st->olen;
+                if (cx->shifting)
+                    r = put_shifted_ts(st, cx, &num);
+                else
+                    r = put(st, st->s + start, st->i - start);
+                if (r) return r;
+                ev->ts_out_end = st->olen;
+            }
+        } else if (IS(k, "id") || IS(k, "bind_id")) {
+            long long v;
+            Span text;
+            if ((r = scan_int(st, &v, &text))) return r;
+            if (v < 0 || v >= ID_LIMIT) return E_FALL;
+            if ((r = put_ll(st, v + cx->id_off))) return r;
+            if (IS(k, "id")) ev->has_id = 1;
+        } else if (IS(k, "args")) {
+            if (c == '{') {
+                if ((r = rewrite_args(st, cx))) return r;
+            } else if (c == 'n') {
+                Py_ssize_t at = st->olen;
+                if ((r = literal(st, "null", 4))) return r;
+                st->olen = at; /* args null: Python replaces it in place */
+                if ((r = putc1(st, '{')) || (r = put(st, cx->rank_txt, cx->rank_len)) || (r = putc1(st, '}')))
+                    return r;
+            } else {
+                return E_FALL;
+            }
+            ev->has_args = 1;
+        } else {
+            if ((r = copy_value(st, 1))) return r;
+        }
+        skip_ws(st);
+        if (st->i >= st->len) return E_MORE;
+        c = st->s[st->i++];
+        if (c == ',') {
+            if ((r = putc1(st, ','))) return r;
+            continue;
+        }
+        if (c == '}') break;
+        return E_FALL;
+    }
+    if (!ev->has_args) {
+        /* Python appends args {"rank": r} as the last key */
+        if ((r = putc1(st, ',')) || (r = put(st, "\"args\":{", 8)) || (r = put(st, cx->rank_txt, cx->rank_len)) ||
+            (r = putc1(st, '}')))
+            return r;
+    }
+    return putc1(st, '}');
+}
+
+/* the end of the value at st->i, without judging it (E_MORE/E_FALL when unbalanced) */
+static Py_ssize_t balanced_end(const unsigned char *s, Py_ssize_t i, Py_ssize_t n) {
+    int depth = 0;
+    if (i >= n || s[i] != '{') return -1;
+    for (; i < n; i++) {
+        unsigned char c = s[i];
+        if (c == '"') {
+            for (i++; i < n && s[i] != '"'; i++)
+                if (s[i] == '\\') i++;
+            if (i >= n) return -1;
+        } else if (c == '{' || c == '[') {
+            depth++;
+        } else if (c == '}' || c == ']') {
+            if (--depth == 0) return i + 1;
+        }
+    }
+    return -1;
+}
+
+static int load_ctx(PyObject *o, Ctx *cx) {
+    PyObject *v;
+#define GETLL(name, field)                                          \
+    v = PyObject_GetAttrString(o, name);                            \
+    if (!v) return -1;                                              \
+    cx->field = PyLong_AsLongLong(v);                               \
+    Py_DECREF(v);                                                   \
+    if (cx->field == -1 && PyErr_Occurred()) return -1;
+    long long rank, shifting, shift_exp;
+    GETLL("id_off", id_off)
+    GETLL("shift_ns", shift_ns)
+    GETLL("shift_coef", shift_coef)
+    v = PyObject_GetAttrString(o, "shift_exp");
+    if (!v) return -1;
+    shift_exp = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    v = PyObject_GetAttrString(o, "shifting");
+    if (!v) return -1;
+    shifting = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    v = PyObject_GetAttrString(o, "rank");
+    if (!v) return -1;
+    rank = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    if (PyErr_Occurred()) return -1;
+    cx->shift_exp = (int)shift_exp;
+    cx->shifting = (int)shifting;
+    cx->rank_len = snprintf(cx->rank_txt, sizeof(cx->rank_txt), "\"rank\":%lld", rank);
+#undef GETLL
+    /* borrowed for the call: the context object keeps them alive */
+    const char *names[] = {"pids", "first_ts", "gpu_like", "drop_cats", "keep_args", "decimal"};
+    PyObject **slots[] = {&cx->pids, &cx->first_ts, &cx->gpu_like, &cx->drop_cats, &cx->keep_args, &cx->decimal};
+    for (int j = 0; j < 6; j++) {
+        v = PyObject_GetAttrString(o, names[j]);
+        if (!v) return -1;
+        *slots[j] = v;
+        Py_DECREF(v);
+    }
+    if (!PyDict_Check(cx->pids) || !PyDict_Check(cx->first_ts) || !PySet_Check(cx->gpu_like) ||
+        !PyAnySet_Check(cx->drop_cats) || (cx->keep_args != Py_None && !PyAnySet_Check(cx->keep_args))) {
+        PyErr_SetString(PyExc_TypeError, "kernel context has the wrong types");
+        return -1;
+    }
+    return 0;
+}
+
+/* record what labels need of a kept event: its pid's first ts, GPU work on the pid */
+static int after_kept(St *st, const Ctx *cx, const Ev *ev) {
+    PyObject *pid = PyLong_FromLongLong(ev->pid_out);
+    if (!pid) return E_NOMEM;
+    int r = OK;
+    int has = PyDict_Contains(cx->first_ts, pid);
+    if (has < 0) r = E_NOMEM;
+    if (!r && !has) {
+        PyObject *ts;
+        if (ev->ts_out_end == 0 || ev->ts_null) {
+            ts = PyLong_FromLong(0);
+        } else {
+            const char *t = st->o + ev->ts_out_start;
+            Py_ssize_t n = ev->ts_out_end - ev->ts_out_start;
+            PyObject *text = PyUnicode_DecodeASCII(t, n, NULL);
+            ts = NULL;
+            if (text) {
+                ts = memchr(t, '.', n) ? PyObject_CallOneArg(cx->decimal, text) : PyLong_FromUnicodeObject(text, 10);
+                Py_DECREF(text);
+            }
+        }
+        if (!ts || PyDict_SetItem(cx->first_ts, pid, ts) < 0) r = E_NOMEM;
+        Py_XDECREF(ts);
+    }
+    if (!r && ev->has_cat && is_gpu_cat(ev->cat) && PySet_Add(cx->gpu_like, pid) < 0) r = E_NOMEM;
+    Py_DECREF(pid);
+    return r;
+}
+
+typedef struct {
+    Span cat;
+    int dropped;
+} CatMemo;
+
+static PyObject *kernel_rewrite(PyObject *self, PyObject *args) {
+    PyObject *ctx_obj;
+    Py_buffer buf;
+    Py_ssize_t pos;
+    int need_sep, at_start;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "Oy*npp", &ctx_obj, &buf, &pos, &need_sep, &at_start)) return NULL;
+    Ctx cx;
+    St st;
+    st.o = NULL;
+    if (load_ctx(ctx_obj, &cx) < 0) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    st.s = (const unsigned char *)buf.buf;
+    st.len = buf.len;
+    st.i = pos;
+    st.olen = 0;
+    st.ocap = buf.len + buf.len / 4 + 4096;
+    st.o = PyMem_Malloc(st.ocap);
+    if (!st.o) {
+        PyBuffer_Release(&buf);
+        return PyErr_NoMemory();
+    }
+    PidCache pc = {{0}, {0}, 0};
+    CatMemo memo[8];
+    int nmemo = 0;
+    long long n_in = 0, n_drop = 0, n_out = 0;
+    int status = ST_NEED_MORE, r = OK;
+    Py_ssize_t consumed = pos, skip_to = -1;
+    for (;;) {
+        skip_ws(&st);
+        if (st.i >= st.len) break;
+        if (need_sep) {
+            unsigned char c = st.s[st.i];
+            if (c == ']') {
+                status = ST_END;
+                consumed = st.i;
+                break;
+            }
+            if (c != ',') {
+                status = ST_FALLBACK; /* no separator: invalid JSON, Python's reader reports it */
+                skip_to = -2;
+                break;
+            }
+            st.i++;
+            consumed = st.i;
+            need_sep = 0;
+            skip_ws(&st);
+            if (st.i >= st.len) break;
+        }
+        if (st.s[st.i] == ']') {
+            if (at_start) {
+                status = ST_END;
+                consumed = st.i;
+            } else {
+                status = ST_FALLBACK; /* "[...,]": invalid, Python's reader reports it */
+                skip_to = -2;
+            }
+            break;
+        }
+        at_start = 0;
+        Py_ssize_t ev_start = st.i, out_start = st.olen;
+        if (n_out && (r = put(&st, ",\n", 2))) break;
+        Ev ev;
+        r = rewrite_event(&st, &cx, &pc, &ev);
+        if (r == OK) {
+            int dropped = 0;
+            if (ev.has_cat) {
+                int found = 0;
+                for (int j = 0; j < nmemo; j++)
+                    if (memo[j].cat.n == ev.cat.n && memcmp(memo[j].cat.p, ev.cat.p, ev.cat.n) == 0) {
+                        dropped = memo[j].dropped;
+                        found = 1;
+                        break;
+                    }
+                if (!found) {
+                    if ((r = set_has_text(cx.drop_cats, ev.cat, &dropped))) break;
+                    if (nmemo < 8) {
+                        memo[nmemo].cat = ev.cat;
+                        memo[nmemo].dropped = dropped;
+                        nmemo++;
+                    }
+                }
+            }
+            if (dropped) {
+                st.olen = out_start;
+                n_drop++;
+            } else if (!ev.has_pid || !ev.has_tid ||
+                       (ev.has_ph && !ev.has_id && ev.ph.n == 1 &&
+                        (ev.ph.p[0] == 's' || ev.ph.p[0] == 't' || ev.ph.p[0] == 'f'))) {
+                r = E_FALL; /* Python appends pid/tid, or names the flow without an id */
+            } else {
+                if ((r = after_kept(&st, &cx, &ev))) break;
+                n_out++;
+            }
+        }
+        if (r == E_NOMEM) break;
+        if (r != OK) {
+            st.olen = out_start;
+            if (r == E_FALL) {
+                status = ST_FALLBACK;
+                skip_to = balanced_end(st.s, ev_start, st.len);
+            }
+            /* E_MORE: need more input, the event starts again next call */
+            consumed = ev_start;
+            r = OK;
+            break;
+        }
+        n_in++;
+        consumed = st.i;
+        need_sep = 1;
+    }
+    PyBuffer_Release(&buf);
+    if (r == E_NOMEM) {
+        PyMem_Free(st.o);
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        return NULL;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(st.o, st.olen);
+    PyMem_Free(st.o);
+    if (!out) return NULL;
+    return Py_BuildValue("(NniniLLL)", out, consumed, status, skip_to, need_sep, n_in, n_drop, n_out);
+}
+
+static PyMethodDef methods[] = {
+    {"rewrite", kernel_rewrite, METH_VARARGS,
+     "rewrite(ctx, buf, pos, need_sep, at_start) -> (out, pos, status, skip_to, need_sep, n_in, n_dropped, n_out)"},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_kernel", "The rewrite kernel (see _kernel.c).", -1, methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__kernel(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    if (PyModule_AddIntConstant(m, "NEED_MORE", ST_NEED_MORE) < 0 || PyModule_AddIntConstant(m, "END", ST_END) < 0 ||
+        PyModule_AddIntConstant(m, "FALLBACK", ST_FALLBACK) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
