@@ -268,9 +268,10 @@ def _drive(
     else:
         # the batched reader's option (found by name: tests stand in for that reader)
         use_kernel: Optional[Callable[[Any], None]] = getattr(reader, "rewrite_raw_with", None)
-        kernel = kernel_for(rw) if use_kernel is not None else None
-        if kernel is not None:
-            use_kernel(kernel)
+        if use_kernel is not None:
+            kernel = kernel_for(rw)
+            if kernel is not None:
+                use_kernel(kernel)
     try:
         sink.pump(reader.batches())
         piece, meta_out = sink.finish()
