@@ -1,9 +1,11 @@
 """The batched (msgspec) reader writes the same bytes as the exact (ijson) reader.
 
 Issue 14: a faster reader may join only if every input merges to the same bytes as
-today. This is the harness: each input is merged twice in-process (``jobs=1``), once
-normally and once with the batched reader refusing every rank (it raises ``Handover``,
-so the exact ijson reader reads it), and the two outputs must be equal byte for byte.
+today. This is the harness: each input is merged three times in-process (``jobs=1``):
+normally (the C rewrite kernel, where it is built), with the kernel off
+(``TRACEFUSE_KERNEL=0``: msgspec batches and the Python rules), and with the batched
+reader refusing every rank (it raises ``Handover``, so the exact ijson reader reads
+it); the three outputs must be equal byte for byte.
 Inputs: every real trace of the shared fixtures (each alone, and the ddp4 job), every
 recorded job of ``tests/data/recorded``, and generated runs in two key orders carrying
 the exact numbers a trace can hold (uint64 ``Comms Id``, integers beyond 64 bits, long
@@ -71,7 +73,11 @@ def _both(tmp: Path, monkeypatch: pytest.MonkeyPatch, inputs: List[str], kwargs:
     import tracefuse_stream.pipeline.stream as stream
     from tracefuse_stream.read.readers import Handover
 
-    normal = _merged(tmp, inputs, kwargs, "normal")
+    normal = _merged(tmp, inputs, kwargs, "normal")  # the C kernel where it is built
+    monkeypatch.setenv("TRACEFUSE_KERNEL", "0")
+    python = _merged(tmp, inputs, kwargs, "python")  # msgspec batches, the Python rules
+    monkeypatch.delenv("TRACEFUSE_KERNEL")
+    assert normal == python
     calls: List[str] = []
 
     def refuse(path: str, *_a: Any, **_k: Any) -> Any:

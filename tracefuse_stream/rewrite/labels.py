@@ -109,9 +109,11 @@ def rank_metadata(rw: RankRewriter) -> Iterator[Event]:
         }
     named_threads = set()
     for ev in rw.metadata:
-        if ev.get("name") in PROCESS_META:
+        name, pid = ev.get("name"), ev.get("pid")
+        if type(name) is str and name in PROCESS_META:
             continue
-        out_pid = rw.pids.get(ev.get("pid"))
+        # a pid that is a list or object belongs to no process of the rank
+        out_pid = rw.pids.get(pid) if not isinstance(pid, (list, dict)) else None
         if out_pid is None or out_pid not in kept:
             continue
         if ev.get("name") == "thread_sort_index" and not _int32_sort_index(ev):
