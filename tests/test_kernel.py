@@ -34,7 +34,9 @@ from tracefuse_stream.errors import TraceFuseError
 def _need_kernel() -> None:
     if kernel_mod._kernel is None:
         if os.environ.get("CI"):
-            pytest.fail("CI is set but the C rewrite kernel did not build (tracefuse_stream/rewrite/_kernel.c)")
+            pytest.fail(
+                "CI is set but the C rewrite kernel did not build (tracefuse_stream/rewrite/_kernel.c)"
+            )
         pytest.skip("the optional C rewrite kernel is not built here (no compiler at install time)")
 
 
@@ -102,7 +104,9 @@ def _rank_file(folder: Path, rank: int, events: List[str], base_ns: int, layout:
     return path
 
 
-def _run(tmp: Path, events: List[str], offsets: Tuple[int, ...] = (0, 1357, 1500), layout: str = "object") -> Path:
+def _run(
+    tmp: Path, events: List[str], offsets: Tuple[int, ...] = (0, 1357, 1500), layout: str = "object"
+) -> Path:
     """One rank per base-time offset (ns): the shifts exercise every Decimal exponent."""
     run = tmp / "run"
     run.mkdir()
@@ -160,7 +164,7 @@ ODD = [
     '{"ph": "X", "cat": ["a"], "name": "list cat", "pid": 77, "tid": 77, "ts": 5}',
     '{"ph": 5, "name": "numeric ph", "pid": 77, "tid": 77, "ts": 5}',
     '{"name": "ph late", "pid": 77, "tid": 77, "ts": 5, "extra": {"deep": [[{"x": [1, 2.50, "s"]}]]}, "ph": "X"}',
-    '{ }',
+    "{ }",
 ]
 
 
@@ -230,13 +234,32 @@ def test_broken_and_odd_files(text: str, tmp_path: Path, monkeypatch: pytest.Mon
 
 
 def test_array_layout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    both_paths(tmp_path, monkeypatch, [str(_run(tmp_path, KINETO + ODD, layout="array"))], include_pyfunc=True)
+    both_paths(
+        tmp_path, monkeypatch, [str(_run(tmp_path, KINETO + ODD, layout="array"))], include_pyfunc=True
+    )
 
 
 # -- random events --------------------------------------------------------------------
 _numbers = st.sampled_from(
-    ["0", "-0", "7", "-7", "4294967295", "4294967296", "18446744073709551616", "1.5", "1.500", "-0.0",
-     "0.000001", "0.0000001", "0.0000000", "1e5", "2E-3", "123456789012.345", "1764000000123456.789"]
+    [
+        "0",
+        "-0",
+        "7",
+        "-7",
+        "4294967295",
+        "4294967296",
+        "18446744073709551616",
+        "1.5",
+        "1.500",
+        "-0.0",
+        "0.000001",
+        "0.0000001",
+        "0.0000000",
+        "1e5",
+        "2E-3",
+        "123456789012.345",
+        "1764000000123456.789",
+    ]
 )
 _strings = st.sampled_from(
     ['"a"', '""', '"\\u00e9"', '"é"', '"\\/"', '"\\"\\\\\\b\\f\\n\\r\\t"', '"x y"', '"rank"', '"kernel"']
@@ -253,8 +276,17 @@ _values = st.recursive(
     max_leaves=6,
 )
 _keys = ["ph", "cat", "name", "pid", "tid", "ts", "dur", "id", "bind_id", "args", "s", "bp", "other"]
-_arg_keys = ["External id", "correlation", "external id", "Python id", "wait_on_cuda_event_id", "Input Dims",
-             "rank", "grid", "x"]
+_arg_keys = [
+    "External id",
+    "correlation",
+    "external id",
+    "Python id",
+    "wait_on_cuda_event_id",
+    "Input Dims",
+    "rank",
+    "grid",
+    "x",
+]
 
 
 def _member(key: str) -> st.SearchStrategy[str]:
@@ -263,7 +295,9 @@ def _member(key: str) -> st.SearchStrategy[str]:
     elif key == "cat":
         v = st.sampled_from(['"cpu_op"', '"kernel"', '"python_function"', '"ac2g"', "null", '["a"]'])
     elif key in ("pid", "tid", "id", "bind_id"):
-        v = st.one_of(st.sampled_from(["77", "0", "7", "-1", "4294967296", '"77"', '"0x1f"', "true"]), _numbers)
+        v = st.one_of(
+            st.sampled_from(["77", "0", "7", "-1", "4294967296", '"77"', '"0x1f"', "true"]), _numbers
+        )
     elif key == "ts":
         v = st.one_of(_numbers, st.sampled_from(["null", '"5"']))
     elif key == "args":
@@ -286,9 +320,15 @@ def _events(draw: Any) -> str:
     return "{" + ws.join(members) + "}"
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=120,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(events=st.lists(_events(), min_size=1, max_size=6))
-def test_random_events(events: List[str], tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_random_events(
+    events: List[str], tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
     tmp = tmp_path_factory.mktemp("k")
     # ordinary events first, so the pids are known and the kernel runs on the odd ones
     both_paths(tmp, monkeypatch, [str(_run(tmp, KINETO[:6] + events, (0, 1500)))], include_pyfunc=True)
