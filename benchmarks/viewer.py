@@ -2,15 +2,21 @@
 """What a merged trace costs the viewer: load time and peak RSS in Perfetto's trace_processor.
 
     python benchmarks/viewer.py [--case a100x8,ddp4_tb,...] [--outputs all,slim,none] [--reps 3]
-                                [--json results.json] [--fit]
+                                [--no-mmap] [--json results.json] [--fit]
 
-For each case (real traces only: copies of the shared GPU traces, the shared 4-rank job,
-the recorded jobs) and each output kind, the merge is written once, then loaded ``--reps``
-times by ``trace_processor_shell -q`` (a trivial query: the cost is the import) under
-``/usr/bin/time -f '%e %M'``; the empty trace is loaded the same way, interleaved, and
-every RSS is also reported *above* the empty trace's (the number the viewer estimate
-models). Medians are reported. The merge's own ``viewer_memory_bytes`` estimate is
-printed beside the measurement with its error.
+For each case (real traces only: copies of the shared GPU traces, the shared 4-rank job
+alone and twice over as 8 ranks, the recorded jobs) and each output kind, the merge is
+written once, then loaded ``--reps`` times by ``trace_processor_shell -q`` (a trivial
+query: the cost is the import) under ``/usr/bin/time -f '%e %M'``; the empty trace is
+loaded the same way, interleaved, and every RSS is also reported *above* the empty
+trace's (the number the viewer estimate models). Medians are reported. The merge's own
+``viewer_memory_bytes`` estimate is printed beside the measurement with its error.
+
+``trace_processor_shell`` maps the whole file and its JSON tokenizer copies each mapped
+slice (up to 128 MB) into a buffer of its own, so ~1-2x the file's bytes are in its peak
+RSS as text; the UI passes the file to the engine in 32 MB slices, so there at most a
+slice is held as text. ``--no-mmap`` (``TRACE_PROCESSOR_NO_MMAP=1``: read in 1 MB chunks)
+measures the engine without the file: the sorter's queue and the tables.
 
 ``--fit`` refits the coefficients of :mod:`tracefuse_stream.report.viewer` by least
 squares on relative error over the cases of ``FIT_CASES`` and prints them with the error
@@ -32,12 +38,13 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tracefuse_stream import merge  # noqa: E402
+from tracefuse_stream.plan.planner import plan_file  # noqa: E402
 from tracefuse_stream.report.viewer import COEFFICIENTS, ViewerCounts, estimate_viewer_bytes  # noqa: E402
 
 SHARED = Path(os.environ.get("TRACEFUSE_SHARED_FIXTURES", REPO.parent / "shared" / "fixtures"))
@@ -59,7 +66,10 @@ OUTPUTS: Dict[str, Tuple[str, Dict[str, Any]]] = {
 }
 
 
-def _copies(name: str, n: int) -> Callable[[Path], List[Path]]:
+Inputs = Union[List[Path], Dict[int, Path]]
+
+
+def _copies(name: str, n: int) -> Callable[[Path], Inputs]:
     """n byte-identical copies of one real single-rank trace (merged with rank_from=order)."""
 
     def build(tmp: Path) -> List[Path]:
@@ -77,12 +87,24 @@ def _copies(name: str, n: int) -> Callable[[Path], List[Path]]:
     return build
 
 
-def _dir(path: Path) -> Callable[[Path], List[Path]]:
+def _dir(path: Path) -> Callable[[Path], Inputs]:
     return lambda tmp: [path]
 
 
+def _twice(path: Path) -> Callable[[Path], Inputs]:
+    """A real job's ranks twice over: rank r (its distributedInfo.rank) and r + world size
+    read the same file (explicit ``{rank: path}`` inputs), so an n-rank job merges as 2n."""
+
+    def build(tmp: Path) -> Inputs:
+        files = sorted(p for p in path.iterdir() if p.name.endswith((".json", ".json.gz")))
+        ranks = {int(plan_file(p, i).header["distributedInfo"]["rank"]): p for i, p in enumerate(files)}
+        return {**ranks, **{r + len(ranks): p for r, p in ranks.items()}}
+
+    return build
+
+
 #: case -> (inputs builder, merge keywords)
-CASES: Dict[str, Tuple[Callable[[Path], List[Path]], Dict[str, Any]]] = {
+CASES: Dict[str, Tuple[Callable[[Path], Inputs], Dict[str, Any]]] = {
     "a100x8": (_copies("a100_nccl_rank0.json.gz", 8), {"rank_from": "order", "include_pyfunc": True}),
     "mi300x4": (_copies("mi300_resnet_rank0.json.gz", 4), {"rank_from": "order", "include_pyfunc": True}),
     "h100x8": (_copies("h100_bert_small.json.gz", 8), {"rank_from": "order", "include_pyfunc": True}),
@@ -92,6 +114,7 @@ CASES: Dict[str, Tuple[Callable[[Path], List[Path]], Dict[str, Any]]] = {
     ),
     "ddp4_tb": (_dir(SHARED / "ddp4_transformer_tb"), {"include_pyfunc": True}),
     "ddp4_tb_nopy": (_dir(SHARED / "ddp4_transformer_tb"), {}),
+    "ddp4_tbx2": (_twice(SHARED / "ddp4_transformer_tb"), {"include_pyfunc": True}),
     "ddp8_rec": (_dir(RECORDED / "ddp8_straggler"), {"include_pyfunc": True}),
     "ddp4_rec": (_dir(RECORDED / "ddp4"), {"include_pyfunc": True}),
 }
@@ -102,6 +125,7 @@ DEFAULT_CASES = [
     "a100epochx8",
     "ddp4_tb",
     "ddp4_tb_nopy",
+    "ddp4_tbx2",
     "ddp8_rec",
     "ddp4_rec",
 ]
@@ -114,6 +138,10 @@ COUNT_SQL = (
 )
 
 
+#: environment of the trace_processor runs (``--no-mmap`` adds TRACE_PROCESSOR_NO_MMAP=1)
+TP_ENV: Dict[str, str] = dict(os.environ)
+
+
 def load_cost(trace: Path, query: Path) -> Tuple[float, int]:
     """(seconds, peak RSS bytes) of one trace_processor import of ``trace``."""
     p = subprocess.run(
@@ -121,6 +149,7 @@ def load_cost(trace: Path, query: Path) -> Tuple[float, int]:
         capture_output=True,
         text=True,
         timeout=1800,
+        env=TP_ENV,
     )
     if p.returncode != 0:
         raise SystemExit(f"trace_processor failed on {trace}: {p.stderr[-1000:]}")
@@ -132,7 +161,11 @@ def tp_counts(trace: Path, tmp: Path) -> Dict[str, int]:
     q = tmp / "counts.sql"
     q.write_text(COUNT_SQL)
     p = subprocess.run(
-        [str(TRACE_PROCESSOR), "-q", str(q), str(trace)], capture_output=True, text=True, timeout=1800
+        [str(TRACE_PROCESSOR), "-q", str(q), str(trace)],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env=TP_ENV,
     )
     header, row = p.stdout.strip().splitlines()[-2:]
     return {k.strip('"'): int(v) for k, v in zip(header.split(","), row.split(","))}
@@ -151,11 +184,14 @@ def run(cases: List[str], outputs: List[str], reps: int, tmp: Path) -> Dict[str,
     empty_secs: List[float] = []
     for case in cases:
         build, kw = CASES[case]
-        inputs = build(tmp)
+        built = build(tmp)
+        inputs: Any = (
+            {r: str(p) for r, p in built.items()} if isinstance(built, dict) else [str(p) for p in built]
+        )
         for kind in outputs:
             suffix, extra = OUTPUTS[kind]
             out = tmp / f"{case}.{kind}{suffix}"
-            s = merge([str(p) for p in inputs], str(out), jobs=1, force=True, **kw, **extra)
+            s = merge(inputs, str(out), jobs=1, force=True, **kw, **extra)
             secs: List[float] = []
             rss: List[int] = []
             for _ in range(reps):
@@ -183,6 +219,7 @@ def run(cases: List[str], outputs: List[str], reps: int, tmp: Path) -> Dict[str,
             print(_fmt(row), flush=True)
     return {
         "trace_processor": version,
+        "mmap": TP_ENV.get("TRACE_PROCESSOR_NO_MMAP") != "1",
         "empty_rss": statistics.median(empties),
         "empty_load_s": statistics.median(empty_secs),
         "rows": rows,
@@ -255,7 +292,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--report", help="re-print the results of an earlier --json")
     ap.add_argument("--fit", action="store_true", help="refit the estimate's coefficients (needs numpy)")
+    ap.add_argument(
+        "--no-mmap", action="store_true", help="TRACE_PROCESSOR_NO_MMAP=1: the engine without the mapped file"
+    )
     a = ap.parse_args(argv)
+    if a.no_mmap:
+        TP_ENV["TRACE_PROCESSOR_NO_MMAP"] = "1"
     if a.report:
         res = json.loads(Path(a.report).read_text())
     else:
@@ -266,8 +308,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             res = run(a.case.split(","), a.outputs.split(","), a.reps, Path(d))
         if a.json:
             Path(a.json).write_text(json.dumps(res, indent=1))
+    how = "" if res.get("mmap", True) else " (TRACE_PROCESSOR_NO_MMAP=1)"
     print(
-        f"\n{res['trace_processor']}; empty trace: {res['empty_rss'] / 1e6:.0f} MB, {res['empty_load_s']:.2f} s"
+        f"\n{res['trace_processor']}{how}; empty trace: {res['empty_rss'] / 1e6:.0f} MB, "
+        f"{res['empty_load_s']:.2f} s"
     )
     if a.report:
         print(HEADER)

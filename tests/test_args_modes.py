@@ -4,8 +4,10 @@
   keys of ``SLIM_ARGS`` / ``NONE_ARGS`` kept (values, link rewrites and key order
   untouched), every other field and every metadata event identical;
 * the named args (links, rank, launch parameters, collective descriptions, autograd
-  numbers, memory sizes) are there, the listed lists and indexes are gone;
-* trace_processor sees the same slices and flows per rank, and the same import errors;
+  numbers, memory sizes) are there, the listed lists, indexes, python ids and derived
+  kernel figures are gone, and every key of the real traces is decided by the list;
+* trace_processor sees the same slices and flows per rank, and the same import errors,
+  and its args table holds exactly the kept keys;
 * ``verify --against`` passes on slim merges, whose header records the mode;
 * ``viewer_memory_bytes`` is in ``--json-summary`` and ``--dry-run``, the text summary
   has its line, and beyond 4 GB the summary names what would fit.
@@ -17,17 +19,18 @@ Real data: the recorded ddp4 job (always) and two real GPU traces merged as a 2-
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
 from conftest import REPO, load_output, require_shared, run_cli
-from perfetto import view
+from perfetto import run_query, view
 
 from tracefuse_stream import merge
 from tracefuse_stream.errors import UsageError
 from tracefuse_stream.report.viewer import ViewerCounts, estimate_viewer_bytes
-from tracefuse_stream.rewrite.args import NONE_ARGS, SLIM_ARGS, SLIM_DROPS
+from tracefuse_stream.rewrite.args import NONE_ARGS, SLIM_ARGS, SLIM_DROPS, TREE_IDS
 from tracefuse_stream.rewrite.rules import LINK_ID_ARGS
 
 RECORDED_DDP4 = REPO / "tests" / "data" / "recorded" / "ddp4"
@@ -91,8 +94,6 @@ def test_recorded_slim_keeps_the_named_args_and_drops_the_lists(recorded_merges:
     none = _keys(load_output(recorded_merges["none"])["traceEvents"])
     named = {
         "External id",
-        "Python id",
-        "Python parent id",
         "rank",
         "Sequence number",
         "Fwd thread id",
@@ -111,10 +112,12 @@ def test_recorded_slim_keeps_the_named_args_and_drops_the_lists(recorded_merges:
         "Ev Idx",
         "Record function id",
         "Python module id",
+        "Python id",
+        "Python parent id",
     }
     assert named <= full and dropped <= full  # the job really has both
     assert named <= slim and not (dropped & slim)
-    assert none == {"External id", "Python id", "Python parent id", "rank"}
+    assert none == {"External id", "rank"}
     assert slim == full & set(SLIM_ARGS)
 
 
@@ -129,7 +132,6 @@ def test_gpu_slim_keeps_launch_params_and_collectives(gpu_merges: Dict[str, Path
         "stream",
         "device",
         "shared memory",
-        "registers per thread",
         "Collective name",
         "Process Group Name",
         "Process Group Ranks",
@@ -140,17 +142,58 @@ def test_gpu_slim_keeps_launch_params_and_collectives(gpu_merges: Dict[str, Path
         "bytes",
         "kind",
     }
-    dropped = {"Input Dims", "Input Strides", "Concrete Inputs", "Input type", "Ev Idx", "kernel", "cbid"}
+    dropped = {
+        "Input Dims",
+        "Input Strides",
+        "Concrete Inputs",
+        "Input type",
+        "Ev Idx",
+        "kernel",
+        "cbid",
+        "Python id",
+        "Python parent id",
+        "context",
+        "registers per thread",
+        "est. achieved occupancy %",
+        "memory bandwidth (GB/s)",
+    }
     assert named <= full and dropped <= full
     assert named <= slim and not (dropped & slim)
     assert slim == full & set(SLIM_ARGS)
     assert _keys(load_output(gpu_merges["none"])["traceEvents"]) == full & set(NONE_ARGS)
 
 
-def test_every_link_arg_is_kept_by_slim_and_none() -> None:
-    assert set(LINK_ID_ARGS) | {"rank"} == set(NONE_ARGS) <= set(SLIM_ARGS)
+def test_every_link_arg_but_the_python_tree_is_kept_by_slim_and_none() -> None:
+    assert set(LINK_ID_ARGS) - set(TREE_IDS) | {"rank"} == set(NONE_ARGS) <= set(SLIM_ARGS)
+    assert set(TREE_IDS) <= set(LINK_ID_ARGS) and set(TREE_IDS) <= set(SLIM_DROPS)
     assert not set(SLIM_DROPS) & set(SLIM_ARGS)
     assert all(why.strip() for why in {**SLIM_ARGS, **SLIM_DROPS}.values())
+
+
+def test_every_key_of_the_real_traces_is_decided(merges: Dict[str, Path]) -> None:
+    """Each arg key the real traces carry is either kept (with its reason) or listed as
+    dropped (with its reason): a new Kineto key shows up here, not silently."""
+    full = _keys(load_output(merges["all"])["traceEvents"])
+    assert full and full <= set(SLIM_ARGS) | set(SLIM_DROPS), sorted(full - set(SLIM_ARGS) - set(SLIM_DROPS))
+
+
+_ARG_KEY = re.compile(r"^args\.(.*?)(\[\d+\])*$")
+
+
+def _tp_arg_keys(trace: Path) -> set:
+    """The event-arg keys trace_processor stored (``args.grid[0]`` -> ``grid``)."""
+    rows = run_query(trace, "select distinct key from args where key like 'args.%';")
+    return {m.group(1) for r in rows if (m := _ARG_KEY.match(r["key"]))}
+
+
+def test_perfetto_stores_exactly_the_kept_keys(merges: Dict[str, Path]) -> None:
+    full = _tp_arg_keys(merges["all"])
+    assert {"External id", "rank"} <= full
+    for mode, keep in (("slim", SLIM_ARGS), ("none", NONE_ARGS)):
+        kept = _tp_arg_keys(merges[mode])
+        labels = full - _keys(load_output(merges["all"])["traceEvents"])  # metadata args (names)
+        assert kept - labels == (full - labels) & set(keep), mode
+        assert not kept & set(SLIM_DROPS), mode
 
 
 def test_perfetto_sees_every_slice_and_flow(merges: Dict[str, Path]) -> None:

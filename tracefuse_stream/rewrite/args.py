@@ -1,19 +1,30 @@
 """``--args all|slim|none``: which event args a merge keeps. The one list, with reasons.
 
-Args are most of what the viewer holds. Perfetto's JSON importer makes one arg row per
-*leaf* of an arg (``Input Dims: [[512, 1], [], []]`` is five rows plus its key text), so
-shape, stride and concrete-input lists cost far more memory and load time than their
-bytes suggest. Measured with trace_processor v58.2 on a real 8-rank merge (issue 12):
-all args 225 MB / 1.70 s, only small readable args 122 MB / 0.56 s, none 93 MB / 0.32 s.
+Args are much of what the viewer holds. Perfetto's JSON importer keeps each event's raw
+args text until the whole file is sorted, then makes one arg row per *leaf* of an arg
+(``Input Dims: [[512, 1], [], []]`` is five rows plus its key text), so shape, stride and
+concrete-input lists cost far more memory and load time than their bytes suggest.
+Measured with trace_processor v58.2 (``benchmarks/viewer.py``; peak RSS above the empty
+trace): on the real 8-rank merge of issue 12 (64 MB, shapes recorded) all args 201 MB,
+only small readable args 98 MB, none 69 MB. On merges without shapes the args that stay
+(link ids on every op, launch and kernel, ``rank`` on every event) are most of the
+args, and ``slim`` saves less (README, *Which output to pick*).
 
 * ``all`` (default) — every arg as the profiler wrote it.
 * ``slim`` — what a person reads in the UI's details panel and what links events:
   :data:`SLIM_ARGS` below. Every slice and every flow stays (flows are bound by the
   event ``id``, not by args).
 * ``none`` — only what links and labels need: the link ids of
-  :data:`~tracefuse_stream.rewrite.rules.LINK_ID_ARGS` (so TraceLens/HTA joins and
-  ``ac2g id == correlation`` still hold) and ``rank`` (the output contract: every event
-  carries ``args.rank``). Nothing descriptive.
+  :data:`~tracefuse_stream.rewrite.rules.LINK_ID_ARGS` but the python tree's (so
+  TraceLens/HTA joins and ``ac2g id == correlation`` still hold) and ``rank`` (the
+  output contract: every event carries ``args.rank``). Nothing descriptive.
+
+``Python id`` / ``Python parent id`` are link ids (rewritten per rank under ``all``, as
+every link) but ``slim`` and ``none`` drop them: the python call tree they encode is
+what the UI already draws (python_function slices nest by time on their thread), and in
+CPU traces recorded with stacks they are the largest args after the shape lists (two
+arg rows on every python_function slice). Tools that rebuild the tree from the ids
+(TraceLens, HTA call stacks) need ``--args all``.
 
 Metadata events (``ph: "M"``: process/thread names and sort indexes) are never trimmed:
 their args *are* the labels.
@@ -33,9 +44,16 @@ from tracefuse_stream.rewrite.rules import LINK_ID_ARGS
 ArgsMode = Literal["all", "slim", "none"]
 ARGS_CHOICES: Tuple[str, ...] = ("all", "slim", "none")
 
-#: what ``none`` keeps: links (each with its reason in LINK_ID_ARGS) and the rank tag.
+#: link ids that ``slim`` and ``none`` drop (see the module docstring), key -> why
+TREE_IDS: Dict[str, str] = {
+    "Python id": "the python call tree's node id: the UI draws that tree as nested slices",
+    "Python parent id": "the parent's node id, as Python id",
+}
+
+#: what ``none`` keeps: links (each with its reason in LINK_ID_ARGS) but the python
+#: tree's, and the rank tag.
 NONE_ARGS: Dict[str, str] = {
-    **LINK_ID_ARGS,
+    **{k: why for k, why in LINK_ID_ARGS.items() if k not in TREE_IDS},
     "rank": "added by the merge to every event: which rank it came from (the output contract)",
 }
 
@@ -45,18 +63,15 @@ SLIM_ARGS: Dict[str, str] = {
     # autograd: the forward op of a backward op (the UI shows them side by side)
     "Sequence number": "autograd sequence number: pairs a backward op with its forward op by eye",
     "Fwd thread id": "thread of the forward op a backward op belongs to",
-    # GPU kernels / memcpy / memset: small numbers a person reads to judge a kernel
+    # GPU kernels / memcpy / memset: the launch configuration <<<grid, block, shared
+    # memory, stream>>> and where the work ran; derived figures and resources are dropped
     "device": "GPU index of a kernel, memcpy or memset",
-    "stream": "GPU stream: which queue the work ran on",
-    "context": "CUDA context of the GPU work",
-    "grid": "kernel launch grid [x, y, z]",
-    "block": "kernel launch block [x, y, z]",
-    "registers per thread": "kernel resource use (occupancy limiter)",
-    "shared memory": "kernel shared memory in bytes (occupancy limiter)",
-    "est. achieved occupancy %": "the occupancy Kineto estimates for a kernel",
+    "stream": "GPU stream: which queue the work ran on (launch parameter)",
+    "grid": "kernel launch grid [x, y, z] (launch parameter)",
+    "block": "kernel launch block [x, y, z] (launch parameter)",
+    "shared memory": "a kernel's shared memory in bytes (launch parameter)",
     "kind": "memcpy direction (HtoD, DtoD, ...), memset target, ROCm dispatch kind",
     "bytes": "bytes a memcpy/memset moved",
-    "memory bandwidth (GB/s)": "memcpy/memset bandwidth",
     "size": "bytes of a runtime copy call",
     "wait_on_stream": "cuda_sync: the stream a Stream Wait Event waits on",
     # collectives (record_param_comms and NCCL kernels): what was communicated, with whom
@@ -81,7 +96,7 @@ SLIM_ARGS: Dict[str, str] = {
     "Total Reserved": "allocator reserve after the event",
     "Device Type": "memory device type (0 CPU, 1 CUDA, ...)",
     "Device Id": "memory device index (-1: CPU)",
-    "Addr": "block address: pairs an allocation with its free (memory-timeline tools join on it)",
+    "Addr": "block address: pairs an allocation with its free (a link nothing else in the UI shows)",
     # the profiler span
     "Op count": "ops recorded in the profiler span (one event per file)",
 }
@@ -89,6 +104,7 @@ SLIM_ARGS: Dict[str, str] = {
 #: Dropped by ``slim``, and why (for the documentation and the tests; not used to drop:
 #: ``slim`` drops every key that is not in SLIM_ARGS).
 SLIM_DROPS: Dict[str, str] = {
+    **TREE_IDS,
     "Input Dims": "shape lists: one viewer arg row per dimension, the largest single cost",
     "Input Strides": "stride lists, as large as the shapes",
     "Concrete Inputs": "lists of scalar inputs as text",
@@ -108,6 +124,10 @@ SLIM_DROPS: Dict[str, str] = {
     "dst": "memcpy destination pointer",
     "blocks per SM": "derived from grid and the device's SM count",
     "warps per SM": "derived from block and the device's SM count",
+    "est. achieved occupancy %": "Kineto's estimate, derived from the launch parameters and registers",
+    "registers per thread": "a compiled kernel's attribute, not a launch parameter",
+    "context": "CUDA context id: the same on every kernel of a device",
+    "memory bandwidth (GB/s)": "derived: bytes / dur of the memcpy or memset",
     "queued": "always 0 in Kineto's output",
     "finished": "memory event flag, always false in recorded traces",
     "CallFrom": "call site text of a python_function",
@@ -128,4 +148,4 @@ def kept_keys(mode: str) -> Optional[FrozenSet[str]]:
     raise ValueError(f"--args must be one of {', '.join(ARGS_CHOICES)}, not {mode!r}")
 
 
-__all__ = ["ARGS_CHOICES", "ArgsMode", "NONE_ARGS", "SLIM_ARGS", "SLIM_DROPS", "kept_keys"]
+__all__ = ["ARGS_CHOICES", "ArgsMode", "NONE_ARGS", "SLIM_ARGS", "SLIM_DROPS", "TREE_IDS", "kept_keys"]
