@@ -1,8 +1,9 @@
-"""Builds the optional C rewrite kernel (tracefuse_stream/rewrite/_kernel.c).
+"""Builds the optional compiled kernel (tracefuse_stream/_kernel.c; see tracefuse_stream/native.py).
 
 Everything else is in pyproject.toml. The extension is optional: where it cannot be
-compiled (no compiler, no Python headers) the install still succeeds and merges take
-the pure-Python path, byte for byte the same output (tests/test_kernel.py checks both).
+compiled (no compiler, no Python headers) the install still succeeds and every stage
+takes its pure-Python path, byte for byte the same output (tests/test_kernel.py checks
+both; in CI a missing kernel is a test failure).
 """
 
 from setuptools import Extension, setup
@@ -10,8 +11,8 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension(
-            "tracefuse_stream.rewrite._kernel",
-            sources=["tracefuse_stream/rewrite/_kernel.c"],
+            "tracefuse_stream._kernel",
+            sources=["tracefuse_stream/_kernel.c"],
             optional=True,
             extra_compile_args=["-O2", "-std=gnu11"],
         )

@@ -27,16 +27,14 @@ from hypothesis import strategies as st
 
 import tracefuse_stream.read.batches as batches_mod
 import tracefuse_stream.rewrite.kernel as kernel_mod
-from tracefuse_stream import merge
+from tracefuse_stream import merge, native
 from tracefuse_stream.errors import TraceFuseError
 
 
 def _need_kernel() -> None:
-    if kernel_mod._kernel is None:
+    if native.kernel is None:
         if os.environ.get("CI"):
-            pytest.fail(
-                "CI is set but the C rewrite kernel did not build (tracefuse_stream/rewrite/_kernel.c)"
-            )
+            pytest.fail("CI is set but the C rewrite kernel did not build (tracefuse_stream/_kernel.c)")
         pytest.skip("the optional C rewrite kernel is not built here (no compiler at install time)")
 
 
@@ -332,3 +330,84 @@ def test_random_events(
     tmp = tmp_path_factory.mktemp("k")
     # ordinary events first, so the pids are known and the kernel runs on the odd ones
     both_paths(tmp, monkeypatch, [str(_run(tmp, KINETO[:6] + events, (0, 1500)))], include_pyfunc=True)
+
+
+@pytest.mark.parametrize("window_ms", [(0.002, 0.009), (0, 0.0001), (0.0051, 1000)])
+def test_window(window_ms: Tuple[float, float], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--window drops on the unshifted ts (and dur for X events), as RankRewriter does."""
+    events = [
+        f'{{"ph": "X", "cat": "cpu_op", "name": "op{i}", "pid": 77, "tid": 77, "ts": {3057737580330.5 + i:.3f},'
+        f' "dur": {i % 4}.250, "args": {{"External id": {i}}}}}'
+        for i in range(12)
+    ] + ['{"ph": "i", "s": "t", "name": "no time", "pid": 77, "tid": 77}', KINETO[2], KINETO[4], ODD[9]]
+    _, written = both_paths(tmp_path, monkeypatch, [str(_run(tmp_path, events))], window_ms=window_ms)
+    assert written > 0 or window_ms == (0, 0.0001)
+
+
+def test_steps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from conftest import recorded
+
+    _, written = both_paths(tmp_path, monkeypatch, [str(recorded("ddp4"))], steps=(2, 3), include_pyfunc=True)
+    assert written > 100
+
+
+# -- the side passes' scan (read/scan.py) ------------------------------------------------
+def _side_passes(inputs: List[str]) -> Any:
+    """What info, --steps and --align collectives learn from the inputs."""
+    from tracefuse_stream.align.ends import collect_collective_ends
+    from tracefuse_stream.report.info import collect_info
+    from tracefuse_stream.select.window import list_steps
+
+    plans, rows, listing, _ = collect_info(inputs)
+    steps = {p.path: list_steps(p.path, strict=False) for p in plans}
+    ends = {p.path: vars(collect_collective_ends(p.path, p.base_time_ns)) for p in plans}
+    return listing, steps, ends
+
+
+def _scan_inputs(tmp: Path) -> List[List[str]]:
+    from conftest import recorded, shared_fixtures_dir
+
+    step = (
+        '{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#N", "pid": 77, "tid": 77, '
+        '"ts": 3057737580330.TS, "dur": 100.5, "args": {}}'
+    )
+    steps = [step.replace("N", str(i % 3)).replace("TS", f"{i:03d}") for i in range(6)]
+    nccl = (
+        '{"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*)", '
+        '"pid": 0, "tid": 7, "ts": 3057737580400.123, "dur": 55.000, "args": {"correlation": 9, "stream": 7}}'
+    )
+    events = KINETO + ODD + steps + [nccl, nccl.replace("400.123", "500.124")] + ['{"ph": "M", "ts": -1}']
+    sets = [[str(_run(tmp, events))], [str(recorded("ddp4"))], [str(recorded("ddp8_straggler"))]]
+    real = shared_fixtures_dir() / "real"
+    if real.is_dir():
+        sets += [[str(p)] for p in sorted(real.glob("*.json.gz"))]
+    return sets
+
+
+def test_side_passes_same_with_and_without_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    scanned = 0
+    real_scan = native.kernel.scan  # type: ignore[union-attr]
+
+    def counting_scan(*args: Any) -> Any:
+        nonlocal scanned
+        out = real_scan(*args)
+        scanned += out[5]
+        return out
+
+    monkeypatch.setattr(native.kernel, "scan", counting_scan)
+    for inputs in _scan_inputs(tmp_path):
+        with_kernel = _side_passes(inputs)
+        monkeypatch.setenv("TRACEFUSE_KERNEL", "0")
+        python = _side_passes(inputs)
+        monkeypatch.delenv("TRACEFUSE_KERNEL")
+        assert with_kernel == python, inputs
+    assert scanned > 10_000  # the kernel judged most events itself
+
+
+@pytest.mark.parametrize("chunk", [3, 50])
+def test_scan_every_cut(chunk: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(batches_mod, "CHUNK_BYTES", chunk)
+    inputs = _scan_inputs(tmp_path)[0]
+    with_kernel = _side_passes(inputs)
+    monkeypatch.setenv("TRACEFUSE_KERNEL", "0")
+    assert _side_passes(inputs) == with_kernel

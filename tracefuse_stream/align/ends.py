@@ -18,6 +18,7 @@ import msgspec
 
 from tracefuse_stream.errors import ErrorKind, InputError, UsageError
 from tracefuse_stream.read.events import KernelFields, decode_args, iter_event_batches
+from tracefuse_stream.read.scan import Selection, Tally
 from tracefuse_stream.read.sources import PathLike
 from tracefuse_stream.timeunits import us_to_ns_or_none as us_to_ns
 
@@ -132,7 +133,10 @@ def collect_collective_ends(
 
 
 def _collective_kernels(path: PathLike) -> Iterator[Dict[str, Any]]:
-    for batch in iter_event_batches(path, what="looking for collective kernels", fields=KernelFields):
+    kernels = Selection(cat="kernel")  # the compiled kernel skips the other events unread
+    for batch in iter_event_batches(
+        path, what="looking for collective kernels", fields=KernelFields, select=kernels, tally=Tally()
+    ):
         for event in batch:
             if type(event) is not dict or event.get("cat") != "kernel":
                 continue

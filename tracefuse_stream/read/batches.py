@@ -211,10 +211,12 @@ class EventBatches:
                 raise NotBatchable(f"no event boundary in {len(buf)} bytes")
         yield self._last(buf)
 
-    def mixed(self, rewrite_raw: RawRewrite) -> Iterator[Union[bytes, List[Any]]]:
+    def mixed(self, rewrite_raw: RawRewrite, decode_out: bool = False) -> Iterator[Union[bytes, List[Any]]]:
         """The events as ``rewrite_raw`` rewrites them (``bytes``: encoded events,
         ``,\n``-separated, ready for the output) and, for each event it hands back,
         that event decoded like any batch (a one-event list, for ``feed_batch``).
+        With ``decode_out`` (the side passes' scan, read/scan.py) the raw rewriter's
+        output is a list of events to decode, and comes decoded.
 
         The raw rewriter finds the event boundaries itself, so this loop only keeps the
         buffer: it drops what was consumed, reads more when an event is incomplete, and
@@ -229,7 +231,7 @@ class EventBatches:
             out, pos, status, skip_to, need_sep = rewrite_raw(buf, pos, need_sep, not started)
             started = started or need_sep or pos > 1
             if out:
-                yield out
+                yield self._decode(b"[" + out + b"]") if decode_out else out
             if status == "end":
                 yield self._rest_of_file(bytearray(b"[") + buf[pos:])
                 return

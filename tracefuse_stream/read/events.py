@@ -24,6 +24,7 @@ import msgspec
 from tracefuse_stream.errors import InputError
 from tracefuse_stream.exactjson import loads_exact
 from tracefuse_stream.read.batches import EventBatches, NotBatchable
+from tracefuse_stream.read.scan import Selection, Tally, kernel_scan
 from tracefuse_stream.read.sources import PathLike, TraceReader, detect_compression
 
 EXACT_BATCH = 4096  # events per list handed out by the exact reader
@@ -54,8 +55,14 @@ def iter_event_batches(
     what: str = "reading events",
     progress: Optional[Callable[[int], None]] = None,
     fields: Optional[type] = None,
+    select: Optional[Selection] = None,
+    tally: Optional[Tally] = None,
 ) -> Iterator[List[Any]]:
     """Lists of the events of ``path``, in file order.
+
+    ``select`` and ``tally`` (read/scan.py): where the compiled kernel is here, only the
+    selected events (and those it cannot judge) are handed out; the others are counted
+    and timed into ``tally``. Callers add the tally to what their loop finds.
 
     ``fields``: a ``TypedDict`` of the keys the caller reads (see the ``*Fields`` types
     below): events then come as dicts of only those keys, decoded several times faster.
@@ -72,7 +79,11 @@ def iter_event_batches(
     reader = TraceReader(path, compression)
     try:
         last = 0
-        for batch in EventBatches(reader, layout, fields):
+        scan = kernel_scan(select, tally)
+        batches = EventBatches(reader, layout, fields)
+        source = batches.mixed(scan, decode_out=True) if scan is not None else iter(batches)
+        for batch in source:
+            assert isinstance(batch, list)
             if progress is not None:
                 now = reader.tell_raw()
                 progress(now - last)
@@ -88,6 +99,8 @@ def iter_event_batches(
         # a read or decompression problem: the exact reader reports it with its position
     finally:
         reader.close()
+    if tally is not None:
+        delivered += tally.events  # judged by the kernel: the exact reader skips them too
     yield from _exact_batches(path, compression, layout, strict, what, delivered)
 
 

@@ -21,6 +21,7 @@ from tracefuse_stream.errors import InputError, TraceFuseError
 from tracefuse_stream.plan.cycles import describe_cycles
 from tracefuse_stream.plan.planner import InputSpec, PlanList, RankPlan, plan_all
 from tracefuse_stream.read.events import TimedFields, iter_event_batches
+from tracefuse_stream.read.scan import Selection, Tally
 from tracefuse_stream.timeunits import us_to_ns
 
 _EXACT_NUMBERS = (int, Decimal)  # what the readers give for numbers (never bool or float)
@@ -65,12 +66,15 @@ def scan_rank(plan: RankPlan) -> RankInfo:
     n = 0
     lo: Any = None
     hi: Any = None
+    tally = Tally()  # the events the compiled kernel counted and timed itself
     for batch in iter_event_batches(
         plan.path,
         compression=plan.compression,
         layout=plan.layout,
         what="counting events",
         fields=TimedFields,
+        select=Selection(extremes=True),
+        tally=tally,
     ):
         n += len(batch)
         for ev in batch:
@@ -86,6 +90,11 @@ def scan_rank(plan: RankPlan) -> RankInfo:
                 lo = ts
             if hi is None or end > hi:
                 hi = end
+    n += tally.events
+    if tally.first_us is not None and (lo is None or tally.first_us < lo):
+        lo = tally.first_us
+    if tally.last_us is not None and (hi is None or tally.last_us > hi):
+        hi = tally.last_us
     return RankInfo(
         rank=plan.rank,
         rank_from=plan.rank_source,

@@ -1,39 +1,29 @@
 """The C rewrite kernel's Python side: when it may run, and the rank context it reads.
 
-The kernel (``_kernel.c``, built by ``setup.py`` where a compiler is available) applies
+The kernel (``tracefuse_stream/_kernel.c``, see :mod:`tracefuse_stream.native`) applies
 :class:`~tracefuse_stream.rewrite.rules.RankRewriter`'s straight line to the JSON text
 itself, so a merge builds no Python object per event. It is a backend in the sense of
 ijson's: the same output, byte for byte, or a hand-back. Every event it cannot write
 exactly as the Python path would (metadata, a new pid, odd tids or ids, escapes, exotic
-numbers, ...) comes back to the reader as decoded events for ``feed_batch``; see the
-header of ``_kernel.c`` for the list.
+numbers, ...) comes back to the reader as decoded events for ``feed_batch``; the header
+of ``_kernel.c`` has the list.
 
 It runs only where the Python rules are the straight line: filters that only drop
-categories, no ``--window``/``--steps`` window, no collective links (they read events),
-the strict batched reader (salvage and the exact reader keep their own loops).
+categories (and the ``--window``/``--steps`` window), no collective links (they read
+events), the strict batched reader (salvage and the exact reader keep their own loops).
 ``TRACEFUSE_KERNEL=0`` turns it off (the tests compare both paths).
 """
 
 from __future__ import annotations
 
-import os
 from decimal import Decimal
 from typing import Any, FrozenSet, Optional, Tuple
 
+from tracefuse_stream import native
 from tracefuse_stream.rewrite.rules import RankRewriter
-
-try:
-    from tracefuse_stream.rewrite import _kernel  # type: ignore[attr-defined]
-except ImportError:  # not compiled here: the pure-Python path does everything
-    _kernel = None
 
 #: the reader's names for the kernel's stops (see read/batches.EventBatches.mixed)
 _STATUS = {0: "more", 1: "end", 2: "fallback"}
-
-
-def kernel_available() -> bool:
-    """Whether the compiled kernel is importable and not switched off."""
-    return _kernel is not None and os.environ.get("TRACEFUSE_KERNEL", "1") != "0"
 
 
 class _Context:
@@ -55,6 +45,11 @@ class _Context:
         self.drop_cats: FrozenSet[Any] = frozenset(rw._drop_cats)
         self.keep_args: Optional[FrozenSet[str]] = rw.keep_args
         self.decimal = Decimal
+        # --window/--steps: the filter's absolute ns window, on the unshifted ts
+        self.window = rw._window
+        self.abs_base_ns = rw.abs_base_ns
+        lo, hi = rw.filter.window_ns if rw._window else (0, 0)  # type: ignore[misc]
+        self.win_lo, self.win_hi = lo, hi
 
 
 class KernelRewriter:
@@ -68,7 +63,7 @@ class KernelRewriter:
     def __call__(
         self, buf: bytearray, pos: int, need_sep: bool, at_start: bool
     ) -> Tuple[bytes, int, str, int, bool]:
-        out, pos, status, skip_to, need_sep, n_in, n_drop, n_out = _kernel.rewrite(
+        out, pos, status, skip_to, need_sep, n_in, n_drop, n_out = native.kernel.rewrite(  # type: ignore[union-attr]
             self.ctx, buf, pos, need_sep, at_start
         )
         rw = self.rw
@@ -80,10 +75,15 @@ class KernelRewriter:
 
 def kernel_for(rw: RankRewriter) -> Optional[KernelRewriter]:
     """The kernel for this rank's rules, or ``None`` where the Python path must run."""
-    if not kernel_available():
+    if not native.available():
         return None
-    if not rw._simple_filter or rw._window:
+    if not rw._simple_filter:
         return None
+    int64 = 2**63
+    if rw._window:
+        lo, hi = rw.filter.window_ns  # type: ignore[misc]
+        if not all(-int64 < v < int64 for v in (lo, hi, rw.abs_base_ns)):
+            return None
     if not all(type(c) is str for c in rw._drop_cats):
         return None
     if not -(10**18) < rw.shift.shift_ns < 10**18:
@@ -91,4 +91,4 @@ def kernel_for(rw: RankRewriter) -> Optional[KernelRewriter]:
     return KernelRewriter(rw)
 
 
-__all__ = ["KernelRewriter", "kernel_available", "kernel_for"]
+__all__ = ["KernelRewriter", "kernel_for"]

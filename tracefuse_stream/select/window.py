@@ -23,6 +23,7 @@ from typing import Dict, Optional, Tuple, Union
 
 from tracefuse_stream.errors import InputError, UsageError
 from tracefuse_stream.read.events import StepFields, iter_event_batches
+from tracefuse_stream.read.scan import Selection, Tally
 from tracefuse_stream.read.sources import PathLike
 from tracefuse_stream.select.ranges import compress_ranges
 from tracefuse_stream.timeunits import FLOAT_FAST_LIMIT, us_to_ns, us_to_ns_or_none
@@ -73,8 +74,14 @@ def _step_table(path: PathLike, *, strict: bool = True) -> Dict[int, Tuple[int, 
     so far are returned (for truncated files of killed jobs).
     """
     table: Dict[int, Tuple[int, int]] = {}
+    steps = Selection(ph="X", name_prefix="ProfilerStep#")  # the kernel skips the rest unread
     for batch in iter_event_batches(
-        path, strict=strict, what="looking for ProfilerStep events", fields=StepFields
+        path,
+        strict=strict,
+        what="looking for ProfilerStep events",
+        fields=StepFields,
+        select=steps,
+        tally=Tally(),
     ):
         for ev in batch:
             if type(ev) is not dict or ev.get("ph") != "X":

@@ -72,6 +72,8 @@ typedef struct {
     PyObject *decimal;    /* decimal.Decimal */
     char rank_txt[32];
     int rank_len;
+    int window; /* --window/--steps: keep events meeting [win_lo, win_hi] (absolute ns) */
+    long long abs_base_ns, win_lo, win_hi;
 } Ctx;
 
 /* ---- output ---------------------------------------------------------------- */
@@ -357,6 +359,17 @@ static int put_shifted_ts(St *st, const Ctx *cx, const Num *num) {
     return OK;
 }
 
+/* a number of microseconds in ns, exactly (timeunits.us_to_ns); 0 when it has more
+ * than 3 decimals (sub-ns rounding: Python's call) */
+static int num_to_ns(const Num *num, __int128 *ns) {
+    if (num->fp.n > 3 || num->ip.n > 24) return 0;
+    __int128 v = 0;
+    for (Py_ssize_t k = 0; k < num->ip.n; k++) v = v * 10 + (num->ip.p[k] - '0');
+    for (Py_ssize_t k = 0; k < 3; k++) v = v * 10 + (k < num->fp.n ? num->fp.p[k] - '0' : 0);
+    *ns = num->neg ? -v : v;
+    return 1;
+}
+
 static int is_gpu_cat(Span c) {
     return IS(c, "kernel") || IS(c, "gpu_memcpy") || IS(c, "gpu_memset") || IS(c, "gpu_user_annotation") ||
            IS(c, "Kernel") || IS(c, "Memcpy") || IS(c, "Memset");
@@ -454,6 +467,8 @@ typedef struct {
     PyObject *pid_key; /* original pid when unknown (new reference) */
     Py_ssize_t ts_out_start, ts_out_end; /* the written ts text, for first_ts */
     int ts_null;
+    int ts_ns_ok, dur_state; /* for the window: ts in ns; dur 0 absent/null, 1 in dur_ns */
+    __int128 ts_ns, dur_ns;
 } Ev;
 
 /* one pid lookup: small C cache in front of the rewriter's dict */
@@ -550,6 +565,8 @@ static int rewrite_event(St *st, const Ctx *cx, PidCache *pc, Ev *ev) {
                 Py_ssize_t start = st->i;
                 if ((r = scan_number(st, &num))) return r;
                 if (!number_is_canonical(&num)) return E_FALL;
+                ev->ts_ns_ok = num_to_ns(&num, &ev->ts_ns);
+                if (cx->window && !ev->ts_ns_ok) return E_FALL;
                 ev->ts_out_start = st->olen;
                 if (cx->shifting)
                     r = put_shifted_ts(st, cx, &num);
@@ -557,6 +574,17 @@ static int rewrite_event(St *st, const Ctx *cx, PidCache *pc, Ev *ev) {
                     r = put(st, st->s + start, st->i - start);
                 if (r) return r;
                 ev->ts_out_end = st->olen;
+            }
+        } else if (IS(k, "dur") && cx->window) {
+            if (c == 'n') {
+                if ((r = literal(st, "null", 4))) return r;
+            } else {
+                Num num;
+                Py_ssize_t start = st->i;
+                if ((r = scan_number(st, &num))) return r;
+                if (!number_is_canonical(&num) || !num_to_ns(&num, &ev->dur_ns)) return E_FALL;
+                if ((r = put(st, st->s + start, st->i - start))) return r;
+                ev->dur_state = 1;
             }
         } else if (IS(k, "id") || IS(k, "bind_id")) {
             long long v;
@@ -631,6 +659,10 @@ static int load_ctx(PyObject *o, Ctx *cx) {
     GETLL("id_off", id_off)
     GETLL("shift_ns", shift_ns)
     GETLL("shift_coef", shift_coef)
+    GETLL("window", window)
+    GETLL("abs_base_ns", abs_base_ns)
+    GETLL("win_lo", win_lo)
+    GETLL("win_hi", win_hi)
     v = PyObject_GetAttrString(o, "shift_exp");
     if (!v) return -1;
     shift_exp = PyLong_AsLongLong(v);
@@ -784,6 +816,17 @@ static PyObject *kernel_rewrite(PyObject *self, PyObject *args) {
                     }
                 }
             }
+            if (!dropped && cx.window) {
+                /* RankRewriter._in_window on the unshifted ts: no time, no place in a window */
+                if (ev.ts_out_end == 0 || ev.ts_null) {
+                    dropped = 1;
+                } else {
+                    __int128 start = (__int128)cx.abs_base_ns + ev.ts_ns;
+                    __int128 dur = (ev.dur_state == 1 && ev.has_ph && IS(ev.ph, "X")) ? ev.dur_ns : 0;
+                    if (dur < 0) dur = 0;
+                    dropped = !(start <= cx.win_hi && start + dur >= cx.win_lo);
+                }
+            }
             if (dropped) {
                 st.olen = out_start;
                 n_drop++;
@@ -824,13 +867,257 @@ static PyObject *kernel_rewrite(PyObject *self, PyObject *args) {
     return Py_BuildValue("(NniniLLL)", out, consumed, status, skip_to, need_sep, n_in, n_drop, n_out);
 }
 
+
+/* ---- side passes: count, time and select events without building them ------- */
+typedef struct {
+    PyObject *ph, *cat, *name_prefix; /* bytes or None: what a selected event must have */
+    int extremes;                     /* fold first ts / last end of unselected events */
+} Sel;
+
+/* a number of microseconds as an exact integer of 1e-9 us (0: more than 9 decimals) */
+static int num_to_nano_us(const Num *num, __int128 *out) {
+    if (num->fp.n > 9 || num->ip.n > 20) return 0;
+    __int128 v = 0;
+    for (Py_ssize_t k = 0; k < num->ip.n; k++) v = v * 10 + (num->ip.p[k] - '0');
+    for (Py_ssize_t k = 0; k < 9; k++) v = v * 10 + (k < num->fp.n ? num->fp.p[k] - '0' : 0);
+    *out = num->neg ? -v : v;
+    return 1;
+}
+
+static int bytes_match(PyObject *want, Span got, int prefix) {
+    Py_ssize_t n = PyBytes_GET_SIZE(want);
+    if (prefix ? got.n < n : got.n != n) return 0;
+    return memcmp(PyBytes_AS_STRING(want), got.p, n) == 0;
+}
+
+typedef struct {
+    int sure, selected, timed;
+    __int128 ts, end;
+} ScanEv;
+
+/* One event: copied (compact) to out; sure = judged here; selected = for Python. */
+static int scan_event(St *st, const Sel *sel, ScanEv *ev) {
+    Span keys[MAX_KEYS], ph = {NULL, 0}, cat = {NULL, 0}, name = {NULL, 0};
+    int nkeys = 0, r, has_ph = 0, has_cat = 0, has_name = 0, unsure = 0, ts_ok = 0, dur_ok = 0;
+    __int128 ts = 0, dur = 0;
+    memset(ev, 0, sizeof(*ev));
+    if (st->i >= st->len) return E_MORE;
+    if (st->s[st->i] != '{') return E_FALL;
+    st->i++;
+    if ((r = putc1(st, '{'))) return r;
+    skip_ws(st);
+    if (st->i >= st->len) return E_MORE;
+    if (st->s[st->i] == '}') {
+        st->i++;
+        if ((r = putc1(st, '}'))) return r;
+    } else {
+        for (;;) {
+            Span k;
+            skip_ws(st);
+            if ((r = scan_string(st, &k, 1))) return r;
+            if (nkeys == MAX_KEYS || key_is_dup(keys, nkeys, k)) return E_FALL;
+            keys[nkeys++] = k;
+            skip_ws(st);
+            if (st->i >= st->len) return E_MORE;
+            if (st->s[st->i] != ':') return E_FALL;
+            st->i++;
+            if ((r = putc1(st, ':'))) return r;
+            skip_ws(st);
+            if (st->i >= st->len) return E_MORE;
+            unsigned char c = st->s[st->i];
+            int is_ph = IS(k, "ph"), is_cat = IS(k, "cat"), is_name = IS(k, "name");
+            if ((is_ph || is_cat || is_name) && c == '"') {
+                Span v;
+                if ((r = scan_string(st, &v, 1))) return r;
+                for (Py_ssize_t j = 0; j < v.n; j++)
+                    if (v.p[j] == '\\') unsure = 1; /* the decoded text differs: Python compares */
+                if (is_ph) ph = v, has_ph = 1;
+                if (is_cat) cat = v, has_cat = 1;
+                if (is_name) name = v, has_name = 1;
+            } else if (is_ph || is_cat || is_name) {
+                if ((r = copy_value(st, 1))) return r;
+                unsure = 1; /* not a string: Python's comparison decides */
+            } else if ((IS(k, "ts") || IS(k, "dur")) && (c == '-' || (c >= '0' && c <= '9'))) {
+                Num num;
+                Py_ssize_t start = st->i;
+                __int128 v;
+                if ((r = scan_number(st, &num))) return r;
+                if ((r = put(st, st->s + start, st->i - start))) return r;
+                if (!num_to_nano_us(&num, &v)) return E_FALL;
+                if (IS(k, "ts")) ts = v, ts_ok = 1;
+                else dur = v, dur_ok = 1;
+            } else {
+                if ((r = copy_value(st, 1))) return r;
+            }
+            skip_ws(st);
+            if (st->i >= st->len) return E_MORE;
+            c = st->s[st->i++];
+            if (c == ',') {
+                if ((r = putc1(st, ','))) return r;
+                continue;
+            }
+            if (c == '}') break;
+            return E_FALL;
+        }
+        if ((r = putc1(st, '}'))) return r;
+    }
+    if (unsure) {
+        ev->selected = 1; /* Python judges it whole */
+        return OK;
+    }
+    int match = 1;
+    if (sel->ph != Py_None) match = match && has_ph && bytes_match(sel->ph, ph, 0);
+    if (sel->cat != Py_None) match = match && has_cat && bytes_match(sel->cat, cat, 0);
+    if (sel->name_prefix != Py_None) match = match && has_name && bytes_match(sel->name_prefix, name, 1);
+    if (sel->ph == Py_None && sel->cat == Py_None && sel->name_prefix == Py_None) match = 0;
+    ev->selected = match;
+    ev->sure = !match;
+    if (!match && sel->extremes && !(has_ph && IS(ph, "M")) && ts_ok) {
+        ev->timed = 1;
+        ev->ts = ts;
+        ev->end = (dur_ok && dur > 0) ? ts + dur : ts;
+    }
+    return OK;
+}
+
+static PyObject *int128_to_py(__int128 v) {
+    char tmp[64];
+    int k = 0, neg = v < 0;
+    unsigned __int128 m = neg ? (unsigned __int128)(-v) : (unsigned __int128)v;
+    do {
+        tmp[k++] = (char)('0' + (int)(m % 10));
+        m /= 10;
+    } while (m);
+    char txt[66];
+    int j = 0;
+    if (neg) txt[j++] = '-';
+    while (k) txt[j++] = tmp[--k];
+    txt[j] = 0;
+    return PyLong_FromString(txt, NULL, 10);
+}
+
+static PyObject *kernel_scan(PyObject *self, PyObject *args) {
+    PyObject *sel_obj;
+    Py_buffer buf;
+    Py_ssize_t pos;
+    int need_sep, at_start;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "Oy*npp", &sel_obj, &buf, &pos, &need_sep, &at_start)) return NULL;
+    Sel sel;
+    PyObject *held[3] = {NULL, NULL, NULL};
+    const char *names[] = {"ph", "cat", "name_prefix"};
+    PyObject **slots[] = {&sel.ph, &sel.cat, &sel.name_prefix};
+    for (int j = 0; j < 3; j++) {
+        held[j] = PyObject_GetAttrString(sel_obj, names[j]);
+        if (!held[j] || (held[j] != Py_None && !PyBytes_Check(held[j]))) {
+            if (held[j]) PyErr_SetString(PyExc_TypeError, "scan selection fields must be bytes or None");
+            for (int m = 0; m <= j; m++) Py_XDECREF(held[m]);
+            PyBuffer_Release(&buf);
+            return NULL;
+        }
+        *slots[j] = held[j];
+    }
+    PyObject *ex = PyObject_GetAttrString(sel_obj, "extremes");
+    sel.extremes = ex ? PyObject_IsTrue(ex) : 0;
+    Py_XDECREF(ex);
+    St st;
+    st.s = (const unsigned char *)buf.buf;
+    st.len = buf.len;
+    st.i = pos;
+    st.olen = 0;
+    st.ocap = 65536;
+    st.o = PyMem_Malloc(st.ocap);
+    int r = st.o ? OK : E_NOMEM, status = ST_NEED_MORE, timed = 0;
+    Py_ssize_t consumed = pos, skip_to = -1;
+    long long n_sure = 0;
+    __int128 lo = 0, hi = 0;
+    while (r == OK) {
+        skip_ws(&st);
+        if (st.i >= st.len) break;
+        if (need_sep) {
+            unsigned char c = st.s[st.i];
+            if (c == ']') {
+                status = ST_END;
+                consumed = st.i;
+                break;
+            }
+            if (c != ',') {
+                status = ST_FALLBACK;
+                skip_to = -2;
+                break;
+            }
+            st.i++;
+            consumed = st.i;
+            need_sep = 0;
+            skip_ws(&st);
+            if (st.i >= st.len) break;
+        }
+        if (st.s[st.i] == ']') {
+            status = at_start ? ST_END : ST_FALLBACK;
+            if (at_start) consumed = st.i;
+            else skip_to = -2;
+            break;
+        }
+        at_start = 0;
+        Py_ssize_t ev_start = st.i, out_start = st.olen;
+        if (out_start && (r = putc1(&st, ','))) break;
+        ScanEv ev;
+        int e = scan_event(&st, &sel, &ev);
+        if (e == E_NOMEM) {
+            r = e;
+            break;
+        }
+        if (e != OK) {
+            st.olen = out_start;
+            if (e == E_FALL) {
+                status = ST_FALLBACK;
+                skip_to = balanced_end(st.s, ev_start, st.len);
+            }
+            consumed = ev_start;
+            break;
+        }
+        if (!ev.selected) {
+            st.olen = out_start;
+            n_sure++;
+            if (ev.timed) {
+                if (!timed || ev.ts < lo) lo = ev.ts;
+                if (!timed || ev.end > hi) hi = ev.end;
+                timed = 1;
+            }
+        }
+        consumed = st.i;
+        need_sep = 1;
+    }
+    PyBuffer_Release(&buf);
+    for (int j = 0; j < 3; j++) Py_DECREF(held[j]);
+    if (r == E_NOMEM) {
+        PyMem_Free(st.o);
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        return NULL;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(st.o, st.olen);
+    PyMem_Free(st.o);
+    if (!out) return NULL;
+    PyObject *plo = timed ? int128_to_py(lo) : Py_NewRef(Py_None);
+    PyObject *phi = timed ? int128_to_py(hi) : Py_NewRef(Py_None);
+    if (!plo || !phi) {
+        Py_DECREF(out);
+        Py_XDECREF(plo);
+        Py_XDECREF(phi);
+        return NULL;
+    }
+    return Py_BuildValue("(NniniLNN)", out, consumed, status, skip_to, need_sep, n_sure, plo, phi);
+}
+
 static PyMethodDef methods[] = {
     {"rewrite", kernel_rewrite, METH_VARARGS,
      "rewrite(ctx, buf, pos, need_sep, at_start) -> (out, pos, status, skip_to, need_sep, n_in, n_dropped, n_out)"},
+    {"scan", kernel_scan, METH_VARARGS,
+     "scan(sel, buf, pos, need_sep, at_start) -> (selected, pos, status, skip_to, need_sep, n_judged, lo, hi)"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_kernel", "The rewrite kernel (see _kernel.c).", -1, methods, NULL, NULL, NULL, NULL};
+    PyModuleDef_HEAD_INIT, "_kernel", "The compiled kernel (see _kernel.c).", -1, methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__kernel(void) {
     PyObject *m = PyModule_Create(&module);

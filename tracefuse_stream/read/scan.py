@@ -1,0 +1,103 @@
+"""Side passes on the compiled kernel: every event counted and timed in C, only the
+events a pass asks for decoded in Python.
+
+``--window`` (the merged trace's first event), ``info``, ``--steps`` (the
+``ProfilerStep#N`` table) and ``--align collectives`` (the NCCL kernels) each read every
+event of a rank but use few: their Python loops decoded and looked at every event, which
+cost as much as the merge itself. With a :class:`Selection`, the kernel's ``scan`` reads
+the text, hands the selected events (and any it cannot judge: escapes, odd numbers,
+duplicate keys, non-objects) to the pass as usual, and keeps a :class:`Tally` of the
+others: how many, and the first ``ts`` and last ``ts + dur`` of the timed ones among
+them, exactly. A pass adds the tally to what its own loop found; without the kernel the
+tally stays empty and the loop sees every event, as before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Optional, Tuple
+
+from tracefuse_stream import native
+
+_STATUS = {0: "more", 1: "end", 2: "fallback"}
+_NANO = Decimal(10) ** -9
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which events a pass needs as events: those with all of the given ``ph``, ``cat``
+    and ``name`` prefix (none given: no event). ``extremes``: time the others."""
+
+    ph: Optional[str] = None
+    cat: Optional[str] = None
+    name_prefix: Optional[str] = None
+    extremes: bool = False
+
+
+class Tally:
+    """The events the kernel judged without handing them over (see module docstring).
+    Times are exact microsecond values (ints or Decimals, as the readers give them)."""
+
+    def __init__(self) -> None:
+        self.events = 0
+        self._lo: Optional[int] = None  # in 1e-9 us
+        self._hi: Optional[int] = None
+
+    def add(self, events: int, lo: Optional[int], hi: Optional[int]) -> None:
+        self.events += events
+        if lo is not None and (self._lo is None or lo < self._lo):
+            self._lo = lo
+        if hi is not None and (self._hi is None or hi > self._hi):
+            self._hi = hi
+
+    @staticmethod
+    def _us(v: Optional[int]) -> Optional[Decimal]:
+        return None if v is None else Decimal(v) * _NANO
+
+    @property
+    def first_us(self) -> Optional[Decimal]:
+        """The smallest ``ts`` of the timed events (``None``: none)."""
+        return self._us(self._lo)
+
+    @property
+    def last_us(self) -> Optional[Decimal]:
+        """The largest ``ts + dur`` (``dur`` counted when positive)."""
+        return self._us(self._hi)
+
+
+class _Args:
+    """What ``_kernel.scan`` reads (bytes, the text as written in the file)."""
+
+    def __init__(self, sel: Selection) -> None:
+        self.ph = None if sel.ph is None else sel.ph.encode()
+        self.cat = None if sel.cat is None else sel.cat.encode()
+        self.name_prefix = None if sel.name_prefix is None else sel.name_prefix.encode()
+        self.extremes = sel.extremes
+
+
+class KernelScan:
+    """The raw rewriter for :meth:`EventBatches.mixed` with ``decode_out``."""
+
+    def __init__(self, selection: Selection, tally: Tally) -> None:
+        self._args = _Args(selection)
+        self.tally = tally
+
+    def __call__(
+        self, buf: bytearray, pos: int, need_sep: bool, at_start: bool
+    ) -> Tuple[bytes, int, str, int, bool]:
+        out, pos, status, skip_to, need_sep, n, lo, hi = native.kernel.scan(  # type: ignore[union-attr]
+            self._args, buf, pos, need_sep, at_start
+        )
+        self.tally.add(n, lo, hi)
+        return out, pos, _STATUS[status], skip_to, bool(need_sep)
+
+
+def kernel_scan(selection: Optional[Selection], tally: Optional[Tally]) -> Optional[KernelScan]:
+    """The kernel scan for a pass, or ``None`` (no selection, or no kernel here)."""
+    if selection is None or tally is None or not native.available():
+        return None
+    return KernelScan(selection, tally)
+
+
+__all__ = ["KernelScan", "Selection", "Tally", "kernel_scan"]
