@@ -1,30 +1,39 @@
-/* The rewrite kernel: the straight line of rewrite/rules.py, in C, on the JSON text.
+/* The compiled kernel: the merge's rewrite and the side passes' scan, on the JSON text.
  *
- * Why it exists: a merge in Python spends most of its time building and freeing one
- * dict per event (issue 14's profile: decode, per-event rules and encode are 3x the
- * tokenize-and-copy floor). This kernel tokenises a rank's event array in place and
- * writes the rewritten events straight from the input bytes, so nothing is built per
- * event.
+ * Why it exists: in Python, a merge spends most of its time building and freeing one
+ * dict per event (issue 14's profile: msgspec decode, the per-event rules and the encode
+ * cost 3x the tokenize-and-copy floor), and the side passes (--window, --steps,
+ * --align collectives, info) build every event to look at a few. Here a rank's event
+ * array is tokenised in place and nothing is built per event. It is optional
+ * (tracefuse_stream/native.py): without it every stage runs its Python path.
  *
- * The contract that keeps it honest: for every event it writes, the bytes are exactly
- * what the Python path (msgspec decode with exact numbers -> RankRewriter.feed_batch ->
- * msgspec encode) writes. It therefore handles only events whose text needs no
- * normalisation, and hands every other event back to Python unchanged (status
- * FALLBACK): M events, unknown or non-integer pids, odd tids, flow ids that are not
- * small integers, link args that are not small integers, a "rank" arg, duplicate keys,
- * string escapes other than \" \\ \n \r \t \b \f, any non-ASCII byte, numbers with an
- * exponent, "-0", decimals Python's Decimal would print in scientific notation,
- * timestamps it cannot shift exactly. Invalid JSON is never diagnosed here: it falls
- * back, and Python reports it as before.
+ * rewrite(ctx, buf, pos, need_sep, at_start) -> (out, pos, status, skip_to, need_sep,
+ *     n_in, n_dropped, n_out)
+ *   The straight line of rewrite/rules.py (RankRewriter.feed_batch): pids, flow and
+ *   link ids, exact ts shifts, args trimming (--args), the rank arg, category and
+ *   time-window filters, first ts and GPU work per pid. The contract that keeps it
+ *   honest: every event it writes has exactly the bytes of the Python path (msgspec
+ *   decode with exact numbers -> feed_batch -> msgspec encode). So it writes only
+ *   events whose text needs no normalisation and hands every other event back to
+ *   Python: M events, new or non-integer pids, odd tids and ids, link args that are
+ *   not small integers, a "rank" arg, duplicate keys, escapes other than \" \\ \n \r
+ *   \t \b \f, any non-ASCII byte, numbers with an exponent, "-0", decimals Python's
+ *   Decimal prints in scientific notation, times it cannot shift or place exactly.
+ *   Invalid JSON is never diagnosed here: it is handed back and Python reports it.
  *
- * One call: rewrite(ctx, buf, pos, need_sep, at_start) -> (out, pos, status, skip_to,
- * need_sep, n_in, n_dropped, n_out). It consumes whole events from buf[pos:] (need_sep:
- * a "," comes first; at_start: right after the array's "[", where "]" is an empty
- * array), appends their rewritten text (",\n"-separated) to out, and stops at the first
- * event it cannot finish: end of buffer (NEED_MORE), end of array (END, pos at the
+ * scan(sel, buf, pos, need_sep, at_start) -> (selected, pos, status, skip_to,
+ *     need_sep, n_judged, lo, hi)
+ *   For read/scan.py: the events matching sel (ph, cat, name prefix), and any it
+ *   cannot judge, come back as JSON text for Python to decode; the others are only
+ *   counted, and with sel.extremes their first ts and last ts + dur (exact, in units
+ *   of 1e-9 us) folded into lo/hi.
+ *
+ * Both consume whole events from buf[pos:] (need_sep: a "," comes first; at_start:
+ * right after the array's "[", where "]" is an empty array) and stop at the first
+ * event they cannot finish: end of buffer (NEED_MORE), end of array (END, pos at the
  * "]"), anything else (FALLBACK, pos at the event; skip_to is the end of that event
  * when it is balanced, -1 when it is not complete in buf, -2 when the text between
- * events is not a separator).
+ * events is not a separator). read/batches.EventBatches.mixed drives them.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
