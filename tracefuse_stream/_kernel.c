@@ -37,6 +37,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
 #include <string.h>
 
 enum { ST_NEED_MORE = 0, ST_END = 1, ST_FALLBACK = 2 };
@@ -97,23 +98,33 @@ static int grow(St *st, Py_ssize_t need) {
     return OK;
 }
 
-static int put(St *st, const void *p, Py_ssize_t n) {
-    if (grow(st, n)) return E_NOMEM;
+static inline int put(St *st, const void *p, Py_ssize_t n) {
+    if (st->olen + n > st->ocap && grow(st, n)) return E_NOMEM;
     memcpy(st->o + st->olen, p, n);
     st->olen += n;
     return OK;
 }
 
-static int putc1(St *st, char c) { return put(st, &c, 1); }
+static inline int putc1(St *st, char c) {
+    if (st->olen + 1 > st->ocap && grow(st, 1)) return E_NOMEM;
+    st->o[st->olen++] = c;
+    return OK;
+}
 
-/* write a non-negative 128-bit integer, at least min_digits digits (zero-padded) */
+/* write a non-negative integer, at least min_digits digits (zero-padded); 64-bit
+ * arithmetic when it fits (128-bit division is a slow library call) */
 static int put_u128(St *st, unsigned __int128 v, int min_digits) {
     char tmp[48];
     int k = 0;
-    do {
+    while (v > (unsigned __int128)UINT64_MAX && k < 47) {
         tmp[k++] = (char)('0' + (int)(v % 10));
         v /= 10;
-    } while (v && k < 47);
+    }
+    unsigned long long w = (unsigned long long)v;
+    do {
+        tmp[k++] = (char)('0' + (int)(w % 10));
+        w /= 10;
+    } while (w && k < 47);
     while (k < min_digits && k < 47) tmp[k++] = '0';
     if (grow(st, k)) return E_NOMEM;
     for (int j = k - 1; j >= 0; j--) st->o[st->olen++] = tmp[j];
@@ -136,6 +147,10 @@ static inline void skip_ws(St *st) {
     st->i = i;
 }
 
+/* bytes that end a run of plain string characters: the quote, the backslash, control
+ * characters (invalid in JSON strings) and non-ASCII (handed back to Python) */
+static const unsigned char STRING_STOP[256] = {[0 ... 0x1f] = 1, ['"'] = 1, ['\\'] = 1, [0x80 ... 0xff] = 1};
+
 /* a string token at st->i: copied verbatim (when out), its content span returned */
 static int scan_string(St *st, Span *content, int out) {
     const unsigned char *s = st->s;
@@ -144,6 +159,7 @@ static int scan_string(St *st, Span *content, int out) {
     if (s[i] != '"') return E_FALL;
     Py_ssize_t start = i++;
     for (;;) {
+        while (i < n && !STRING_STOP[s[i]]) i++;
         if (i >= n) return E_MORE;
         unsigned char c = s[i];
         if (c == '"') break;
@@ -349,21 +365,21 @@ static int put_shifted_ts(St *st, const Ctx *cx, const Num *num) {
     for (int k = -cx->shift_exp; k < e; k++) b *= 10;
     __int128 r = a + b;
     unsigned __int128 m = r < 0 ? (unsigned __int128)(-r) : (unsigned __int128)r;
+    if (m > (unsigned __int128)UINT64_MAX) return E_FALL; /* beyond any real trace: Python's call */
+    unsigned long long m64 = (unsigned long long)m, t = m64, p10 = 1;
     /* Decimal's str() switches to scientific notation below an adjusted exponent of -6 */
     int digits = 0;
-    unsigned __int128 t = m;
     do {
         digits++;
         t /= 10;
     } while (t);
     if (-e + digits - 1 < -6) return E_FALL;
     if (r < 0 && putc1(st, '-')) return E_NOMEM;
-    unsigned __int128 p10 = 1;
     for (int k = 0; k < e; k++) p10 *= 10;
-    if (put_u128(st, m / p10, 1)) return E_NOMEM;
+    if (put_u128(st, m64 / p10, 1)) return E_NOMEM;
     if (e > 0) {
         if (putc1(st, '.')) return E_NOMEM;
-        if (put_u128(st, m % p10, e)) return E_NOMEM;
+        if (put_u128(st, m64 % p10, e)) return E_NOMEM;
     }
     return OK;
 }
