@@ -47,7 +47,7 @@ class _Context:
         self.decimal = Decimal
         # --window/--steps: the filter's absolute ns window, on the unshifted ts
         self.window = rw._window
-        self.abs_base_ns = rw.abs_base_ns
+        self.abs_base_ns = rw.abs_base_ns if rw._window else 0
         lo, hi = rw.filter.window_ns if rw._window else (0, 0)  # type: ignore[misc]
         self.win_lo, self.win_hi = lo, hi
 
