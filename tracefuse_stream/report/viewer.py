@@ -14,7 +14,13 @@ fitted on is one coefficient on the merged JSON's size (``python benchmarks/view
 flows and arg rows add nothing once the bytes are known: the importer's peak is
 dominated by the buffered event text and the tables built from it, both proportional
 to the JSON. The merge already counts its JSON bytes (also in a dry run), so the
-estimate costs nothing: no second pass, no per-event work.
+estimate costs nothing: no second pass, no per-event work. Refit check at f34c496
+(slim without python ids): within -21%..+19% on every merge, kept.
+
+The shell maps the whole file and its JSON tokenizer copies it, so ~1x the JSON's bytes
+of its peak is the file's text; the UI passes files in 32 MB slices and holds at most
+a slice of it (``benchmarks/viewer.py --no-mmap``: a100x8 136 MB instead of 206 MB). For the
+browser's limit the estimate therefore errs on the safe side.
 """
 
 from __future__ import annotations

@@ -6,9 +6,12 @@ args text until the whole file is sorted, then makes one arg row per *leaf* of a
 concrete-input lists cost far more memory and load time than their bytes suggest.
 Measured with trace_processor v58.2 (``benchmarks/viewer.py``; peak RSS above the empty
 trace): on the real 8-rank merge of issue 12 (64 MB, shapes recorded) all args 201 MB,
-only small readable args 98 MB, none 69 MB. On merges without shapes the args that stay
-(link ids on every op, launch and kernel, ``rank`` on every event) are most of the
-args, and ``slim`` saves less (README, *Which output to pick*).
+only small readable args 98 MB, none 69 MB. With this list (``benchmarks/viewer.py``,
+commit f34c496) slim / all is 0.46-0.58x on merges with shapes or stacks (the shared
+4-rank job as 8 ranks 0.57x, the recorded 8-rank job 0.55x) but 0.85x on 8 copies of a
+real A100 NCCL trace: there what stays (link ids on every op, launch and kernel,
+``rank`` on every event) is most of the args, and slices, flows and the file's text
+are most of the rest (benchmarks/README.md, *Where trace_processor's peak goes*).
 
 * ``all`` (default) — every arg as the profiler wrote it.
 * ``slim`` — what a person reads in the UI's details panel and what links events:
