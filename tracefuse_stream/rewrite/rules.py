@@ -258,6 +258,8 @@ class RankRewriter:
                 get = ev.get
                 ph = get("ph")
                 if ph == "M":
+                    if shifting and get("ts") is not None:
+                        self._check_meta_ts(get("ts"), index)  # shifted later, by the labels
                     buffer_meta(ev)
                     continue
                 cat = get("cat")
@@ -343,6 +345,14 @@ class RankRewriter:
             self.dropped += dropped
             self.events_out += len(kept)
         return kept
+
+    def _check_meta_ts(self, ts: Any, index: int) -> None:
+        """A metadata event's ts must shift like any other (its error names the event)."""
+        try:
+            self.shift(ts)
+        except (ValueError, TypeError, ArithmeticError) as e:
+            why = e if isinstance(e, (ValueError, TypeError)) else f"{ts!r} cannot be shifted exactly"
+            raise InputError(self.path, f"bad ts: {why}", event_index=index) from None
 
     def _in_window(self, ph: Any, ts: Any, dur: Any) -> bool:
         if ts is None:
