@@ -59,6 +59,7 @@ typedef struct {
     /* output */
     char *o;
     Py_ssize_t olen, ocap;
+    int nowrite; /* the scan: tokenise and validate only, write nothing */
 } St;
 
 typedef struct {
@@ -99,6 +100,7 @@ static int grow(St *st, Py_ssize_t need) {
 }
 
 static inline int put(St *st, const void *p, Py_ssize_t n) {
+    if (st->nowrite) return OK;
     if (st->olen + n > st->ocap && grow(st, n)) return E_NOMEM;
     memcpy(st->o + st->olen, p, n);
     st->olen += n;
@@ -106,6 +108,7 @@ static inline int put(St *st, const void *p, Py_ssize_t n) {
 }
 
 static inline int putc1(St *st, char c) {
+    if (st->nowrite) return OK;
     if (st->olen + 1 > st->ocap && grow(st, 1)) return E_NOMEM;
     st->o[st->olen++] = c;
     return OK;
@@ -489,7 +492,6 @@ typedef struct {
     int has_ph, has_cat, has_pid, has_tid, has_id, has_args;
     long long pid_out;
     int pid_known;
-    PyObject *pid_key; /* original pid when unknown (new reference) */
     Py_ssize_t ts_out_start, ts_out_end; /* the written ts text, for first_ts */
     int ts_null;
     int ts_ns_ok, dur_state; /* for the window: ts in ns; dur 0 absent/null, 1 in dur_ns */
@@ -571,8 +573,9 @@ static int rewrite_event(St *st, const Ctx *cx, PidCache *pc, Ev *ev) {
             Span text;
             if ((r = scan_int(st, &pid, &text))) return r;
             if ((r = lookup_pid(cx, pc, pid, &ev->pid_out, &ev->pid_known))) return r;
-            if (!ev->pid_known) return E_FALL; /* a new pid: Python allocates its slot */
-            if ((r = put_ll(st, ev->pid_out))) return r;
+            /* a new pid: Python allocates its slot, if the event is kept (the filters
+             * come first: events dropped before a pid's first kept one stay here) */
+            if (ev->pid_known && (r = put_ll(st, ev->pid_out))) return r;
             ev->has_pid = 1;
         } else if (IS(k, "tid")) {
             long long tid;
@@ -774,6 +777,7 @@ static PyObject *kernel_rewrite(PyObject *self, PyObject *args) {
     st.len = buf.len;
     st.i = pos;
     st.olen = 0;
+    st.nowrite = 0;
     st.ocap = buf.len + buf.len / 4 + 4096;
     st.o = PyMem_Malloc(st.ocap);
     if (!st.o) {
@@ -855,7 +859,7 @@ static PyObject *kernel_rewrite(PyObject *self, PyObject *args) {
             if (dropped) {
                 st.olen = out_start;
                 n_drop++;
-            } else if (!ev.has_pid || !ev.has_tid ||
+            } else if (!ev.has_pid || !ev.pid_known || !ev.has_tid ||
                        (ev.has_ph && !ev.has_id && ev.ph.n == 1 &&
                         (ev.ph.p[0] == 's' || ev.ph.p[0] == 't' || ev.ph.p[0] == 'f'))) {
                 r = E_FALL; /* Python appends pid/tid, or names the flow without an id */
@@ -896,8 +900,17 @@ static PyObject *kernel_rewrite(PyObject *self, PyObject *args) {
 /* ---- side passes: count, time and select events without building them ------- */
 typedef struct {
     PyObject *ph, *cat, *name_prefix; /* bytes or None: what a selected event must have */
+    PyObject *name_contains;          /* tuple of bytes or None: ... and a name holding one, */
+    PyObject *text_contains;          /* bytes or None: ... or an event text holding this */
     int extremes;                     /* fold first ts / last end of unselected events */
 } Sel;
+
+static int span_contains(Span hay, const char *needle, Py_ssize_t n) {
+    if (n == 0) return 1;
+    for (Py_ssize_t i = 0; i + n <= hay.n; i++)
+        if (hay.p[i] == (unsigned char)needle[0] && memcmp(hay.p + i, needle, n) == 0) return 1;
+    return 0;
+}
 
 /* a number of microseconds as an exact integer of 1e-9 us (0: more than 9 decimals) */
 static int num_to_nano_us(const Num *num, __int128 *out) {
@@ -920,8 +933,10 @@ typedef struct {
     __int128 ts, end;
 } ScanEv;
 
-/* One event: copied (compact) to out; sure = judged here; selected = for Python. */
+/* One event, tokenised and validated (nothing written: the caller copies the text of a
+ * selected one); sure = judged here; selected = for Python. */
 static int scan_event(St *st, const Sel *sel, ScanEv *ev) {
+    Py_ssize_t ev_start = st->i;
     Span keys[MAX_KEYS], ph = {NULL, 0}, cat = {NULL, 0}, name = {NULL, 0};
     int nkeys = 0, r, has_ph = 0, has_cat = 0, has_name = 0, unsure = 0, ts_ok = 0, dur_ok = 0;
     __int128 ts = 0, dur = 0;
@@ -995,6 +1010,21 @@ static int scan_event(St *st, const Sel *sel, ScanEv *ev) {
     if (sel->cat != Py_None) match = match && has_cat && bytes_match(sel->cat, cat, 0);
     if (sel->name_prefix != Py_None) match = match && has_name && bytes_match(sel->name_prefix, name, 1);
     if (sel->ph == Py_None && sel->cat == Py_None && sel->name_prefix == Py_None) match = 0;
+    if (match && (sel->name_contains != Py_None || sel->text_contains != Py_None)) {
+        int more = 0;
+        if (sel->name_contains != Py_None && has_name) {
+            for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(sel->name_contains) && !more; j++) {
+                PyObject *b = PyTuple_GET_ITEM(sel->name_contains, j);
+                more = span_contains(name, PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b));
+            }
+        }
+        if (!more && sel->text_contains != Py_None) {
+            Span text = {st->s + ev_start, st->i - ev_start};
+            more = span_contains(text, PyBytes_AS_STRING(sel->text_contains), PyBytes_GET_SIZE(sel->text_contains)) ||
+                   memchr(text.p, '\\', text.n) != NULL; /* an escape could spell it: Python looks */
+        }
+        match = more;
+    }
     ev->selected = match;
     ev->sure = !match;
     if (!match && sel->extremes && !(has_ph && IS(ph, "M")) && ts_ok) {
@@ -1029,13 +1059,18 @@ static PyObject *kernel_scan(PyObject *self, PyObject *args) {
     (void)self;
     if (!PyArg_ParseTuple(args, "Oy*npp", &sel_obj, &buf, &pos, &need_sep, &at_start)) return NULL;
     Sel sel;
-    PyObject *held[3] = {NULL, NULL, NULL};
-    const char *names[] = {"ph", "cat", "name_prefix"};
-    PyObject **slots[] = {&sel.ph, &sel.cat, &sel.name_prefix};
-    for (int j = 0; j < 3; j++) {
+    enum { NSEL = 5 };
+    PyObject *held[NSEL] = {NULL, NULL, NULL, NULL, NULL};
+    const char *names[NSEL] = {"ph", "cat", "name_prefix", "text_contains", "name_contains"};
+    PyObject **slots[NSEL] = {&sel.ph, &sel.cat, &sel.name_prefix, &sel.text_contains, &sel.name_contains};
+    for (int j = 0; j < NSEL; j++) {
         held[j] = PyObject_GetAttrString(sel_obj, names[j]);
-        if (!held[j] || (held[j] != Py_None && !PyBytes_Check(held[j]))) {
-            if (held[j]) PyErr_SetString(PyExc_TypeError, "scan selection fields must be bytes or None");
+        int ok = held[j] && (held[j] == Py_None || (j < 4 ? PyBytes_Check(held[j]) : PyTuple_Check(held[j])));
+        if (ok && j == 4 && held[j] != Py_None)
+            for (Py_ssize_t m = 0; m < PyTuple_GET_SIZE(held[j]); m++)
+                ok = ok && PyBytes_Check(PyTuple_GET_ITEM(held[j], m));
+        if (!ok) {
+            if (held[j]) PyErr_SetString(PyExc_TypeError, "scan selection: bytes, a tuple of bytes, or None");
             for (int m = 0; m <= j; m++) Py_XDECREF(held[m]);
             PyBuffer_Release(&buf);
             return NULL;
@@ -1050,6 +1085,7 @@ static PyObject *kernel_scan(PyObject *self, PyObject *args) {
     st.len = buf.len;
     st.i = pos;
     st.olen = 0;
+    st.nowrite = 1;
     st.ocap = 65536;
     st.o = PyMem_Malloc(st.ocap);
     int r = st.o ? OK : E_NOMEM, status = ST_NEED_MORE, timed = 0;
@@ -1085,7 +1121,6 @@ static PyObject *kernel_scan(PyObject *self, PyObject *args) {
         }
         at_start = 0;
         Py_ssize_t ev_start = st.i, out_start = st.olen;
-        if (out_start && (r = putc1(&st, ','))) break;
         ScanEv ev;
         int e = scan_event(&st, &sel, &ev);
         if (e == E_NOMEM) {
@@ -1101,8 +1136,12 @@ static PyObject *kernel_scan(PyObject *self, PyObject *args) {
             consumed = ev_start;
             break;
         }
-        if (!ev.selected) {
-            st.olen = out_start;
+        if (ev.selected) {
+            /* its text as written, for Python to decode */
+            st.nowrite = 0;
+            if ((out_start && (r = putc1(&st, ','))) || (r = put(&st, st.s + ev_start, st.i - ev_start))) break;
+            st.nowrite = 1;
+        } else {
             n_sure++;
             if (ev.timed) {
                 if (!timed || ev.ts < lo) lo = ev.ts;
@@ -1114,7 +1153,7 @@ static PyObject *kernel_scan(PyObject *self, PyObject *args) {
         need_sep = 1;
     }
     PyBuffer_Release(&buf);
-    for (int j = 0; j < 3; j++) Py_DECREF(held[j]);
+    for (int j = 0; j < NSEL; j++) Py_DECREF(held[j]);
     if (r == E_NOMEM) {
         PyMem_Free(st.o);
         if (!PyErr_Occurred()) PyErr_NoMemory();

@@ -133,7 +133,8 @@ def collect_collective_ends(
 
 
 def _collective_kernels(path: PathLike) -> Iterator[Dict[str, Any]]:
-    kernels = Selection(cat="kernel")  # the compiled kernel skips the other events unread
+    # the compiled kernel skips the other events unread: a superset of is_collective_kernel
+    kernels = Selection(cat="kernel", name_contains=("nccl", "rccl"), text_contains='"Collective name"')
     for batch in iter_event_batches(
         path, what="looking for collective kernels", fields=KernelFields, select=kernels, tally=Tally()
     ):

@@ -27,11 +27,17 @@ _NANO = Decimal(10) ** -9
 @dataclass(frozen=True)
 class Selection:
     """Which events a pass needs as events: those with all of the given ``ph``, ``cat``
-    and ``name`` prefix (none given: no event). ``extremes``: time the others."""
+    and ``name`` prefix (none given: no event), and, when ``name_contains`` or
+    ``text_contains`` is given, a name holding one of ``name_contains`` or an event
+    text holding ``text_contains``. A superset is fine (the pass checks again), a miss
+    is not: anything the kernel cannot judge exactly (escapes) is selected.
+    ``extremes``: time the others."""
 
     ph: Optional[str] = None
     cat: Optional[str] = None
     name_prefix: Optional[str] = None
+    name_contains: Tuple[str, ...] = ()
+    text_contains: Optional[str] = None
     extremes: bool = False
 
 
@@ -73,6 +79,8 @@ class _Args:
         self.ph = None if sel.ph is None else sel.ph.encode()
         self.cat = None if sel.cat is None else sel.cat.encode()
         self.name_prefix = None if sel.name_prefix is None else sel.name_prefix.encode()
+        self.name_contains = tuple(n.encode() for n in sel.name_contains) if sel.name_contains else None
+        self.text_contains = None if sel.text_contains is None else sel.text_contains.encode()
         self.extremes = sel.extremes
 
 
