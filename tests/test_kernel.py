@@ -411,35 +411,3 @@ def test_scan_every_cut(chunk: int, tmp_path: Path, monkeypatch: pytest.MonkeyPa
     with_kernel = _side_passes(inputs)
     monkeypatch.setenv("TRACEFUSE_KERNEL", "0")
     assert _side_passes(inputs) == with_kernel
-
-
-def test_skim_finds_what_the_validating_scan_finds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """--align on a strict merge skims (validate=False): same ends as the validating
-    scan and as the Python path, on valid inputs with braces, quotes and escapes in
-    names and args, NCCL kernels named or described by args, and every buffer cut."""
-    from tracefuse_stream.align.ends import collect_collective_ends
-
-    tricky = [
-        '{"ph": "X", "cat": "kernel", "name": "k{\\"}[\\\\", "pid": 0, "tid": 7, "ts": 5.000, "dur": 1,'
-        ' "args": {"Collective name": "allreduce", "x": "}]{"}}',
-        '{"ph": "X", "cat": "kern\\u0065l", "name": "ncclDevKernel_x", "pid": 0, "tid": 7, "ts": 6.5, "dur": 2}',
-        '{"ph": "X", "cat": "kernel", "name": ["ncclKernel"], "pid": 0, "tid": 7, "ts": 7, "dur": 2}',
-        '{"ph": "X", "cat": "kernel", "n\\u0061me": "ncclKernel", "pid": 0, "tid": 7, "ts": 8, "dur": 2}',
-        '{"cat": "kernel", "ph": "X", "args": {"nested": {"cat": "cpu_op"}}, "name": "rcclKernel", "pid": 0,'
-        ' "tid": 7, "ts": 9, "dur": 3}',
-    ]
-    (tmp_path / "t").mkdir()
-    small = sorted(_run(tmp_path / "t", tricky * 3 + KINETO).glob("*.json"))
-    inputs = [Path(p) for ps in _scan_inputs(tmp_path) for p in ps]
-    files = [f for p in inputs for f in (sorted(p.glob("*.json*")) if p.is_dir() else [p])] + small
-    assert len(files) >= 15
-    for chunk in (None, 5):
-        if chunk is not None:
-            monkeypatch.setattr(batches_mod, "CHUNK_BYTES", chunk)
-            files = small  # 5-byte reads: every event cut everywhere
-        for path in files:
-            skim = vars(collect_collective_ends(path, 0, validate=False))
-            assert skim == vars(collect_collective_ends(path, 0)), path
-            monkeypatch.setenv("TRACEFUSE_KERNEL", "0")
-            assert skim == vars(collect_collective_ends(path, 0)), path
-            monkeypatch.delenv("TRACEFUSE_KERNEL")

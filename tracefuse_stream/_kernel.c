@@ -1051,100 +1051,6 @@ static PyObject *int128_to_py(__int128 v) {
     return PyLong_FromString(txt, NULL, 10);
 }
 
-
-/* ---- skim: the scan's selection without validating the text ---------------------
- * For passes whose input the merge itself reads and validates afterwards (--align on a
- * strict merge: an invalid file fails the merge whatever the pass found), the events
- * are only delimited (strings, nesting) and their top-level cat/name looked at. Ten
- * times less work per byte than the validating scan. Anything odd (a non-object, an
- * escape in cat or name, unbalanced text at the end of the buffer) is handed back or
- * waits for more input, as in the scan. */
-static int skim_event(St *st, const Sel *sel, ScanEv *ev) {
-    const unsigned char *s = st->s;
-    Py_ssize_t i = st->i, n = st->len, ev_start = st->i;
-    Span ph = {NULL, 0}, cat = {NULL, 0}, name = {NULL, 0}, key = {NULL, 0};
-    int depth = 0, expect_key = 0, after_colon = 0, has_ph = 0, has_cat = 0, has_name = 0, unsure = 0;
-    memset(ev, 0, sizeof(*ev));
-    if (i >= n) return E_MORE;
-    if (s[i] != '{') return E_FALL;
-    for (; i < n; i++) {
-        unsigned char c = s[i];
-        if (c == '"') {
-            Py_ssize_t start = ++i;
-            int esc = 0;
-            while (i < n && s[i] != '"') {
-                if (s[i] == '\\') {
-                    esc = 1;
-                    i++;
-                }
-                i++;
-            }
-            if (i >= n) return E_MORE;
-            if (depth == 1) {
-                Span str = {s + start, i - start};
-                if (expect_key) {
-                    key = str;
-                    expect_key = 0;
-                    unsure |= esc; /* an escaped key could spell "cat" */
-                } else if (after_colon) {
-                    if (IS(key, "ph")) ph = str, has_ph = 1, unsure |= esc;
-                    if (IS(key, "cat")) cat = str, has_cat = 1, unsure |= esc;
-                    if (IS(key, "name")) name = str, has_name = 1, unsure |= esc;
-                }
-                after_colon = 0;
-            }
-        } else if (c == '{' || c == '[') {
-            if (depth == 1 && after_colon && (IS(key, "ph") || IS(key, "cat") || IS(key, "name")))
-                unsure = 1; /* not a string: Python's comparison decides */
-            depth++;
-            if (depth == 1) expect_key = 1;
-            after_colon = 0;
-        } else if (c == '}' || c == ']') {
-            if (--depth == 0) {
-                i++;
-                break;
-            }
-        } else if (depth == 1) {
-            if (c == ',') {
-                expect_key = 1;
-            } else if (c == ':') {
-                after_colon = 1;
-            } else if (c != ' ' && c != '\n' && c != '\r' && c != '\t') {
-                if (after_colon && (IS(key, "ph") || IS(key, "cat") || IS(key, "name"))) unsure = 1;
-                after_colon = 0; /* a number or literal value */
-            }
-        }
-    }
-    if (depth != 0 || i > n) return E_MORE;
-    st->i = i;
-    if (unsure) {
-        ev->selected = 1;
-        return OK;
-    }
-    int match = 1;
-    if (sel->ph != Py_None) match = has_ph && bytes_match(sel->ph, ph, 0);
-    if (match && sel->cat != Py_None) match = has_cat && bytes_match(sel->cat, cat, 0);
-    if (match && sel->name_prefix != Py_None) match = has_name && bytes_match(sel->name_prefix, name, 1);
-    if (sel->ph == Py_None && sel->cat == Py_None && sel->name_prefix == Py_None) match = 0;
-    if (match && (sel->name_contains != Py_None || sel->text_contains != Py_None)) {
-        int more = 0;
-        if (sel->name_contains != Py_None && has_name)
-            for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(sel->name_contains) && !more; j++) {
-                PyObject *b = PyTuple_GET_ITEM(sel->name_contains, j);
-                more = span_contains(name, PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b));
-            }
-        if (!more && sel->text_contains != Py_None) {
-            Span text = {s + ev_start, i - ev_start};
-            more = span_contains(text, PyBytes_AS_STRING(sel->text_contains), PyBytes_GET_SIZE(sel->text_contains)) ||
-                   memchr(text.p, '\\', text.n) != NULL;
-        }
-        match = more;
-    }
-    ev->selected = match;
-    ev->sure = !match;
-    return OK;
-}
-
 static PyObject *kernel_scan(PyObject *self, PyObject *args) {
     PyObject *sel_obj;
     Py_buffer buf;
@@ -1174,14 +1080,6 @@ static PyObject *kernel_scan(PyObject *self, PyObject *args) {
     PyObject *ex = PyObject_GetAttrString(sel_obj, "extremes");
     sel.extremes = ex ? PyObject_IsTrue(ex) : 0;
     Py_XDECREF(ex);
-    PyObject *va = PyObject_GetAttrString(sel_obj, "validate");
-    int skim = va ? !PyObject_IsTrue(va) && !sel.extremes : 0; /* timing needs the numbers read */
-    Py_XDECREF(va);
-    if (PyErr_Occurred()) {
-        for (int j = 0; j < NSEL; j++) Py_DECREF(held[j]);
-        PyBuffer_Release(&buf);
-        return NULL;
-    }
     St st;
     st.s = (const unsigned char *)buf.buf;
     st.len = buf.len;
@@ -1224,7 +1122,7 @@ static PyObject *kernel_scan(PyObject *self, PyObject *args) {
         at_start = 0;
         Py_ssize_t ev_start = st.i, out_start = st.olen;
         ScanEv ev;
-        int e = skim ? skim_event(&st, &sel, &ev) : scan_event(&st, &sel, &ev);
+        int e = scan_event(&st, &sel, &ev);
         if (e == E_NOMEM) {
             r = e;
             break;
