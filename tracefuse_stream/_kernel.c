@@ -274,6 +274,21 @@ static int key_is_dup(Span *keys, int nkeys, Span k) {
     return 0;
 }
 
+/* one object member's key and colon: the key copied, refused when it repeats an
+ * earlier key of the object (Python keeps the last value at the first key's place) */
+static int member_key(St *st, Span *keys, int *nkeys, Span *k) {
+    int r;
+    skip_ws(st);
+    if ((r = scan_string(st, k, 1))) return r;
+    if (*nkeys == MAX_KEYS || key_is_dup(keys, *nkeys, *k)) return E_FALL;
+    keys[(*nkeys)++] = *k;
+    skip_ws(st);
+    if (st->i >= st->len) return E_MORE;
+    if (st->s[st->i] != ':') return E_FALL;
+    st->i++;
+    return putc1(st, ':');
+}
+
 /* an object or array nested in a value: copied without white space */
 static int copy_container(St *st, int depth) {
     if (depth > MAX_DEPTH) return E_FALL;
@@ -292,15 +307,7 @@ static int copy_container(St *st, int depth) {
     for (;;) {
         if (open == '{') {
             Span k;
-            skip_ws(st);
-            if ((r = scan_string(st, &k, 1))) return r;
-            if (nkeys == MAX_KEYS || key_is_dup(keys, nkeys, k)) return E_FALL;
-            keys[nkeys++] = k;
-            skip_ws(st);
-            if (st->i >= st->len) return E_MORE;
-            if (st->s[st->i] != ':') return E_FALL;
-            st->i++;
-            if ((r = putc1(st, ':'))) return r;
+            if ((r = member_key(st, keys, &nkeys, &k))) return r;
         }
         if ((r = copy_value(st, depth + 1))) return r;
         skip_ws(st);
@@ -445,17 +452,9 @@ static int rewrite_args(St *st, const Ctx *cx) {
     while (!empty) {
         Py_ssize_t member_out = st->olen;
         Span k;
-        skip_ws(st);
         if (kept && (r = putc1(st, ','))) return r;
-        if ((r = scan_string(st, &k, 1))) return r;
-        if (nkeys == MAX_KEYS || key_is_dup(keys, nkeys, k)) return E_FALL;
-        keys[nkeys++] = k;
+        if ((r = member_key(st, keys, &nkeys, &k))) return r;
         if (IS(k, "rank")) return E_FALL; /* Python overwrites it in place */
-        skip_ws(st);
-        if (st->i >= st->len) return E_MORE;
-        if (st->s[st->i] != ':') return E_FALL;
-        st->i++;
-        if ((r = putc1(st, ':'))) return r;
         int keep = 1;
         if (cx->keep_args != Py_None) {
             for (Py_ssize_t j = 0; j < k.n; j++)
@@ -545,15 +544,7 @@ static int rewrite_event(St *st, const Ctx *cx, PidCache *pc, Ev *ev) {
     if (st->s[st->i] == '}') return E_FALL; /* {}: no pid */
     for (;;) {
         Span k;
-        skip_ws(st);
-        if ((r = scan_string(st, &k, 1))) return r;
-        if (nkeys == MAX_KEYS || key_is_dup(keys, nkeys, k)) return E_FALL;
-        keys[nkeys++] = k;
-        skip_ws(st);
-        if (st->i >= st->len) return E_MORE;
-        if (st->s[st->i] != ':') return E_FALL;
-        st->i++;
-        if ((r = putc1(st, ':'))) return r;
+        if ((r = member_key(st, keys, &nkeys, &k))) return r;
         skip_ws(st);
         if (st->i >= st->len) return E_MORE;
         unsigned char c = st->s[st->i];
@@ -953,15 +944,7 @@ static int scan_event(St *st, const Sel *sel, ScanEv *ev) {
     } else {
         for (;;) {
             Span k;
-            skip_ws(st);
-            if ((r = scan_string(st, &k, 1))) return r;
-            if (nkeys == MAX_KEYS || key_is_dup(keys, nkeys, k)) return E_FALL;
-            keys[nkeys++] = k;
-            skip_ws(st);
-            if (st->i >= st->len) return E_MORE;
-            if (st->s[st->i] != ':') return E_FALL;
-            st->i++;
-            if ((r = putc1(st, ':'))) return r;
+            if ((r = member_key(st, keys, &nkeys, &k))) return r;
             skip_ws(st);
             if (st->i >= st->len) return E_MORE;
             unsigned char c = st->s[st->i];
