@@ -289,6 +289,20 @@ static int member_key(St *st, Span *keys, int *nkeys, Span *k) {
     return putc1(st, ':');
 }
 
+/* after a member or element: a comma, copied (*more = 1: another follows), or the
+ * closing byte (*more = 0, not copied) */
+static int member_end(St *st, unsigned char close, int *more) {
+    skip_ws(st);
+    if (st->i >= st->len) return E_MORE;
+    unsigned char c = st->s[st->i++];
+    if (c == ',') {
+        *more = 1;
+        return putc1(st, ',');
+    }
+    *more = 0;
+    return c == close ? OK : E_FALL;
+}
+
 /* an object or array nested in a value: copied without white space */
 static int copy_container(St *st, int depth) {
     if (depth > MAX_DEPTH) return E_FALL;
@@ -310,15 +324,9 @@ static int copy_container(St *st, int depth) {
             if ((r = member_key(st, keys, &nkeys, &k))) return r;
         }
         if ((r = copy_value(st, depth + 1))) return r;
-        skip_ws(st);
-        if (st->i >= st->len) return E_MORE;
-        unsigned char c = st->s[st->i++];
-        if (c == ',') {
-            if ((r = putc1(st, ','))) return r;
-            continue;
-        }
-        if (c == close) return putc1(st, (char)close);
-        return E_FALL;
+        int more;
+        if ((r = member_end(st, close, &more))) return r;
+        if (!more) return putc1(st, (char)close);
     }
 }
 
@@ -628,15 +636,9 @@ static int rewrite_event(St *st, const Ctx *cx, PidCache *pc, Ev *ev) {
         } else {
             if ((r = copy_value(st, 1))) return r;
         }
-        skip_ws(st);
-        if (st->i >= st->len) return E_MORE;
-        c = st->s[st->i++];
-        if (c == ',') {
-            if ((r = putc1(st, ','))) return r;
-            continue;
-        }
-        if (c == '}') break;
-        return E_FALL;
+        int more;
+        if ((r = member_end(st, '}', &more))) return r;
+        if (!more) break;
     }
     if (!ev->has_args) {
         /* Python appends args {"rank": r} as the last key */
@@ -972,15 +974,9 @@ static int scan_event(St *st, const Sel *sel, ScanEv *ev) {
             } else {
                 if ((r = copy_value(st, 1))) return r;
             }
-            skip_ws(st);
-            if (st->i >= st->len) return E_MORE;
-            c = st->s[st->i++];
-            if (c == ',') {
-                if ((r = putc1(st, ','))) return r;
-                continue;
-            }
-            if (c == '}') break;
-            return E_FALL;
+            int more;
+            if ((r = member_end(st, '}', &more))) return r;
+            if (!more) break;
         }
         if ((r = putc1(st, '}'))) return r;
     }
