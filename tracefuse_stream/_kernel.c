@@ -752,6 +752,44 @@ typedef struct {
     int dropped;
 } CatMemo;
 
+/* Between events: the separator and the array's end. 1: an event starts at st->i;
+ * 0: the call stops here, and status, consumed and skip_to say why and where (the end
+ * of the buffer leaves them as they are: NEED_MORE). */
+static int next_event(St *st, int *need_sep, int *at_start, Py_ssize_t *consumed, int *status, Py_ssize_t *skip_to) {
+    skip_ws(st);
+    if (st->i >= st->len) return 0;
+    if (*need_sep) {
+        unsigned char c = st->s[st->i];
+        if (c == ']') {
+            *status = ST_END;
+            *consumed = st->i;
+            return 0;
+        }
+        if (c != ',') {
+            *status = ST_FALLBACK; /* no separator: invalid JSON, Python's reader reports it */
+            *skip_to = -2;
+            return 0;
+        }
+        st->i++;
+        *consumed = st->i;
+        *need_sep = 0;
+        skip_ws(st);
+        if (st->i >= st->len) return 0;
+    }
+    if (st->s[st->i] == ']') {
+        if (*at_start) {
+            *status = ST_END;
+            *consumed = st->i;
+        } else {
+            *status = ST_FALLBACK; /* "[...,]": invalid, Python's reader reports it */
+            *skip_to = -2;
+        }
+        return 0;
+    }
+    *at_start = 0;
+    return 1;
+}
+
 static PyObject *kernel_rewrite(PyObject *self, PyObject *args) {
     PyObject *ctx_obj;
     Py_buffer buf;
@@ -783,38 +821,7 @@ static PyObject *kernel_rewrite(PyObject *self, PyObject *args) {
     long long n_in = 0, n_drop = 0, n_out = 0;
     int status = ST_NEED_MORE, r = OK;
     Py_ssize_t consumed = pos, skip_to = -1;
-    for (;;) {
-        skip_ws(&st);
-        if (st.i >= st.len) break;
-        if (need_sep) {
-            unsigned char c = st.s[st.i];
-            if (c == ']') {
-                status = ST_END;
-                consumed = st.i;
-                break;
-            }
-            if (c != ',') {
-                status = ST_FALLBACK; /* no separator: invalid JSON, Python's reader reports it */
-                skip_to = -2;
-                break;
-            }
-            st.i++;
-            consumed = st.i;
-            need_sep = 0;
-            skip_ws(&st);
-            if (st.i >= st.len) break;
-        }
-        if (st.s[st.i] == ']') {
-            if (at_start) {
-                status = ST_END;
-                consumed = st.i;
-            } else {
-                status = ST_FALLBACK; /* "[...,]": invalid, Python's reader reports it */
-                skip_to = -2;
-            }
-            break;
-        }
-        at_start = 0;
+    while (next_event(&st, &need_sep, &at_start, &consumed, &status, &skip_to)) {
         Py_ssize_t ev_start = st.i, out_start = st.olen;
         if (n_out && (r = put(&st, ",\n", 2))) break;
         Ev ev;
@@ -1071,34 +1078,7 @@ static PyObject *kernel_scan(PyObject *self, PyObject *args) {
     Py_ssize_t consumed = pos, skip_to = -1;
     long long n_sure = 0;
     __int128 lo = 0, hi = 0;
-    while (r == OK) {
-        skip_ws(&st);
-        if (st.i >= st.len) break;
-        if (need_sep) {
-            unsigned char c = st.s[st.i];
-            if (c == ']') {
-                status = ST_END;
-                consumed = st.i;
-                break;
-            }
-            if (c != ',') {
-                status = ST_FALLBACK;
-                skip_to = -2;
-                break;
-            }
-            st.i++;
-            consumed = st.i;
-            need_sep = 0;
-            skip_ws(&st);
-            if (st.i >= st.len) break;
-        }
-        if (st.s[st.i] == ']') {
-            status = at_start ? ST_END : ST_FALLBACK;
-            if (at_start) consumed = st.i;
-            else skip_to = -2;
-            break;
-        }
-        at_start = 0;
+    while (r == OK && next_event(&st, &need_sep, &at_start, &consumed, &status, &skip_to)) {
         Py_ssize_t ev_start = st.i, out_start = st.olen;
         ScanEv ev;
         int e = scan_event(&st, &sel, &ev);
