@@ -790,6 +790,19 @@ static int next_event(St *st, int *need_sep, int *at_start, Py_ssize_t *consumed
     return 1;
 }
 
+/* An event the call cannot finish: its partial output is dropped and the call stops
+ * before it, to wait for more input (E_MORE) or to hand it back (E_FALL, with the end
+ * of its text when that is complete). */
+static void stop_before(St *st, int e, Py_ssize_t ev_start, Py_ssize_t out_start, int *status,
+                        Py_ssize_t *skip_to, Py_ssize_t *consumed) {
+    st->olen = out_start;
+    if (e == E_FALL) {
+        *status = ST_FALLBACK;
+        *skip_to = balanced_end(st->s, ev_start, st->len);
+    }
+    *consumed = ev_start;
+}
+
 static PyObject *kernel_rewrite(PyObject *self, PyObject *args) {
     PyObject *ctx_obj;
     Py_buffer buf;
@@ -870,13 +883,7 @@ static PyObject *kernel_rewrite(PyObject *self, PyObject *args) {
         }
         if (r == E_NOMEM) break;
         if (r != OK) {
-            st.olen = out_start;
-            if (r == E_FALL) {
-                status = ST_FALLBACK;
-                skip_to = balanced_end(st.s, ev_start, st.len);
-            }
-            /* E_MORE: need more input, the event starts again next call */
-            consumed = ev_start;
+            stop_before(&st, r, ev_start, out_start, &status, &skip_to, &consumed);
             r = OK;
             break;
         }
@@ -1087,12 +1094,7 @@ static PyObject *kernel_scan(PyObject *self, PyObject *args) {
             break;
         }
         if (e != OK) {
-            st.olen = out_start;
-            if (e == E_FALL) {
-                status = ST_FALLBACK;
-                skip_to = balanced_end(st.s, ev_start, st.len);
-            }
-            consumed = ev_start;
+            stop_before(&st, e, ev_start, out_start, &status, &skip_to, &consumed);
             break;
         }
         if (ev.selected) {
