@@ -414,3 +414,135 @@ def test_scan_every_cut(chunk: int, tmp_path: Path, monkeypatch: pytest.MonkeyPa
     with_kernel = _side_passes(inputs)
     monkeypatch.setenv("TRACEFUSE_KERNEL", "0")
     assert _side_passes(inputs) == with_kernel
+
+
+def test_skim_finds_what_the_validating_scan_finds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--align on a strict merge skims (validate=False): same ends as the validating
+    scan and as the Python path, on valid inputs with braces, quotes and escapes in
+    names and args, NCCL kernels named or described by args, and every buffer cut."""
+    from tracefuse_stream.align.ends import collect_collective_ends
+
+    tricky = [
+        '{"ph": "X", "cat": "kernel", "name": "k{\\"}[\\\\", "pid": 0, "tid": 7, "ts": 5.000, "dur": 1,'
+        ' "args": {"Collective name": "allreduce", "x": "}]{"}}',
+        '{"ph": "X", "cat": "kern\\u0065l", "name": "ncclDevKernel_x", "pid": 0, "tid": 7, "ts": 6.5, "dur": 2}',
+        '{"ph": "X", "cat": "kernel", "name": ["ncclKernel"], "pid": 0, "tid": 7, "ts": 7, "dur": 2}',
+        '{"ph": "X", "cat": "kernel", "n\\u0061me": "ncclKernel", "pid": 0, "tid": 7, "ts": 8, "dur": 2}',
+        '{"cat": "kernel", "ph": "X", "args": {"nested": {"cat": "cpu_op"}}, "name": "rcclKernel", "pid": 0,'
+        ' "tid": 7, "ts": 9, "dur": 3}',
+    ]
+    (tmp_path / "t").mkdir()
+    small = sorted(_run(tmp_path / "t", tricky * 3 + KINETO).glob("*.json"))
+    inputs = [Path(p) for ps in _scan_inputs(tmp_path) for p in ps]
+    files = [f for p in inputs for f in (sorted(p.glob("*.json*")) if p.is_dir() else [p])] + small
+    assert len(files) >= 15
+    for chunk in (None, 5):
+        if chunk is not None:
+            monkeypatch.setattr(batches_mod, "CHUNK_BYTES", chunk)
+            files = small  # 5-byte reads: every event cut everywhere
+        for path in files:
+            skim = vars(collect_collective_ends(path, 0, validate=False))
+            assert skim == vars(collect_collective_ends(path, 0)), path
+            monkeypatch.setenv("TRACEFUSE_KERNEL", "0")
+            assert skim == vars(collect_collective_ends(path, 0)), path
+            monkeypatch.delenv("TRACEFUSE_KERNEL")
+
+
+_json_values = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(),
+        st.text(max_size=12),
+        st.sampled_from(["nccl", "kernel", '"X"']),
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+_skim_keys = st.sampled_from(["ph", "cat", "name", "args", "ts", "x", "Collective name"])
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(
+    events=st.lists(
+        st.dictionaries(
+            _skim_keys,
+            st.one_of(
+                st.sampled_from(["X", "kernel", "ProfilerStep#3", "ncclKernel_x", "cpu_op"]), _json_values
+            ),
+            max_size=6,
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+    ascii_only=st.booleans(),
+)
+def test_skim_selects_a_superset(events: List[Dict[str, Any]], ascii_only: bool) -> None:
+    """On any valid events (strings with braces, quotes, escapes, non-ASCII), the skim
+    and the validating scan both hand over every event a pass wants (the selection's
+    meaning on the decoded event), and count the rest."""
+    from tracefuse_stream.read.scan import Selection, _Args
+
+    text = ("[" + ", ".join(json.dumps(e, ensure_ascii=ascii_only) for e in events) + "]").encode()
+    selections = [
+        Selection(cat="kernel", name_contains=("nccl", "rccl"), text_contains='"Collective name"'),
+        Selection(ph="X", name_prefix="ProfilerStep#"),
+        Selection(cat="kernel"),
+        Selection(ph="X", text_contains='"ts"'),  # a quoted needle: looked for at string starts
+        Selection(cat="kernel", text_contains='": "X'),  # not one: searched for
+    ]
+
+    def wanted(e: Dict[str, Any], sel: Selection) -> bool:
+        name = e.get("name")
+        if (sel.ph and e.get("ph") != sel.ph) or (sel.cat and e.get("cat") != sel.cat):
+            return False
+        if sel.name_prefix and not (isinstance(name, str) and name.startswith(sel.name_prefix)):
+            return False
+        if not sel.name_contains and not sel.text_contains:
+            return True
+        named = isinstance(name, str) and any(n in name for n in sel.name_contains)
+        return named or (sel.text_contains or "\0") in json.dumps(e, ensure_ascii=False)
+
+    def scan_all(args: Any) -> Tuple[List[Any], int]:
+        """The scan over the whole array; an event handed back counts as chosen."""
+        chosen: List[Any] = []
+        judged, pos, need_sep, at_start = 0, 1, False, True
+        while True:
+            out, pos, status, skip_to, need_sep, n, _, _ = native.kernel.scan(  # type: ignore[union-attr]
+                args, text, pos, need_sep, at_start
+            )
+            chosen += json.loads(b"[" + out + b"]")
+            judged += n
+            at_start = False
+            if status == 1:
+                assert pos == len(text) - 1
+                return chosen, judged
+            assert status == 2 and skip_to > pos
+            chosen.append(json.loads(text[pos:skip_to]))
+            pos, need_sep = skip_to, True
+
+    for sel in selections:
+        for validate in (True, False):
+            chosen, judged = scan_all(_Args(Selection(**{**vars(sel), "validate": validate})))
+            assert len(chosen) + judged == len(events)
+            assert all(e in chosen for e in events if wanted(e, sel)), (sel, validate)
+
+
+def test_strict_merge_with_align_still_reports_invalid_json(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The skim does not validate: a strict merge does, right after it, and fails with the
+    same error naming the file as without --align; --salvage uses the validating scan."""
+    broken = (
+        KINETO
+        + ['{"ph": "X", "cat": "kernel", "name": "ncclDevKernel_x", "pid": 0, "tid": 7, "ts": 9, "dur": nul}']
+        + KINETO
+    )
+    run = str(_run(tmp_path, broken))
+    _, plain = _merge([run], tmp_path / "plain.json", {})
+    _, aligned = _merge([run], tmp_path / "aligned.json", {"align": "collectives"})
+    assert plain and plain == aligned and "host.0.pt.trace.json" in plain
+    assert not (tmp_path / "aligned.json").exists()
+    both_paths(tmp_path, monkeypatch, [run], align="collectives", salvage=True)

@@ -1044,6 +1044,130 @@ static PyObject *int128_to_py(__int128 v) {
     return PyLong_FromString(txt, NULL, 10);
 }
 
+
+/* ---- skim: the scan's selection without validating the text ---------------------
+ * For passes whose input the merge itself reads and validates right after (--align on
+ * a strict merge: an invalid file fails the merge whatever the pass found), events are
+ * only delimited: strings with their escapes, and nesting, found by two byte tables
+ * (about 3x less work per byte than the validating scan, which is the pass's cost).
+ * The selection is by plain substrings of the event's text, a superset of the scan's:
+ * an event goes to Python when its text holds every given field as a JSON string
+ * would spell it (ph and cat as "value", the name prefix as "prefix) and, when
+ * name_contains or text_contains are given, one of them anywhere; or whenever the
+ * text has an escape (it could spell any of them). Such a candidate (a few per mille
+ * of the events) then goes through the validating scan, so what is handed over is
+ * judged and decodes exactly as there. A non-object is handed back, an event cut by
+ * the end of the buffer waits for more input, as in the scan. */
+static const unsigned char SKIM_OUTSIDE[256] = {['"'] = 1, ['{'] = 1, ['}'] = 1, ['['] = 1, [']'] = 1};
+static const unsigned char SKIM_INSIDE[256] = {['"'] = 1, ['\\'] = 1};
+
+/* what the skim looks for: plain substrings of an event's text, built once a call */
+typedef struct {
+    char buf[512];
+    Span all[3]; /* each must be there: "ph", "cat", "name prefix */
+    int n_all;
+    Span any[8]; /* one of them must be there (none given: no condition) */
+    int n_any;
+    unsigned quoted_any; /* bit j: any[j] starts with a quote (compared at string starts) */
+} Needles;
+
+/* the needles for sel, 0 when they do not fit (the validating scan is used instead) */
+static int skim_needles(const Sel *sel, Needles *nd) {
+    PyObject *all[3] = {sel->ph, sel->cat, sel->name_prefix};
+    Py_ssize_t used = 0;
+    nd->n_all = nd->n_any = 0;
+    nd->quoted_any = 0;
+    for (int j = 0; j < 3; j++) {
+        if (all[j] == Py_None) continue;
+        Py_ssize_t n = PyBytes_GET_SIZE(all[j]), closed = j < 2;
+        if (used + n + 2 > (Py_ssize_t)sizeof(nd->buf)) return 0;
+        char *p = nd->buf + used;
+        p[0] = '"';
+        memcpy(p + 1, PyBytes_AS_STRING(all[j]), n);
+        if (closed) p[n + 1] = '"';
+        nd->all[nd->n_all].p = (const unsigned char *)p;
+        nd->all[nd->n_all++].n = n + 1 + closed;
+        used += n + 2;
+    }
+    PyObject *anys = sel->name_contains;
+    Py_ssize_t k = anys == Py_None ? 0 : PyTuple_GET_SIZE(anys);
+    if (k + 1 > 8) return 0;
+    for (Py_ssize_t j = 0; j <= k; j++) {
+        PyObject *v = j < k ? PyTuple_GET_ITEM(anys, j) : sel->text_contains;
+        if (v == Py_None) continue;
+        nd->any[nd->n_any].p = (const unsigned char *)PyBytes_AS_STRING(v);
+        nd->any[nd->n_any].n = PyBytes_GET_SIZE(v);
+        /* a quote followed by what cannot follow a closing quote opens a string: the
+         * needle can only be there (in text without escapes) */
+        const unsigned char *w = nd->any[nd->n_any].p;
+        if (nd->any[nd->n_any].n >= 2 && w[0] == '"' && !strchr(" \t\r\n,:}]\"", w[1]))
+            nd->quoted_any |= 1u << nd->n_any;
+        nd->n_any++;
+    }
+    return 1;
+}
+
+/* the needle w (starting with its quote) is at s[at] */
+static inline int starts_here(const unsigned char *s, Py_ssize_t at, Py_ssize_t n, Span w) {
+    return n - at >= w.n && (w.n < 2 || s[at + 1] == w.p[1]) && memcmp(s + at, w.p, w.n) == 0;
+}
+
+static inline int holds(Span text, Span needle) {
+    return needle.n == 0 || memmem(text.p, text.n, needle.p, needle.n) != NULL;
+}
+
+static int skim_event(St *st, const Sel *sel, const Needles *nd, ScanEv *ev) {
+    const unsigned char *s = st->s;
+    Py_ssize_t i = st->i, n = st->len;
+    int depth = 0, escaped = 0;
+    unsigned found = 0, want = (1u << nd->n_all) - 1;
+    int found_any = 0;
+    memset(ev, 0, sizeof(*ev));
+    if (i >= n) return E_MORE;
+    if (s[i] != '{') return E_FALL;
+    for (;;) {
+        while (i < n && !SKIM_OUTSIDE[s[i]]) i++;
+        if (i >= n) return E_MORE;
+        unsigned char c = s[i++];
+        if (c == '"') {
+            /* the quoted needles ("kernel", "ProfilerStep#, "Collective name") can only
+             * start at a quote that opens a string: compared here, not searched for */
+            for (int j = 0; j < nd->n_all; j++)
+                if (!(found >> j & 1) && starts_here(s, i - 1, n, nd->all[j])) found |= 1u << j;
+            if (nd->quoted_any && !found_any)
+                for (int j = 0; j < nd->n_any; j++)
+                    if ((nd->quoted_any >> j & 1) && starts_here(s, i - 1, n, nd->any[j])) found_any = 1;
+            for (;;) {
+                while (i < n && !SKIM_INSIDE[s[i]]) i++;
+                if (i >= n) return E_MORE;
+                if (s[i] == '"') break;
+                escaped = 1;
+                i += 2;
+            }
+            i++;
+        } else if (c == '{' || c == '[') {
+            depth++;
+        } else if (--depth == 0) {
+            break;
+        }
+    }
+    Span text = {s + st->i, i - st->i};
+    st->i = i;
+    int match = nd->n_all > 0 && found == want;
+    if (match && nd->n_any && !found_any) {
+        int any = 0;
+        for (int j = 0; j < nd->n_any && !any; j++)
+            if (!(nd->quoted_any >> j & 1)) any = holds(text, nd->any[j]);
+        match = any;
+    }
+    if (!match && !escaped) {
+        ev->sure = 1;
+        return OK;
+    }
+    st->i = text.p - s; /* a candidate: the validating scan judges it (and its text decodes) */
+    return scan_event(st, sel, ev);
+}
+
 static PyObject *kernel_scan(PyObject *self, PyObject *args) {
     PyObject *sel_obj;
     Py_buffer buf;
@@ -1073,6 +1197,16 @@ static PyObject *kernel_scan(PyObject *self, PyObject *args) {
     PyObject *ex = PyObject_GetAttrString(sel_obj, "extremes");
     sel.extremes = ex ? PyObject_IsTrue(ex) : 0;
     Py_XDECREF(ex);
+    PyObject *va = PyObject_GetAttrString(sel_obj, "validate");
+    int skim = va ? !PyObject_IsTrue(va) && !sel.extremes : 0; /* timing needs the numbers read */
+    Py_XDECREF(va);
+    Needles nd;
+    if (skim && !skim_needles(&sel, &nd)) skim = 0;
+    if (PyErr_Occurred()) {
+        for (int j = 0; j < NSEL; j++) Py_DECREF(held[j]);
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
     St st;
     st.s = (const unsigned char *)buf.buf;
     st.len = buf.len;
@@ -1088,7 +1222,7 @@ static PyObject *kernel_scan(PyObject *self, PyObject *args) {
     while (r == OK && next_event(&st, &need_sep, &at_start, &consumed, &status, &skip_to)) {
         Py_ssize_t ev_start = st.i, out_start = st.olen;
         ScanEv ev;
-        int e = scan_event(&st, &sel, &ev);
+        int e = skim ? skim_event(&st, &sel, &nd, &ev) : scan_event(&st, &sel, &ev);
         if (e == E_NOMEM) {
             r = e;
             break;

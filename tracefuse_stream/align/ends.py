@@ -107,7 +107,7 @@ class RankCollectives:
 
 
 def collect_collective_ends(
-    path: PathLike, base_time_ns: Optional[int], cap: int = DEFAULT_CAP
+    path: PathLike, base_time_ns: Optional[int], cap: int = DEFAULT_CAP, validate: bool = True
 ) -> RankCollectives:
     """One streaming pass over ``path`` keeping only GPU collective kernel end times
     (a second, exact-decimal pass only for files with integers beyond int64).
@@ -125,16 +125,20 @@ def collect_collective_ends(
 
     Missing files raise :class:`InputError`; a file that turns out truncated or invalid
     midway is not fatal here (``error`` is set) -- the merge reports it on its own pass.
+    ``validate=False`` (a strict merge, which validates every byte itself right after):
+    the compiled kernel only delimits events on the way to the kernels.
     """
     if cap < 0:
         raise UsageError(f"collective cap must be >= 0, got {cap}")
     base = int(base_time_ns) if base_time_ns is not None else 0
-    return _scan(path, base, cap)
+    return _scan(path, base, cap, validate)
 
 
-def _collective_kernels(path: PathLike) -> Iterator[Dict[str, Any]]:
+def _collective_kernels(path: PathLike, validate: bool = True) -> Iterator[Dict[str, Any]]:
     # the compiled kernel skips the other events unread: a superset of is_collective_kernel
-    kernels = Selection(cat="kernel", name_contains=("nccl", "rccl"), text_contains='"Collective name"')
+    kernels = Selection(
+        cat="kernel", name_contains=("nccl", "rccl"), text_contains='"Collective name"', validate=validate
+    )
     for batch in iter_event_batches(
         path, what="looking for collective kernels", fields=KernelFields, select=kernels, tally=Tally()
     ):
@@ -156,7 +160,7 @@ def _named_collective(name: Any) -> bool:
     )
 
 
-def _scan(path: PathLike, base: int, cap: int) -> RankCollectives:
+def _scan(path: PathLike, base: int, cap: int, validate: bool = True) -> RankCollectives:
     """The single pass behind :func:`collect_collective_ends` (events from
     :func:`~tracefuse_stream.read.events.iter_event_batches`: both layouts, exact
     numbers)."""
@@ -164,7 +168,7 @@ def _scan(path: PathLike, base: int, cap: int) -> RankCollectives:
     seq_ends: Dict[MatchKey, int] = {}
     by_stream: Dict[Tuple[str, Hashable], List[int]] = {}
     try:
-        for event in _collective_kernels(path):
+        for event in _collective_kernels(path, validate):
             ts = us_to_ns(event.get("ts"))
             dur = us_to_ns(event.get("dur"))
             if ts is None or dur is None or dur < 0:

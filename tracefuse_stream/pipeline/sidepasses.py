@@ -18,16 +18,20 @@ from tracefuse_stream.plan.planner import RankPlan
 Window = Tuple[int, int]
 
 
-def _collect_ends(path: str, base: Optional[int]) -> Any:
+def _collect_ends(path: str, base: Optional[int], validate: bool) -> Any:
     from tracefuse_stream.align.clock import collect_collective_ends
 
-    return collect_collective_ends(path, base)
+    return collect_collective_ends(path, base, validate=validate)
 
 
 def apply_alignment(
-    plans: Sequence[RankPlan], alignment: Alignment, jobs: int
+    plans: Sequence[RankPlan], alignment: Alignment, jobs: int, salvage: bool = False
 ) -> Tuple[List[RankPlan], List[str]]:
     """Estimate (or load) per-host clock offsets and fold them into the rank shifts.
+
+    Without ``salvage`` the merge validates every input right after this pass (and
+    fails on invalid JSON), so the collective scan need not validate; with it, the
+    scan stops where the merge's salvage will, as in the Python path.
 
     Returns the new plans and notes for the summary. Shifts are renormalised so that
     no rank is shifted before the output base (no negative ts).
@@ -45,7 +49,7 @@ def apply_alignment(
     if alignment.clock_offsets is not None:
         alignments = offsets_from_file(load_clock_offsets(alignment.clock_offsets), hosts)
     else:
-        collected = parallel_map(_collect_ends, [(p.path, p.base_time_ns) for p in plans], jobs)
+        collected = parallel_map(_collect_ends, [(p.path, p.base_time_ns, salvage) for p in plans], jobs)
         alignments = estimate_offsets({p.rank: c for p, c in zip(plans, collected)}, hosts)
     out: List[RankPlan] = []
     for p in plans:
