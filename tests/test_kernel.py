@@ -454,6 +454,8 @@ _json_values = st.recursive(
         st.booleans(),
         st.integers(),
         st.text(max_size=12),
+        # long strings of JSON's own bytes, no escapes: strings across the 64-byte blocks
+        st.text(alphabet='{}[],: "kernlcC#', max_size=150).map(lambda t: t.replace('"', "")),
         st.sampled_from(["nccl", "kernel", '"X"']),
     ),
     lambda inner: st.one_of(

@@ -39,6 +39,9 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 enum { ST_NEED_MORE = 0, ST_END = 1, ST_FALLBACK = 2 };
 enum { OK = 0, E_MORE = 1, E_FALL = 2, E_NOMEM = 3 };
@@ -1116,56 +1119,165 @@ static inline int holds(Span text, Span needle) {
     return needle.n == 0 || memmem(text.p, text.n, needle.p, needle.n) != NULL;
 }
 
+/* where one event's skim is: the next byte to read, the nesting depth, whether that
+ * byte is inside a string (its opening quote already read), and what was found */
+typedef struct {
+    Py_ssize_t i;
+    int depth, in_string, escaped, found_any;
+    unsigned found;
+} Skim;
+
+static inline void skim_quote(const unsigned char *s, Py_ssize_t at, Py_ssize_t n, const Needles *nd, Skim *k) {
+    /* the quoted needles ("kernel", "ProfilerStep#, "Collective name") can only start
+     * at a quote that opens a string: compared there, not searched for */
+    for (int j = 0; j < nd->n_all; j++)
+        if (!(k->found >> j & 1) && starts_here(s, at, n, nd->all[j])) k->found |= 1u << j;
+    if (nd->quoted_any && !k->found_any)
+        for (int j = 0; j < nd->n_any; j++)
+            if ((nd->quoted_any >> j & 1) && starts_here(s, at, n, nd->any[j])) k->found_any = 1;
+}
+
+/* byte by byte (two tables) to the end of the event: 1 done, 0 the buffer ended first */
+static int skim_bytes(const unsigned char *s, Py_ssize_t n, const Needles *nd, Skim *k) {
+    Py_ssize_t i = k->i;
+    for (;;) {
+        if (!k->in_string) {
+            while (i < n && !SKIM_OUTSIDE[s[i]]) i++;
+            if (i >= n) return 0;
+            unsigned char c = s[i++];
+            if (c == '{' || c == '[') {
+                k->depth++;
+            } else if (c != '"') {
+                if (--k->depth == 0) break;
+            } else {
+                skim_quote(s, i - 1, n, nd, k);
+                k->in_string = 1;
+            }
+            continue;
+        }
+        while (i < n && !SKIM_INSIDE[s[i]]) i++;
+        if (i >= n) return 0;
+        if (s[i] == '\\') {
+            k->escaped = 1;
+            i += 2;
+            continue;
+        }
+        i++;
+        k->in_string = 0;
+    }
+    k->i = i;
+    return 1;
+}
+
+#ifdef __SSE2__
+/* 64 bytes at a time (SSE2, every x86-64): bit masks of quotes, backslashes, openers
+ * and closers; the string mask is the prefix XOR of the quotes (a block with a
+ * backslash goes byte by byte, as in simdjson's first stage without its escape
+ * arithmetic: Kineto writes almost none). About 3x the byte tables' speed. */
+static inline uint64_t eq64(const unsigned char *p, __m128i c) {
+    uint64_t m = 0;
+    for (int k = 0; k < 4; k++)
+        m |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(p + 16 * k)), c))
+             << (16 * k);
+    return m;
+}
+
+static inline uint64_t prefix_xor(uint64_t x) {
+    x ^= x << 1;
+    x ^= x << 2;
+    x ^= x << 4;
+    x ^= x << 8;
+    x ^= x << 16;
+    x ^= x << 32;
+    return x;
+}
+
+/* the quoted needles whose second byte follows one of the opening quotes in oq */
+static inline void skim_block_quotes(const unsigned char *s, Py_ssize_t b, Py_ssize_t n, uint64_t oq,
+                                     const Needles *nd, Skim *k) {
+    for (int j = 0; j < nd->n_all; j++) {
+        if (k->found >> j & 1) continue;
+        Span w = nd->all[j];
+        uint64_t c = w.n < 2 ? oq : oq & eq64(s + b + 1, _mm_set1_epi8((char)w.p[1]));
+        for (; c && !(k->found >> j & 1); c &= c - 1)
+            if (starts_here(s, b + __builtin_ctzll(c), n, w)) k->found |= 1u << j;
+    }
+    for (int j = 0; j < nd->n_any && !k->found_any; j++) {
+        if (!(nd->quoted_any >> j & 1)) continue;
+        Span w = nd->any[j];
+        for (uint64_t c = oq & eq64(s + b + 1, _mm_set1_epi8((char)w.p[1])); c && !k->found_any; c &= c - 1)
+            if (starts_here(s, b + __builtin_ctzll(c), n, w)) k->found_any = 1;
+    }
+}
+
+/* whole blocks while 65 bytes are left: 1 the event ended, 0 stopped at a block start
+ * (a backslash in it, or the end of the buffer near) with k as the bytes need it */
+static int skim_blocks(const unsigned char *s, Py_ssize_t n, const Needles *nd, Skim *k) {
+    const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\');
+    const __m128i open = _mm_set1_epi8('{'), close = _mm_set1_epi8('}'), low = _mm_set1_epi8(0x20);
+    Py_ssize_t b = k->i;
+    while (b + 65 <= n) {
+        uint64_t q = 0, bs = 0, op = 0, cl = 0;
+        for (int j = 0; j < 4; j++) {
+            __m128i v = _mm_loadu_si128((const __m128i *)(s + b + 16 * j));
+            __m128i folded = _mm_or_si128(v, low); /* '[' -> '{', ']' -> '}' */
+            q |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(v, quote)) << (16 * j);
+            bs |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(v, bslash)) << (16 * j);
+            op |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(folded, open)) << (16 * j);
+            cl |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(folded, close)) << (16 * j);
+        }
+        if (bs) break;
+        uint64_t inside = prefix_xor(q) ^ (k->in_string ? ~(uint64_t)0 : 0);
+        uint64_t oq = q & inside; /* opening quotes */
+        uint64_t structural = (op | cl) & ~inside;
+        for (; structural; structural &= structural - 1) {
+            int at = __builtin_ctzll(structural);
+            if (op >> at & 1) {
+                k->depth++;
+            } else if (--k->depth == 0) {
+                uint64_t upto = at == 63 ? ~(uint64_t)0 : (((uint64_t)1 << (at + 1)) - 1);
+                if (oq & upto) skim_block_quotes(s, b, n, oq & upto, nd, k);
+                k->i = b + at + 1;
+                k->in_string = 0;
+                return 1;
+            }
+        }
+        if (oq) skim_block_quotes(s, b, n, oq, nd, k);
+        k->in_string = (int)(inside >> 63);
+        b += 64;
+    }
+    k->i = b;
+    return 0;
+}
+#endif
+
 static int skim_event(St *st, const Sel *sel, const Needles *nd, ScanEv *ev) {
     const unsigned char *s = st->s;
-    Py_ssize_t i = st->i, n = st->len;
-    int depth = 0, escaped = 0;
-    unsigned found = 0, want = (1u << nd->n_all) - 1;
-    int found_any = 0;
+    Py_ssize_t n = st->len;
+    Skim k = {st->i, 0, 0, 0, 0, 0};
     memset(ev, 0, sizeof(*ev));
-    if (i >= n) return E_MORE;
-    if (s[i] != '{') return E_FALL;
-    for (;;) {
-        while (i < n && !SKIM_OUTSIDE[s[i]]) i++;
-        if (i >= n) return E_MORE;
-        unsigned char c = s[i++];
-        if (c == '"') {
-            /* the quoted needles ("kernel", "ProfilerStep#, "Collective name") can only
-             * start at a quote that opens a string: compared here, not searched for */
-            for (int j = 0; j < nd->n_all; j++)
-                if (!(found >> j & 1) && starts_here(s, i - 1, n, nd->all[j])) found |= 1u << j;
-            if (nd->quoted_any && !found_any)
-                for (int j = 0; j < nd->n_any; j++)
-                    if ((nd->quoted_any >> j & 1) && starts_here(s, i - 1, n, nd->any[j])) found_any = 1;
-            for (;;) {
-                while (i < n && !SKIM_INSIDE[s[i]]) i++;
-                if (i >= n) return E_MORE;
-                if (s[i] == '"') break;
-                escaped = 1;
-                i += 2;
-            }
-            i++;
-        } else if (c == '{' || c == '[') {
-            depth++;
-        } else if (--depth == 0) {
-            break;
-        }
-    }
-    Span text = {s + st->i, i - st->i};
-    st->i = i;
-    int match = nd->n_all > 0 && found == want;
-    if (match && nd->n_any && !found_any) {
+    if (k.i >= n) return E_MORE;
+    if (s[k.i] != '{') return E_FALL;
+    int done = 0;
+#ifdef __SSE2__
+    done = skim_blocks(s, n, nd, &k);
+#endif
+    if (!done && !skim_bytes(s, n, nd, &k)) return E_MORE;
+    Span text = {s + st->i, k.i - st->i};
+    unsigned want = (1u << nd->n_all) - 1;
+    int match = nd->n_all > 0 && k.found == want;
+    if (match && nd->n_any && !k.found_any) {
         int any = 0;
         for (int j = 0; j < nd->n_any && !any; j++)
             if (!(nd->quoted_any >> j & 1)) any = holds(text, nd->any[j]);
         match = any;
     }
-    if (!match && !escaped) {
+    if (!match && !k.escaped) {
+        st->i = k.i;
         ev->sure = 1;
         return OK;
     }
-    st->i = text.p - s; /* a candidate: the validating scan judges it (and its text decodes) */
-    return scan_event(st, sel, ev);
+    return scan_event(st, sel, ev); /* a candidate: the validating scan judges it (and its text decodes) */
 }
 
 static PyObject *kernel_scan(PyObject *self, PyObject *args) {
