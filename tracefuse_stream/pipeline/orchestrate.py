@@ -261,7 +261,7 @@ def _write_files(
         ]
         n_jobs = resolve_jobs(opts.execution.jobs, len(plans))
         plan_of = {p.rank: p for p in plans}
-        for res in run_in_order(stream_rank, tasks, n_jobs, bar):
+        for res in run_in_order(stream_rank, tasks, n_jobs, bar, weights=[p.size_bytes for p in plans]):
             gi = group_of[res.rank]  # meta: the rank's own header (a Perfetto archive's member needs it)
             own = file_meta(base_ns, [plan_of[res.rank]], gi, names, split, flt, {res.rank: res})
             sinks[gi].add_rank(res.rank, res.piece, own)

@@ -30,6 +30,13 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 POLL_SECONDS = 0.25
+#: A worker gets consecutive tasks in chunks of up to this many tasks and (with
+#: ``weights``) this much weight (input bytes): one pool round trip per chunk, not per
+#: task. A round trip (pickled call and result, queue wake-ups) costs ~0.2-0.4 ms, more
+#: than a tiny rank's whole merge; a chunk of big ranks is a single rank, so big
+#: merges keep their balance.
+CHUNK_TASKS = 64
+CHUNK_WEIGHT = 4 << 20
 
 # Set in each worker process by _init_worker (the child's own copy; never in the parent).
 _worker_state: Optional[Tuple[Callable[..., Any], Sequence[Any], Any, int]] = None
@@ -68,7 +75,7 @@ def _init_worker(
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def _run_task(index: int) -> Any:
+def _run_tasks(first: int, stop: int) -> List[Any]:
     assert _worker_state is not None, "worker used before its initializer ran"
     fn, tasks, counters, slot = _worker_state
 
@@ -76,7 +83,25 @@ def _run_task(index: int) -> Any:
         with counters.get_lock():
             counters[slot] += n
 
-    return fn(tasks[index], progress)
+    return [fn(tasks[i], progress) for i in range(first, stop)]
+
+
+def task_chunks(n_tasks: int, jobs: int, weights: Optional[Sequence[int]] = None) -> List[Tuple[int, int]]:
+    """``(first, stop)`` ranges of consecutive tasks, one pool round trip each: at most
+    :data:`CHUNK_TASKS` tasks and (with ``weights``) :data:`CHUNK_WEIGHT` in all, and
+    small enough that every worker gets several chunks (load balance)."""
+    cap = max(1, min(CHUNK_TASKS, n_tasks // (4 * jobs)))
+    out: List[Tuple[int, int]] = []
+    first, weight = 0, 0
+    for i in range(n_tasks):
+        w = weights[i] if weights is not None else 0
+        if i > first and (i - first >= cap or weight + w > CHUNK_WEIGHT):
+            out.append((first, i))
+            first, weight = i, 0
+        weight += w
+    if n_tasks:
+        out.append((first, n_tasks))
+    return out
 
 
 def run_in_order(
@@ -84,9 +109,11 @@ def run_in_order(
     tasks: Sequence[T],
     jobs: int,
     progress: Callable[[int], None],
+    weights: Optional[Sequence[int]] = None,
 ) -> Iterator[R]:
     """Yield ``fn(task, progress)`` for each task, in task order, running up to
-    ``jobs`` at once. ``progress`` (called in this process) receives bytes read."""
+    ``jobs`` at once. ``progress`` (called in this process) receives bytes read.
+    ``weights`` (a task's input bytes) size the chunks (:func:`task_chunks`)."""
     if jobs <= 1 or len(tasks) <= 1:
         for t in tasks:
             yield fn(t, progress)
@@ -111,16 +138,16 @@ def run_in_order(
 
     futures: List[Future] = []
     try:
-        futures = [pool.submit(_run_task, i) for i in range(len(tasks))]
+        futures = [pool.submit(_run_tasks, a, b) for a, b in task_chunks(len(tasks), jobs, weights)]
         for fut in futures:
             while True:
                 try:
-                    res = fut.result(timeout=POLL_SECONDS)
+                    chunk = fut.result(timeout=POLL_SECONDS)
                     break
                 except FutureTimeout:
                     poll()
             poll()
-            yield res
+            yield from chunk
     except BaseException:
         for f in futures:
             f.cancel()
@@ -151,4 +178,4 @@ def parallel_map(fn: Callable[..., R], arglist: List[Tuple[Any, ...]], jobs: int
     return list(run_in_order(_call, [(fn, a) for a in arglist], jobs, lambda n: None))
 
 
-__all__ = ["parallel_map", "resolve_jobs", "run_in_order", "usable_cores"]
+__all__ = ["parallel_map", "resolve_jobs", "run_in_order", "task_chunks", "usable_cores"]
