@@ -30,6 +30,7 @@ from tracefuse_stream.plan.headers import (  # noqa: F401  (re-exported: stream,
 from tracefuse_stream.plan.ranks import assign_ranks, identity, rank_source_note
 from tracefuse_stream.plan.starts import empty_rank_note, far_apart_warning, peek_first_ts, set_start
 from tracefuse_stream.read.discover import OWN_OUTPUT_PROBLEM, Discovery, discover, is_own_output
+from tracefuse_stream.read.head import Head
 from tracefuse_stream.read.sources import TraceReader, detect_compression, input_size
 from tracefuse_stream.select.ranges import compress_ranges
 
@@ -133,14 +134,17 @@ def complete_trailer(plan: RankPlan, trailer: Optional[Dict[str, Any]]) -> None:
     plan.trailer_known = True
 
 
-def plan_file(path: PathLike, position: int, *, salvage: bool = False) -> RankPlan:
+def plan_file(
+    path: PathLike, position: int, *, salvage: bool = False, head: Optional[Head] = None
+) -> RankPlan:
     """Header pass for one file (and the tail when its base or rank is not in the header).
 
     With ``salvage``, a file that fails strict planning is planned by the salvage
-    reader instead (one extra pass over that file only).
+    reader instead (one extra pass over that file only). ``head``: what discovery
+    read of the file's start (read/head.py); its header is used when it is complete.
     """
     try:
-        return _plan_strict(path, position)
+        return _plan_strict(path, position, head)
     except InputError as e:
         if not salvage or not e.salvageable:
             raise
@@ -176,14 +180,17 @@ def _plan_salvage(path: PathLike, position: int, err: InputError) -> RankPlan:
     return plan
 
 
-def _plan_strict(path: PathLike, position: int) -> RankPlan:
+def _plan_strict(path: PathLike, position: int, head: Optional[Head] = None) -> RankPlan:
     p = str(path)
-    layout, header, saw_events = read_header(path)
-    if not saw_events:
-        raise InputError(p, "not a trace: the JSON object has no traceEvents key")
-    reader_comp = TraceReader(path)
-    comp = reader_comp.compression
-    reader_comp.close()
+    if head is not None and head.ok:
+        layout, header, comp = head.layout, dict(head.header), head.compression
+    else:
+        layout, header, saw_events = read_header(path)
+        if not saw_events:
+            raise InputError(p, "not a trace: the JSON object has no traceEvents key")
+        reader_comp = TraceReader(path)
+        comp = reader_comp.compression
+        reader_comp.close()
     plan = RankPlan(
         path=p,
         position=position,
@@ -288,7 +295,7 @@ def _plan_candidates(found: Discovery, salvage: bool, keep_going: bool, out: Pla
     plans: List[RankPlan] = []
     for c in found.candidates:
         try:
-            p = plan_file(c.path, len(plans), salvage=salvage)
+            p = plan_file(c.path, len(plans), salvage=salvage, head=c.head)
         except TraceFuseError as e:
             if not keep_going:
                 raise
@@ -367,8 +374,9 @@ def plan_all(
             if out.broken:
                 return out
             raise InputError(str(inputs[0]), "no trace files to merge (every file was skipped)")
+        heads = {str(c.path): c.head for c in found.candidates}
         for p in plans:
-            peek_first_ts(p)
+            peek_first_ts(p, heads.get(p.path))
             _coerce_start(p)
         groups = group_cycles(plans, [identity(p, rank_from) for p in plans])
     out.cycles = groups

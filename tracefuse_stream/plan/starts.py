@@ -11,11 +11,12 @@ for all three and costs only the start of each file: the read stops there.
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import TYPE_CHECKING, List, Sequence
+from typing import TYPE_CHECKING, List, Optional, Sequence
 
 import ijson
 
 from tracefuse_stream.errors import TraceFuseError
+from tracefuse_stream.read.head import Head
 from tracefuse_stream.read.sources import TraceReader
 from tracefuse_stream.timeunits import us_to_ns_or_none
 
@@ -28,12 +29,16 @@ if TYPE_CHECKING:  # pragma: no cover
 FAR_APART_NS = 24 * 3600 * 10**9
 
 
-def peek_first_ts(plan: RankPlan) -> None:
+def peek_first_ts(plan: RankPlan, head: Optional[Head] = None) -> None:
     """Set ``plan.first_ts`` (relative us of the first timed non-metadata event) and
     ``plan.empty`` (the event array has none). A read problem leaves both unknown:
-    the streaming pass reports it (or salvages)."""
+    the streaming pass reports it (or salvages). ``head``: discovery's parse of the
+    file's start (read/head.py), which found them already when ``first_known``."""
     if plan.needs_salvage:
         plan.empty = plan.first_ts is None
+        return
+    if head is not None and head.ok and head.first_known:
+        plan.first_ts, plan.empty = head.first_ts, head.empty
         return
     prefix = "traceEvents.item" if plan.layout == "object" else "item"
     reader = TraceReader(plan.path, plan.compression)

@@ -26,10 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, List, Mapping, Optional, Sequence, Tuple, Union
 
-import ijson
-
-from tracefuse_stream.errors import ErrorKind, InputError, TraceFuseError, UsageError
-from tracefuse_stream.read.sources import TRACE_SUFFIXES, TraceReader
+from tracefuse_stream.errors import ErrorKind, InputError, UsageError
+from tracefuse_stream.read.head import Head, scan_head
+from tracefuse_stream.read.sources import TRACE_SUFFIXES
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -44,6 +43,7 @@ class Candidate:
 
     path: Path
     from_dir: bool  # found by listing a directory (may be skipped) vs given explicitly
+    head: Optional[Head] = None  # what its start said (read/head.py): the planner reuses it
 
 
 @dataclass
@@ -81,51 +81,7 @@ OWN_OUTPUT_PROBLEM = (
 def not_a_trace(path: PathLike) -> Optional[str]:
     """Why ``path`` is cleanly not a Kineto trace, or None (a trace, or damaged: the
     planner judges those). Reads only the top-level keys / the first array item."""
-    try:
-        reader = TraceReader(path)
-    except TraceFuseError:
-        return None
-    try:
-        events = ijson.parse(reader, use_float=False, buf_size=1 << 16)
-        _prefix, first, _value = next(events)
-        if first == "start_map":
-            keys: List[str] = []
-            depth = 0
-            for _prefix, ev, val in events:
-                if depth == 0 and ev == "map_key":
-                    if val == "traceEvents":
-                        return None
-                    keys.append(val)
-                elif ev in ("start_map", "start_array"):
-                    depth += 1
-                elif ev in ("end_map", "end_array"):
-                    if depth == 0:
-                        shown = ", ".join(keys[:5]) + (", ..." if len(keys) > 5 else "")
-                        return f"a JSON object without traceEvents (keys: {shown or 'none'})"
-                    depth -= 1
-            return None
-        if first == "start_array":
-            _p, ev, _v = next(events)
-            if ev == "end_array":
-                return "an empty JSON array"
-            if ev != "start_map":
-                return "a JSON array of non-objects"
-            depth = 0
-            for _prefix, ev, val in events:
-                if depth == 0 and ev == "map_key" and val == "ph":
-                    return None
-                if ev in ("start_map", "start_array"):
-                    depth += 1
-                elif ev in ("end_map", "end_array"):
-                    if depth == 0:
-                        return "a JSON array whose first item is not a trace event (no 'ph')"
-                    depth -= 1
-            return None
-        return "a single JSON value, not an object or array"
-    except (ijson.JSONError, UnicodeDecodeError, StopIteration, TraceFuseError, OSError):
-        return None
-    finally:
-        reader.close()
+    return scan_head(path).why_not
 
 
 def _trace_files(folder: Path) -> List[Path]:
@@ -162,9 +118,10 @@ def discover(paths: Sequence[PathLike]) -> Discovery:
             files = _trace_files(path)
             kept = 0
             for f in files:
-                why = not_a_trace(f)
+                head = scan_head(f)
+                why = head.why_not
                 if why is None:
-                    out.candidates.append(Candidate(f, from_dir=True))
+                    out.candidates.append(Candidate(f, from_dir=True, head=head))
                     kept += 1
                 else:
                     out.skip(f, f"not a trace: {why}")
@@ -184,10 +141,10 @@ def discover(paths: Sequence[PathLike]) -> Discovery:
         elif path.exists():
             if not path.is_file():
                 raise InputError(str(path), "not a regular file", kind=ErrorKind.UNREADABLE)
-            why = not_a_trace(path)
-            if why is not None:
-                raise InputError(str(path), f"not a trace: {why}", kind=ErrorKind.NOT_A_TRACE)
-            out.candidates.append(Candidate(path, from_dir=False))
+            head = scan_head(path)
+            if head.why_not is not None:
+                raise InputError(str(path), f"not a trace: {head.why_not}", kind=ErrorKind.NOT_A_TRACE)
+            out.candidates.append(Candidate(path, from_dir=False, head=head))
         else:
             raise InputError(str(path), "no such file or directory")
     return out

@@ -1,0 +1,181 @@
+"""What the start of a file says, from one parse: is it a trace, its header, its first ts.
+
+Three stages read the start of every input: discovery (is this file a trace at all?),
+the planner's header pass (the keys before ``traceEvents``) and the first-event peek
+(when does the rank start, is it empty; see :mod:`tracefuse_stream.plan.starts`). Each
+used to open, decompress and parse the file's start on its own: with thousands of
+small ranks that was most of a merge's time (issue 14: ~1.4 ms a rank). Here one ijson
+parse answers all three, and the planner takes the answers from the discovery's
+:class:`Head`.
+
+The stages' own functions stay the judges of anything unusual: whatever this parse
+does not see cleanly (damaged JSON, a byte-order mark, a ``traceEvents`` that is no
+array, an error in the first events) leaves the answer unknown, and the stage reads
+the file itself as before, with its exact error messages.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
+
+import ijson
+from ijson.common import ObjectBuilder
+
+from tracefuse_stream.errors import TraceFuseError
+from tracefuse_stream.read.sources import TraceReader
+
+PathLike = Union[str, "os.PathLike[str]"]
+Events = Iterator[Tuple[str, str, Any]]
+
+
+@dataclass
+class Head:
+    """The start of one file.
+
+    ``why_not``: the file is cleanly not a trace, and why (discovery's verdict).
+    ``ok``: ``layout``, ``header`` (top-level keys before the event array) and
+    ``compression`` are what the planner's header pass would find. ``first_known``:
+    ``first_ts`` (the first timed non-metadata event's ``ts``) and ``empty`` (no timed
+    event at all) are what the first-event peek would find.
+    """
+
+    why_not: Optional[str] = None
+    ok: bool = False
+    layout: str = ""
+    header: Dict[str, Any] = field(default_factory=dict)
+    compression: str = ""
+    first_known: bool = False
+    first_ts: Any = None
+    empty: bool = False
+
+
+class _Checked:
+    """The reader, after a look at its first bytes: JSON text must start with ``{`` or
+    ``[`` (anything else is for the header pass to name exactly)."""
+
+    def __init__(self, reader: TraceReader) -> None:
+        self._reader = reader
+        self._first = b""
+        while True:
+            chunk = reader.read(1 << 16)
+            self._first += chunk
+            stripped = self._first.lstrip(b" \t\r\n")
+            if stripped or not chunk:
+                break
+        self.looks_like_json = stripped[:1] in (b"{", b"[") and not stripped.startswith(b"\xef\xbb\xbf")
+
+    def read(self, n: int = -1) -> bytes:
+        if n == 0:
+            return b""  # ijson's probe for bytes or text
+        if self._first:
+            data, self._first = self._first, b""
+            return data
+        return self._reader.read(n)
+
+
+def _value(events: Events, prefix: str, ev: str, val: Any) -> Any:
+    """The JSON value whose first parse event is ``(prefix, ev, val)``, built whole."""
+    builder = ObjectBuilder()
+    builder.event(ev, val)
+    if ev not in ("start_map", "start_array"):
+        return builder.value
+    depth = 1
+    for _p, e, v in events:
+        builder.event(e, v)
+        if e in ("start_map", "start_array"):
+            depth += 1
+        elif e in ("end_map", "end_array"):
+            depth -= 1
+            if depth == 0:
+                break
+    return builder.value
+
+
+def _timed_ts(item: Any) -> Any:
+    """The ``ts`` the first-event peek takes from an event, or None."""
+    if type(item) is dict and item.get("ph") != "M":
+        ts = item.get("ts")
+        if isinstance(ts, (int, Decimal)) and not isinstance(ts, bool):
+            return ts
+    return None
+
+
+def _first_timed(events: Events, head: Head, item: Any = None) -> None:
+    """Go on through the event array (after ``item``, its first element, when given)
+    to the first timed event; a problem there leaves it unknown."""
+    try:
+        ts = _timed_ts(item)
+        while ts is None:
+            prefix, ev, val = next(events)
+            if ev == "end_array":
+                head.empty = True
+                break
+            ts = _timed_ts(_value(events, prefix, ev, val))
+        head.first_ts = ts
+        head.first_known = True
+    except (ijson.JSONError, UnicodeDecodeError, StopIteration, TraceFuseError, OSError, ValueError):
+        head.first_ts, head.empty = None, False
+
+
+def _object_head(events: Events, compression: str) -> Head:
+    header: Dict[str, Any] = {}
+    keys: List[str] = []
+    for _prefix, ev, val in events:
+        if ev == "map_key":
+            if val == "traceEvents":
+                _p, nxt, _v = next(events)
+                if nxt != "start_array":
+                    return Head()  # the header pass names it
+                head = Head(ok=True, layout="object", header=header, compression=compression)
+                _first_timed(events, head)
+                return head
+            keys.append(val)
+            header[val] = _value(events, *next(events))
+        elif ev == "end_map":
+            shown = ", ".join(keys[:5]) + (", ..." if len(keys) > 5 else "")
+            return Head(why_not=f"a JSON object without traceEvents (keys: {shown or 'none'})")
+    return Head()  # truncated: the header pass says so
+
+
+def _array_head(events: Events, compression: str) -> Head:
+    prefix, ev, val = next(events)
+    if ev == "end_array":
+        return Head(why_not="an empty JSON array")
+    if ev != "start_map":
+        return Head(why_not="a JSON array of non-objects")
+    first = _value(events, prefix, ev, val)
+    if "ph" not in first:
+        return Head(why_not="a JSON array whose first item is not a trace event (no 'ph')")
+    head = Head(ok=True, layout="array", compression=compression)
+    _first_timed(events, head, first)
+    return head
+
+
+def scan_head(path: PathLike) -> Head:
+    """One parse of the start of ``path`` (see the module docstring); never raises for
+    the file's content: what it cannot judge comes back unknown."""
+    try:
+        reader = TraceReader(path)
+    except TraceFuseError:
+        return Head()
+    try:
+        checked = _Checked(reader)
+        events: Events = ijson.parse(checked, use_float=False, buf_size=1 << 16)
+        _prefix, first_ev, _value0 = next(events)
+        if first_ev == "start_map" and checked.looks_like_json:
+            return _object_head(events, reader.compression)
+        if first_ev == "start_array" and checked.looks_like_json:
+            return _array_head(events, reader.compression)
+        if first_ev in ("start_map", "start_array"):
+            return Head()
+        return Head(why_not="a single JSON value, not an object or array")
+    except (ijson.JSONError, UnicodeDecodeError, StopIteration, TraceFuseError, OSError, ValueError):
+        return Head()
+    finally:
+        reader.close()
+
+
+__all__ = ["Head", "scan_head"]
