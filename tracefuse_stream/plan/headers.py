@@ -13,9 +13,9 @@ import os
 from typing import Any, Dict, Optional, Tuple, Union
 
 import ijson
-from ijson.common import ObjectBuilder
 
 from tracefuse_stream.errors import ErrorKind, InputError
+from tracefuse_stream.read.head import build_value
 from tracefuse_stream.read.sources import READ_SIZE, TraceReader
 from tracefuse_stream.read.trailer import find_trailer
 
@@ -50,17 +50,7 @@ def read_header(path: PathLike) -> Tuple[str, Dict[str, Any], bool]:
                     if nxt[1] != "start_array":
                         raise InputError(str(path), "traceEvents is not an array", offset=reader.offset)
                     return "object", header, True
-                builder = ObjectBuilder()
-                depth = 0
-                for _p, e, v in events:
-                    builder.event(e, v)
-                    if e in ("start_map", "start_array"):
-                        depth += 1
-                    elif e in ("end_map", "end_array"):
-                        depth -= 1
-                    if depth == 0:
-                        break
-                header[val] = builder.value
+                header[val] = build_value(events, *next(events))
             elif ev == "end_map":
                 return "object", header, False
         raise InputError(str(path), "file ends inside the header (truncated)", offset=reader.offset)

@@ -76,8 +76,9 @@ class _Checked:
         return self._reader.read(n)
 
 
-def _value(events: Events, prefix: str, ev: str, val: Any) -> Any:
-    """The JSON value whose first parse event is ``(prefix, ev, val)``, built whole."""
+def build_value(events: Events, prefix: str, ev: str, val: Any) -> Any:
+    """The JSON value whose first ijson parse event is ``(prefix, ev, val)``, built whole
+    from ``events`` (which it consumes to the value's end)."""
     builder = ObjectBuilder()
     builder.event(ev, val)
     if ev not in ("start_map", "start_array"):
@@ -113,7 +114,7 @@ def _first_timed(events: Events, head: Head, item: Any = None) -> None:
             if ev == "end_array":
                 head.empty = True
                 break
-            ts = _timed_ts(_value(events, prefix, ev, val))
+            ts = _timed_ts(build_value(events, prefix, ev, val))
         head.first_ts = ts
         head.first_known = True
     except (ijson.JSONError, UnicodeDecodeError, StopIteration, TraceFuseError, OSError, ValueError):
@@ -133,7 +134,7 @@ def _object_head(events: Events, compression: str) -> Head:
                 _first_timed(events, head)
                 return head
             keys.append(val)
-            header[val] = _value(events, *next(events))
+            header[val] = build_value(events, *next(events))
         elif ev == "end_map":
             shown = ", ".join(keys[:5]) + (", ..." if len(keys) > 5 else "")
             return Head(why_not=f"a JSON object without traceEvents (keys: {shown or 'none'})")
@@ -146,7 +147,7 @@ def _array_head(events: Events, compression: str) -> Head:
         return Head(why_not="an empty JSON array")
     if ev != "start_map":
         return Head(why_not="a JSON array of non-objects")
-    first = _value(events, prefix, ev, val)
+    first = build_value(events, prefix, ev, val)
     if "ph" not in first:
         return Head(why_not="a JSON array whose first item is not a trace event (no 'ph')")
     head = Head(ok=True, layout="array", compression=compression)
@@ -178,4 +179,4 @@ def scan_head(path: PathLike) -> Head:
         reader.close()
 
 
-__all__ = ["Head", "scan_head"]
+__all__ = ["Head", "build_value", "scan_head"]
