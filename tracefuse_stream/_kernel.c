@@ -26,7 +26,9 @@
  *   For read/scan.py: the events matching sel (ph, cat, name prefix), and any it
  *   cannot judge, come back as JSON text for Python to decode; the others are only
  *   counted, and with sel.extremes their first ts and last ts + dur (exact, in units
- *   of 1e-9 us) folded into lo/hi.
+ *   of 1e-9 us) folded into lo/hi. With sel.validate false (--align on a strict merge,
+ *   which validates every byte itself right after) the others are only skimmed: see
+ *   skim_event.
  *
  * Both consume whole events from buf[pos:] (need_sep: a "," comes first; at_start:
  * right after the array's "[", where "]" is an empty array) and stop at the first
