@@ -62,6 +62,7 @@ CASES = [
     ("   \n", None),
     ("hello", None),
     ("\ufeff\ufeff{}", None),
+    (" \n" * 70000 + '{"traceEvents": [' + X.replace("TS", "8") + "]}", None),  # white space over chunks
 ]
 
 
@@ -109,7 +110,7 @@ def test_crafted_starts(codec: str, tmp_path: Path) -> None:
         assert head.why_not == why_not, (text, head)
         _check_against_the_stages(path)
         known += head.first_known
-    assert known == 8  # the cases with a clean start and event array
+    assert known == 9  # the cases with a clean start and event array
 
 
 def test_heads_of_real_and_recorded_traces() -> None:

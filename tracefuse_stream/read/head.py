@@ -58,14 +58,14 @@ class _Checked:
 
     def __init__(self, reader: TraceReader) -> None:
         self._reader = reader
-        self._first = b""
+        self._first = b""  # the first chunk with more than white space, from there on
         while True:
             chunk = reader.read(1 << 16)
-            self._first += chunk
-            stripped = self._first.lstrip(b" \t\r\n")
-            if stripped or not chunk:
+            self._first = chunk.lstrip(b" \t\r\n")  # leading white space means nothing
+            if self._first or not chunk:
                 break
-        self.looks_like_json = stripped[:1] in (b"{", b"[") and not stripped.startswith(b"\xef\xbb\xbf")
+        first = self._first
+        self.looks_like_json = first[:1] in (b"{", b"[") and not first.startswith(b"\xef\xbb\xbf")
 
     def read(self, n: int = -1) -> bytes:
         if n == 0:
