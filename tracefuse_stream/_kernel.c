@@ -808,6 +808,18 @@ static void stop_before(St *st, int e, Py_ssize_t ev_start, Py_ssize_t out_start
     *consumed = ev_start;
 }
 
+/* a call's output as bytes, its buffer freed (NULL with an exception: no memory) */
+static PyObject *output_bytes(St *st, int r) {
+    if (r == E_NOMEM) {
+        PyMem_Free(st->o);
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        return NULL;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(st->o, st->olen);
+    PyMem_Free(st->o);
+    return out;
+}
+
 static PyObject *kernel_rewrite(PyObject *self, PyObject *args) {
     PyObject *ctx_obj;
     Py_buffer buf;
@@ -897,13 +909,7 @@ static PyObject *kernel_rewrite(PyObject *self, PyObject *args) {
         need_sep = 1;
     }
     PyBuffer_Release(&buf);
-    if (r == E_NOMEM) {
-        PyMem_Free(st.o);
-        if (!PyErr_Occurred()) PyErr_NoMemory();
-        return NULL;
-    }
-    PyObject *out = PyBytes_FromStringAndSize(st.o, st.olen);
-    PyMem_Free(st.o);
+    PyObject *out = output_bytes(&st, r);
     if (!out) return NULL;
     return Py_BuildValue("(NniniLLL)", out, consumed, status, skip_to, need_sep, n_in, n_drop, n_out);
 }
@@ -1366,13 +1372,7 @@ static PyObject *kernel_scan(PyObject *self, PyObject *args) {
     }
     PyBuffer_Release(&buf);
     for (int j = 0; j < NSEL; j++) Py_DECREF(held[j]);
-    if (r == E_NOMEM) {
-        PyMem_Free(st.o);
-        if (!PyErr_Occurred()) PyErr_NoMemory();
-        return NULL;
-    }
-    PyObject *out = PyBytes_FromStringAndSize(st.o, st.olen);
-    PyMem_Free(st.o);
+    PyObject *out = output_bytes(&st, r);
     if (!out) return NULL;
     PyObject *plo = timed ? int128_to_py(lo) : Py_NewRef(Py_None);
     PyObject *phi = timed ? int128_to_py(hi) : Py_NewRef(Py_None);
