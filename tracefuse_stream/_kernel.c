@@ -407,16 +407,20 @@ static int put_shifted_ts(St *st, const Ctx *cx, const Num *num) {
     return OK;
 }
 
-/* a number of microseconds in ns, exactly (timeunits.us_to_ns); 0 when it has more
- * than 3 decimals (sub-ns rounding: Python's call) */
-static int num_to_ns(const Num *num, __int128 *ns) {
-    if (num->fp.n > 3 || num->ip.n > 24) return 0;
+/* a number as an exact integer of 10**-decimals of its unit (0: more decimals than
+ * that, or more than max_int integer digits) */
+static int num_scaled(const Num *num, int decimals, Py_ssize_t max_int, __int128 *out) {
+    if (num->fp.n > decimals || num->ip.n > max_int) return 0;
     __int128 v = 0;
     for (Py_ssize_t k = 0; k < num->ip.n; k++) v = v * 10 + (num->ip.p[k] - '0');
-    for (Py_ssize_t k = 0; k < 3; k++) v = v * 10 + (k < num->fp.n ? num->fp.p[k] - '0' : 0);
-    *ns = num->neg ? -v : v;
+    for (Py_ssize_t k = 0; k < decimals; k++) v = v * 10 + (k < num->fp.n ? num->fp.p[k] - '0' : 0);
+    *out = num->neg ? -v : v;
     return 1;
 }
+
+/* microseconds in ns, exactly (timeunits.us_to_ns); 0 when more than 3 decimals
+ * (sub-ns rounding: Python's call) */
+static int num_to_ns(const Num *num, __int128 *ns) { return num_scaled(num, 3, 24, ns); }
 
 static int is_gpu_cat(Span c) {
     return IS(c, "kernel") || IS(c, "gpu_memcpy") || IS(c, "gpu_memset") || IS(c, "gpu_user_annotation") ||
@@ -923,22 +927,36 @@ typedef struct {
     int extremes;                     /* fold first ts / last end of unselected events */
 } Sel;
 
-static int span_contains(Span hay, const char *needle, Py_ssize_t n) {
-    if (n == 0) return 1;
-    for (Py_ssize_t i = 0; i + n <= hay.n; i++)
-        if (hay.p[i] == (unsigned char)needle[0] && memcmp(hay.p + i, needle, n) == 0) return 1;
+static inline Span bytes_span(PyObject *b) {
+    Span sp = {(const unsigned char *)PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b)};
+    return sp;
+}
+
+/* the text holds the needle: a search that tests 16 positions at a time for the
+ * needle's first two bytes (glibc's memmem costs more on short texts) */
+static int holds(Span text, Span w) {
+    const unsigned char *p = text.p;
+    Py_ssize_t n = text.n, i = 0;
+    if (n < w.n) return 0;
+    if (w.n <= 1) return w.n == 0 || memchr(p, w.p[0], n) != NULL;
+#ifdef __SSE2__
+    const __m128i c0 = _mm_set1_epi8((char)w.p[0]), c1 = _mm_set1_epi8((char)w.p[1]);
+    for (; i + 17 <= n; i += 16) {
+        __m128i a = _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(p + i)), c0);
+        __m128i b = _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(p + i + 1)), c1);
+        for (unsigned m = (unsigned)_mm_movemask_epi8(_mm_and_si128(a, b)); m; m &= m - 1) {
+            Py_ssize_t at = i + __builtin_ctz(m);
+            if (at + w.n <= n && memcmp(p + at + 2, w.p + 2, w.n - 2) == 0) return 1;
+        }
+    }
+#endif
+    for (; i + w.n <= n; i++)
+        if (p[i] == w.p[0] && memcmp(p + i, w.p, w.n) == 0) return 1;
     return 0;
 }
 
-/* a number of microseconds as an exact integer of 1e-9 us (0: more than 9 decimals) */
-static int num_to_nano_us(const Num *num, __int128 *out) {
-    if (num->fp.n > 9 || num->ip.n > 20) return 0;
-    __int128 v = 0;
-    for (Py_ssize_t k = 0; k < num->ip.n; k++) v = v * 10 + (num->ip.p[k] - '0');
-    for (Py_ssize_t k = 0; k < 9; k++) v = v * 10 + (k < num->fp.n ? num->fp.p[k] - '0' : 0);
-    *out = num->neg ? -v : v;
-    return 1;
-}
+/* microseconds as an exact integer of 1e-9 us (0: more than 9 decimals) */
+static int num_to_nano_us(const Num *num, __int128 *out) { return num_scaled(num, 9, 20, out); }
 
 static int bytes_match(PyObject *want, Span got, int prefix) {
     Py_ssize_t n = PyBytes_GET_SIZE(want);
@@ -1019,12 +1037,12 @@ static int scan_event(St *st, const Sel *sel, ScanEv *ev) {
         if (sel->name_contains != Py_None && has_name) {
             for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(sel->name_contains) && !more; j++) {
                 PyObject *b = PyTuple_GET_ITEM(sel->name_contains, j);
-                more = span_contains(name, PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b));
+                more = holds(name, bytes_span(b));
             }
         }
         if (!more && sel->text_contains != Py_None) {
             Span text = {st->s + ev_start, st->i - ev_start};
-            more = span_contains(text, PyBytes_AS_STRING(sel->text_contains), PyBytes_GET_SIZE(sel->text_contains)) ||
+            more = holds(text, bytes_span(sel->text_contains)) ||
                    memchr(text.p, '\\', text.n) != NULL; /* an escape could spell it: Python looks */
         }
         match = more;
@@ -1118,27 +1136,6 @@ static inline int starts_here(const unsigned char *s, Py_ssize_t at, Py_ssize_t 
     return n - at >= w.n && (w.n < 2 || s[at + 1] == w.p[1]) && memcmp(s + at, w.p, w.n) == 0;
 }
 
-/* the text holds the needle: a search that tests 16 positions at a time for the
- * needle's first two bytes (glibc's memmem costs more on short texts) */
-static int holds(Span text, Span w) {
-    const unsigned char *p = text.p;
-    Py_ssize_t n = text.n, i = 0;
-    if (w.n <= 1) return w.n == 0 || memchr(p, w.p[0], n) != NULL;
-#ifdef __SSE2__
-    const __m128i c0 = _mm_set1_epi8((char)w.p[0]), c1 = _mm_set1_epi8((char)w.p[1]);
-    for (; i + 17 <= n; i += 16) {
-        __m128i a = _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(p + i)), c0);
-        __m128i b = _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(p + i + 1)), c1);
-        for (unsigned m = (unsigned)_mm_movemask_epi8(_mm_and_si128(a, b)); m; m &= m - 1) {
-            Py_ssize_t at = i + __builtin_ctz(m);
-            if (at + w.n <= n && memcmp(p + at + 2, w.p + 2, w.n - 2) == 0) return 1;
-        }
-    }
-#endif
-    for (; i + w.n <= n; i++)
-        if (p[i] == w.p[0] && memcmp(p + i, w.p, w.n) == 0) return 1;
-    return 0;
-}
 
 /* where one event's skim is: the next byte to read, the nesting depth, whether that
  * byte is inside a string (its opening quote already read), and what was found */
