@@ -241,6 +241,22 @@ def pin_code(root: Path, code: str) -> Dict[str, str]:
     return info
 
 
+def rss_by_pid(root: psutil.Process) -> Dict[int, int]:
+    """RSS of ``root`` and each of its live descendants (one sample; processes that end
+    meanwhile are left out)."""
+    try:
+        procs = [root] + root.children(recursive=True)
+    except psutil.NoSuchProcess:
+        return {}
+    out: Dict[int, int] = {}
+    for p in procs:
+        try:
+            out[p.pid] = p.memory_info().rss
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return out
+
+
 def measure(argv: List[str], out_path: Optional[Path], name: str, rep: int) -> Run:
     """Run ``argv`` in a subprocess, sampling its process tree's RSS every POLL_S."""
     if out_path is not None and out_path.exists():
@@ -256,20 +272,10 @@ def measure(argv: List[str], out_path: Optional[Path], name: str, rep: int) -> R
     status = None
     ru = None
     while True:
-        try:
-            procs = [ps] + ps.children(recursive=True)
-        except psutil.NoSuchProcess:
-            procs = []
-        tree = 0
-        for p in procs:
-            try:
-                rss = p.memory_info().rss
-            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-                continue
-            tree += rss
-            peak_proc = max(peak_proc, rss)
-        peak_tree = max(peak_tree, tree)
-        max_procs = max(max_procs, len(procs))
+        rss = rss_by_pid(ps)
+        peak_proc = max([peak_proc, *rss.values()])
+        peak_tree = max(peak_tree, sum(rss.values()))
+        max_procs = max(max_procs, len(rss))
         pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
         if pid == proc.pid:
             break

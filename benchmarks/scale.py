@@ -313,6 +313,9 @@ def measure(argv: List[str], env: Dict[str, str], out_path: Optional[Path]) -> D
     summed tree, the load average and ``uptime`` before the start, and the stdout."""
     import psutil  # type: ignore[import-untyped]
 
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import bench  # the tree sampler (bench.rss_by_pid)
+
     if out_path is not None and out_path.exists():
         out_path.unlink()
     up, load1 = uptime(), os.getloadavg()[0]
@@ -323,19 +326,10 @@ def measure(argv: List[str], env: Dict[str, str], out_path: Optional[Path]) -> D
     peaks: Dict[int, int] = {}
     peak_tree = 0
     while True:
-        try:
-            procs = [root] + root.children(recursive=True)
-        except psutil.NoSuchProcess:
-            procs = []
-        tree = 0
-        for p in procs:
-            try:
-                rss = p.memory_info().rss
-            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-                continue
-            tree += rss
-            peaks[p.pid] = max(peaks.get(p.pid, 0), rss)
-        peak_tree = max(peak_tree, tree)
+        sample = bench.rss_by_pid(root)
+        for pid, rss in sample.items():
+            peaks[pid] = max(peaks.get(pid, 0), rss)
+        peak_tree = max(peak_tree, sum(sample.values()))
         pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
         if pid == proc.pid:
             break
