@@ -46,6 +46,7 @@ class ServerThread:
         self.result: Optional[ServeResult] = None
         ready: queue.Queue[int] = queue.Queue()
         server = bind_server(str(path), 0)
+        self.token = server.token
 
         def run() -> None:
             self.result = serve_until_sent(server, timeout_s=timeout_s, on_ready=ready.put)
@@ -54,8 +55,12 @@ class ServerThread:
         self.thread.start()
         self.port = ready.get(timeout=WAIT_S)
 
-    def url(self, name: str) -> str:
-        return f"http://127.0.0.1:{self.port}/{name}"
+    def url(self, name: str, token: Optional[str] = None) -> str:
+        """The URL of ``name`` under the server's secret token (or ``token``)."""
+        return f"http://127.0.0.1:{self.port}/{self.token if token is None else token}/{name}"
+
+    def bare_url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}/{path}"
 
     def wait_stopped(self) -> ServeResult:
         self.thread.join(timeout=WAIT_S)
@@ -145,10 +150,10 @@ def test_get_sends_exact_bytes_with_length_and_cors_then_stops(tmp_path: Path, k
         status, headers, _ = request(srv.url(other))
         assert status == 404, other
         assert headers["access-control-allow-origin"] == ORIGIN
-    status, _, _ = request(srv.url("status"), "OPTIONS")  # OPTIONS of another path: 404 too
+    status, _, _ = request(srv.bare_url("status"), "OPTIONS")  # OPTIONS of another path: 404 too
     assert status == 404
     # The UI's probe for a native trace_processor (POST /status) must read "none".
-    status, headers, _ = request(srv.url("status"), "POST")
+    status, headers, _ = request(srv.bare_url("status"), "POST")
     assert status == 405 and headers["allow"] == "GET, HEAD, OPTIONS"
     assert srv.thread.is_alive()
 
@@ -183,7 +188,7 @@ def test_cut_download_does_not_stop_the_server(tmp_path: Path) -> None:
         f.truncate(64 * 1024 * 1024)
     srv = ServerThread(big)
     with socket.create_connection(("127.0.0.1", srv.port), timeout=WAIT_S) as s:
-        s.sendall(f"GET /{big.name} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+        s.sendall(f"GET /{srv.token}/{big.name} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
         head = s.recv(4096)
         assert head.startswith(b"HTTP/1.1 200 ")
         s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # hang up with a reset
@@ -201,8 +206,8 @@ def test_cut_download_does_not_stop_the_server(tmp_path: Path) -> None:
 def test_percent_encoded_name(tmp_path: Path) -> None:
     path = tmp_path / "merged run#1.json.gz"
     shutil.copyfile(SAMPLE_GZ, path)
-    link = perfetto_link(9001, path.name)
-    assert link == "https://ui.perfetto.dev/#!/?url=http://127.0.0.1:9001/merged%20run%231.json.gz"
+    link = perfetto_link(9001, path.name, token="T0k-_en")
+    assert link == "https://ui.perfetto.dev/#!/?url=http://127.0.0.1:9001/T0k-_en/merged%20run%231.json.gz"
     srv = ServerThread(path)
     status, _, body = request(srv.url(quote(path.name, safe="")))
     assert status == 200 and body == SAMPLE_GZ.read_bytes()
@@ -258,6 +263,13 @@ def _port_of(banner: List[str]) -> int:
     return int(first.split(" on 127.0.0.1:")[1].split(" ")[0])
 
 
+def _token_of(link: str) -> str:
+    """The secret path segment of a printed link: 22 URL-safe base64 characters (128 bits)."""
+    token = link.split("?url=http://127.0.0.1:", 1)[1].split("/")[1]
+    assert len(token) == 22 and all(c.isalnum() or c in "-_" for c in token), link
+    return token
+
+
 def test_cli_prints_exact_link_and_ssh_line_and_stops_after_one_download(tmp_path: Path) -> None:
     path = tmp_path / "merged run.json.gz"
     shutil.copyfile(SAMPLE_GZ, path)
@@ -267,7 +279,11 @@ def test_cli_prints_exact_link_and_ssh_line_and_stops_after_one_download(tmp_pat
     try:
         banner = _read_until(lines, "https://")
         port = _port_of(banner)
-        assert banner[-1] == f"https://ui.perfetto.dev/#!/?url=http://127.0.0.1:{port}/merged%20run.json.gz"
+        token = _token_of(banner[-1])
+        assert (
+            banner[-1]
+            == f"https://ui.perfetto.dev/#!/?url=http://127.0.0.1:{port}/{token}/merged%20run.json.gz"
+        )
         assert f"ssh -L {port}:127.0.0.1:{port} alice@{socket.gethostname()}" in banner
         status, _, body = request(banner[-1].split("?url=", 1)[1])
         assert status == 200 and body == path.read_bytes()
@@ -317,7 +333,10 @@ def test_browser_opened_with_the_link_only_where_one_is_expected(
     assert main(["open", str(SAMPLE_GZ), "--port", "0", "--timeout", "0.3"]) == 0
     out = capsys.readouterr().out.splitlines()
     port = _port_of(out)
-    assert calls == [f"https://ui.perfetto.dev/#!/?url=http://127.0.0.1:{port}/{SAMPLE_GZ.name}"]
+    assert len(calls) == 1
+    assert calls == [
+        f"https://ui.perfetto.dev/#!/?url=http://127.0.0.1:{port}/{_token_of(calls[0])}/{SAMPLE_GZ.name}"
+    ]
     assert calls[0] in out
 
     calls.clear()  # an SSH session: the ssh line instead of a browser
@@ -412,7 +431,7 @@ def test_origin_option_sets_cors_and_link(
     )
     t.start()
     port = ready.get(timeout=WAIT_S)
-    status, headers, _ = request(f"http://127.0.0.1:{port}/{SAMPLE_GZ.name}")
+    status, headers, _ = request(f"http://127.0.0.1:{port}/{server.token}/{SAMPLE_GZ.name}")
     assert status == 200 and headers["access-control-allow-origin"] == own_ui
     t.join(timeout=WAIT_S)
     assert not t.is_alive()
@@ -436,7 +455,96 @@ def test_origin_option_sets_cors_and_link(
     )
     out = capsys.readouterr().out.splitlines()
     port = _port_of(out)
-    assert f"{own_ui}/#!/?url=http://127.0.0.1:{port}/{SAMPLE_GZ.name}" in out
+    link = next(line for line in out if line.startswith(own_ui))
+    assert link == f"{own_ui}/#!/?url=http://127.0.0.1:{port}/{_token_of(link)}/{SAMPLE_GZ.name}"
     assert not any(
         line.startswith("Note: ui.perfetto.dev") for line in out
     )  # the CSP note is about ui.perfetto.dev only
+
+
+# --------------------------------------------------------------------------- shared hosts
+def test_only_the_secret_path_serves_the_file(tmp_path: Path) -> None:
+    """Another local user can reach the loopback port but not guess the path: every
+    path but /TOKEN/NAME is a 404 for every method, and says nothing about the file."""
+    srv = ServerThread(SAMPLE_GZ)
+    name = SAMPLE_GZ.name
+    other = bind_server(str(SAMPLE_GZ), 0)
+    assert other.token != srv.token and len(srv.token) == 22  # fresh 128-bit tokens
+    other.server_close()
+    wrong_token = ("x" if srv.token[0] != "x" else "y") + srv.token[1:]
+    guesses = [
+        name,
+        srv.token,
+        srv.token + "/",
+        f"{wrong_token}/{name}",
+        f"{srv.token.upper() if srv.token.upper() != srv.token else srv.token.lower()}/{name}",
+        f"{srv.token}/{name}/x",
+        f"x/{srv.token}/{name}",
+        f"{srv.token}{name}",
+    ]
+    for path in guesses:
+        for method in ("GET", "HEAD", "OPTIONS"):
+            status, headers, body = request(srv.bare_url(path), method)
+            assert status == 404, (path, method)
+            assert name.encode() not in body and srv.token.encode() not in body
+    assert srv.thread.is_alive()
+    status, _, body = request(srv.url(name))
+    assert status == 200 and body == SAMPLE_GZ.read_bytes()
+    assert srv.wait_stopped().completed
+
+
+def test_listens_on_loopback_only() -> None:
+    server = bind_server(str(SAMPLE_GZ), 0)
+    try:
+        assert server.server_address[0] == "127.0.0.1"
+        port = int(server.server_address[1])
+        try:
+            own = {ip for *_, (ip, *_) in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)}
+        except OSError:
+            own = set()
+        for ip in sorted(own - {"127.0.0.1"}):
+            if ip.startswith("127."):
+                continue  # another loopback address (Debian's 127.0.1.1): not reachable either way
+            with pytest.raises(OSError):  # not listening on the host's other addresses
+                socket.create_connection((ip, port), timeout=WAIT_S).close()
+    finally:
+        server.server_close()
+
+
+def test_a_second_client_is_never_served(tmp_path: Path) -> None:
+    """While one download runs another GET is refused (409); once it completed, the
+    token is spent (410) and the server stops, closing the port."""
+    big = tmp_path / "big.json"
+    with open(big, "wb") as f:
+        f.truncate(64 * 1024 * 1024)  # larger than the socket buffers: the first download stays open
+    srv = ServerThread(big)
+    with socket.create_connection(("127.0.0.1", srv.port), timeout=WAIT_S) as first:
+        first.sendall(f"GET /{srv.token}/{big.name} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+        got = first.recv(65536)
+        assert got.startswith(b"HTTP/1.1 200 ")
+        status, headers, body = request(srv.url(big.name))  # a second client meanwhile
+        assert status == 409 and len(body) < 100
+        assert headers["access-control-allow-origin"] == ORIGIN
+        total = len(got) - got.index(b"\r\n\r\n") - 4
+        while True:
+            chunk = first.recv(1 << 20)
+            if not chunk:
+                break
+            total += len(chunk)
+        assert total == 64 * 1024 * 1024
+    result = srv.wait_stopped()
+    assert result.completed and result.bytes_sent == total
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", srv.port), timeout=WAIT_S).close()
+
+
+def test_spent_token_answers_410_until_the_port_closes() -> None:
+    """The window between the first complete download and the port closing: any GET
+    there is refused with 410, never served."""
+    server = bind_server(str(SAMPLE_GZ), 0)
+    try:
+        assert server.claim(object()) is None  # nothing sent yet: a client may start
+        server.done.set()  # as after one complete download
+        assert server.claim(object()) == 410
+    finally:
+        server.server_close()

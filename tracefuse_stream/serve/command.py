@@ -1,10 +1,12 @@
 """``tracefuse open FILE``: serve a (merged) trace once and print the Perfetto link.
 
 Dragging a multi-GB file from a login node into a browser means copying it first;
-this command serves it where it is, on 127.0.0.1 only, and prints the
-``https://ui.perfetto.dev/#!/?url=...`` link plus, in an SSH session, the
-``ssh -L`` line that brings the port to the user's own machine. It stops by itself
-once the UI has fetched the file (see ``http_server`` for what the UI needs).
+this command serves it where it is, on 127.0.0.1 only, under a random secret path
+(``/TOKEN/NAME``: other users of a shared login node can reach the port, not guess
+the path), and prints the ``https://ui.perfetto.dev/#!/?url=...`` link plus, in an
+SSH session, the ``ssh -L`` line that brings the port to the user's own machine. It
+serves one client and stops once the UI has fetched the file (see ``http_server``
+for what the UI needs).
 """
 
 from __future__ import annotations
@@ -68,9 +70,13 @@ def add_open_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def perfetto_link(port: int, file_name: str, origin: str = PERFETTO_ORIGIN) -> str:
-    """``ORIGIN/#!/?url=http://127.0.0.1:PORT/NAME`` with NAME percent-encoded."""
-    return f"{origin}/#!/?url=http://127.0.0.1:{port}/{quote(file_name, safe='')}"
+def perfetto_link(
+    port: int, file_name: str, origin: str = PERFETTO_ORIGIN, token: Optional[str] = None
+) -> str:
+    """``ORIGIN/#!/?url=http://127.0.0.1:PORT/TOKEN/NAME`` with NAME percent-encoded
+    (no ``TOKEN/`` segment when ``token`` is None)."""
+    secret = f"{token}/" if token else ""
+    return f"{origin}/#!/?url=http://127.0.0.1:{port}/{secret}{quote(file_name, safe='')}"
 
 
 def is_remote_session(env: Mapping[str, str]) -> bool:
@@ -139,7 +145,7 @@ def cmd_open(a: argparse.Namespace, env: Optional[Mapping[str, str]] = None) -> 
     server = bind_server(path, a.port, origin)
 
     def announce(port: int) -> None:
-        link = perfetto_link(port, name, origin)
+        link = perfetto_link(port, name, origin, server.token)
         _say(
             f"Serving {name} ({size:,} bytes) on 127.0.0.1:{port} until it has been downloaded once (Ctrl-C stops)."
         )

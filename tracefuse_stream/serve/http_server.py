@@ -35,6 +35,15 @@ The server stops itself after the first complete GET of the file: the trace is s
 once, as ``tools/open_trace_in_ui`` and ``record_android_trace`` do. "Complete" means
 every byte was handed to the kernel and the connection was closed cleanly; a download
 cut short keeps the server waiting for the next one.
+
+Who can reach it, on a shared login node: the socket is bound to 127.0.0.1, so only
+processes on this host, but those of every local user. So the file is served only
+under ``/TOKEN/NAME``, TOKEN being 128 random bits (``secrets.token_urlsafe``) that
+only the printed link carries; every other path is a 404, whatever the method, and
+the 404 says nothing about the file. Only one client is served: while a download
+runs, another GET is refused (409), and once one download completed every request
+is refused (410) until the server, stopping, closes the port. ``POST /status`` (the
+UI's probe, above) still gets 405: the token is not part of that URL.
 """
 
 from __future__ import annotations
@@ -42,12 +51,13 @@ from __future__ import annotations
 import errno
 import http.server
 import os
+import secrets
 import sys
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Set, Tuple
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from tracefuse_stream.errors import UsageError
 
@@ -55,6 +65,12 @@ PERFETTO_ORIGIN = "https://ui.perfetto.dev"
 ALLOWED_METHODS = "GET, HEAD, OPTIONS"
 HANDLER_SOCKET_TIMEOUT_S = 60.0  # an idle or stuck client cannot hold a thread forever
 WAIT_SLICE_S = 0.2  # the main thread waits in slices so Ctrl-C is seen promptly
+TOKEN_BYTES = 16  # 128 random bits: not guessable by another local user
+
+
+def new_token() -> str:
+    """The secret first path segment of the served URL (URL-safe base64, no padding)."""
+    return secrets.token_urlsafe(TOKEN_BYTES)
 
 
 @dataclass(frozen=True)
@@ -74,15 +90,28 @@ class _OneFileServer(http.server.ThreadingHTTPServer):
     allow_reuse_address = True
     allow_reuse_port = False  # never share the port with another listener
 
-    def __init__(self, port: int, path: str, origin: str) -> None:
+    def __init__(self, port: int, path: str, origin: str, token: Optional[str] = None) -> None:
         self.file_path = path
         self.file_name = os.path.basename(path)
+        self.token = token or new_token()
         self.origin = origin
         self.done = threading.Event()
         self.bytes_sent = 0
         self._complete_requests: Set[int] = set()
+        self._downloading: Optional[int] = None  # id() of the request being served the file
         self._lock = threading.Lock()
         super().__init__(("127.0.0.1", port), _OneFileHandler)
+
+    def claim(self, request: Any) -> Optional[int]:
+        """Lets ``request`` download the file; else the HTTP status refusing it: 410 once
+        a download completed, 409 while another one runs (one client only)."""
+        with self._lock:
+            if self.done.is_set():
+                return 410
+            if self._downloading is not None:
+                return 409
+            self._downloading = id(request)
+            return None
 
     def mark_complete(self, request: Any, nbytes: int) -> None:
         with self._lock:
@@ -92,12 +121,16 @@ class _OneFileServer(http.server.ThreadingHTTPServer):
     def shutdown_request(self, request: Any) -> None:
         # Runs in the handler thread after the response: the socket is shut down and
         # closed here, so ``done`` is set only once the bytes are on their way.
+        # The claim on the download is released here too, in the same step, so that
+        # no other GET is served between a complete download and ``done``.
         super().shutdown_request(request)
         with self._lock:
             finished = id(request) in self._complete_requests
             self._complete_requests.discard(id(request))
-        if finished:
-            self.done.set()
+            if finished:
+                self.done.set()
+            if self._downloading == id(request):
+                self._downloading = None  # a cut download: the next GET may be served
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A browser that closes the connection mid-download (tab closed, reload) is
@@ -106,12 +139,20 @@ class _OneFileServer(http.server.ThreadingHTTPServer):
             return
         super().handle_error(request, client_address)
 
+    @property
+    def url_path(self) -> str:
+        """``/TOKEN/NAME`` as the link carries it (NAME percent-encoded)."""
+        return f"/{self.token}/{quote(self.file_name, safe='')}"
+
     def is_served_path(self, raw_path: str) -> bool:
-        """``/NAME``, percent-encoded or not (the UI's router may decode the link once)."""
+        """``/TOKEN/NAME``, NAME percent-encoded or not (the UI's router may decode the
+        link once); the token must match exactly (compared in constant time)."""
         path = urlsplit(raw_path).path
-        if not path.startswith("/"):
+        prefix, sep, rest = path[1:].partition("/")
+        if not path.startswith("/") or not sep:
             return False
-        rest = path[1:]
+        if not secrets.compare_digest(prefix.encode(), self.token.encode()):
+            return False
         return rest == self.file_name or unquote(rest) == self.file_name
 
 
@@ -136,8 +177,10 @@ class _OneFileHandler(http.server.BaseHTTPRequestHandler):
         return self.server_version
 
     def _not_found(self) -> None:
-        body = b"404: only the served trace is available here\n"
-        self.send_response(404)
+        self._refuse(404, b"404: nothing here\n")
+
+    def _refuse(self, status: int, body: bytes) -> None:
+        self.send_response(status)
         self.send_header("Content-Type", "text/plain; charset=utf-8")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -171,7 +214,14 @@ class _OneFileHandler(http.server.BaseHTTPRequestHandler):
         if not self.server.is_served_path(self.path):
             self._not_found()
             return
-        opened = self._file_headers()
+        refused = self.server.claim(self.request)
+        if refused == 410:
+            self._refuse(410, b"410: the trace was already sent once; run 'tracefuse open' again\n")
+            return
+        if refused == 409:
+            self._refuse(409, b"409: the trace is being sent to another client\n")
+            return
+        opened = self._file_headers()  # the claim is released by shutdown_request
         if opened is None:
             return
         f, size = opened
@@ -209,10 +259,13 @@ class _OneFileHandler(http.server.BaseHTTPRequestHandler):
     do_PATCH = _method_not_allowed
 
 
-def bind_server(path: str, port: int, origin: str = PERFETTO_ORIGIN) -> _OneFileServer:
-    """Binds 127.0.0.1:``port`` (0 = a free port); a taken port is a usage error (exit 2)."""
+def bind_server(
+    path: str, port: int, origin: str = PERFETTO_ORIGIN, token: Optional[str] = None
+) -> _OneFileServer:
+    """Binds 127.0.0.1:``port`` (0 = a free port); a taken port is a usage error (exit 2).
+    ``token``: the secret path segment (a fresh random one by default)."""
     try:
-        return _OneFileServer(port, path, origin)
+        return _OneFileServer(port, path, origin, token)
     except OSError as e:
         where = f"127.0.0.1:{port}"
         if e.errno == errno.EADDRINUSE:
