@@ -9,8 +9,11 @@ as a traceback.
 
 from __future__ import annotations
 
+import contextvars
 import enum
-from typing import Any, Optional
+import re
+from contextlib import contextmanager
+from typing import Any, Iterator, Optional
 
 EXIT_OK = 0
 EXIT_INPUT = 1
@@ -46,11 +49,67 @@ class ErrorKind(enum.Enum):
     VERIFY = "verify"
 
 
+#: Messages are written with the command line's flags; raised to Python code they say
+#: the keyword instead (``force=True``, not ``--force``): each speaks its caller's language.
+_PYTHON_WORDS = (
+    ("--rank-from order", 'rank_from="order"'),
+    ("--cycle N", "cycle=N"),
+    ("--cycle latest", 'cycle="latest"'),
+    ("--cycle all", 'cycle="all"'),
+    ("--args slim", 'args="slim"'),
+    ("--align collectives", 'align="collectives"'),
+    ("--split-ranks K", "split_ranks=K"),
+    ("--steps A:B", "steps=(A, B)"),
+    ("--window START_MS:END_MS", "window_ms=(START, END)"),
+    ("--force", "force=True"),
+    ("--salvage", "salvage=True"),
+    ("--include-pyfunc", "include_pyfunc=True"),
+    ("--link-collectives", "link_collectives=True"),
+    ("--rank-from", "rank_from"),
+    ("--cycle", "cycle"),
+    ("--ranks", "ranks"),
+    ("--steps", "steps"),
+    ("--step-rank", "step_rank"),
+    ("--window", "window_ms"),
+    ("--split-ranks", "split_ranks"),
+    ("--keep-cat", "keep_cat"),
+    ("--drop-cat", "drop_cat"),
+    ("--clock-offsets", "clock_offsets"),
+)
+_FLAG = re.compile("|".join(re.escape(f) + r"(?![\w-])" for f, _ in _PYTHON_WORDS))
+_WORD = dict(_PYTHON_WORDS)
+_SPEAK_CLI: contextvars.ContextVar[bool] = contextvars.ContextVar("tracefuse_speak_cli", default=False)
+
+
+def python_wording(text: str) -> str:
+    """``text`` with the command line's flags written as ``merge()`` keywords."""
+    return _FLAG.sub(lambda m: _WORD[m.group(0)], text)
+
+
+@contextmanager
+def cli_wording() -> Iterator[None]:
+    """Within this block errors print with flags (``--force``): the command line."""
+    token = _SPEAK_CLI.set(True)
+    try:
+        yield
+    finally:
+        _SPEAK_CLI.reset(token)
+
+
 class TraceFuseError(Exception):
-    """Base class: a user-facing failure with a one-line message and a kind."""
+    """Base class: a user-facing failure with a one-line message and a kind.
+
+    Messages are written in flags; ``str()`` gives them in Python keywords unless the
+    command line asked for flags (:func:`cli_wording`), so a Python caller reads
+    ``use force=True`` and a shell user ``use --force``.
+    """
 
     exit_code = EXIT_INPUT
     kind: ErrorKind = ErrorKind.INVALID_JSON
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        return text if _SPEAK_CLI.get() else python_wording(text)
 
     @property
     def salvageable(self) -> bool:

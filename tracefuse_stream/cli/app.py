@@ -22,6 +22,7 @@ from tracefuse_stream.errors import (
     EXIT_SALVAGED,
     EXIT_USAGE,
     TraceFuseError,
+    cli_wording,
 )
 from tracefuse_stream.serve import add_open_arguments, cmd_open
 from tracefuse_stream.verify.cli import add_verify_arguments, cmd_verify
@@ -275,6 +276,12 @@ def _ranges(nums: List[int]) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the command line; errors speak flags (``--force``), not keywords."""
+    with cli_wording():
+        return _main(argv)
+
+
+def _main(argv: Optional[Sequence[str]] = None) -> int:
     ap = build_parser()
     a = ap.parse_args(argv)
     if a.command is None:

@@ -9,10 +9,13 @@ whenever a rank already seen in the current cycle appears again. That stays righ
 a rank misses a cycle (its next file still lands in the cycle of its time).
 
 One cycle merges as it is; several need a choice (``--cycle N``, ``latest``, ``all``).
+Files that only look like cycles (the same rank in another folder, or a day later) are
+two runs, named as such with their full paths (:func:`two_runs`), never offered as cycles.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -20,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Hashable, List, Optional,
 
 from tracefuse_stream.errors import UsageError
 from tracefuse_stream.plan.ranks import tensorboard_parts
+from tracefuse_stream.report.listing import SHOWN, bounded, inline
 
 if TYPE_CHECKING:  # pragma: no cover
     from tracefuse_stream.plan.planner import RankPlan
@@ -102,13 +106,19 @@ def group_cycles(plans: Sequence[RankPlan], ids: Sequence[Hashable]) -> List[Cyc
     return cycles
 
 
-def describe_cycles(cycles: Sequence[Cycle]) -> str:
-    """One line: ``cycle 1 (starts ...Z, 2 files: a, b); cycle 2 (...)``."""
-    parts = []
-    for c in cycles:
-        names = ", ".join(Path(f).name for f in c.files)
-        parts.append(f"cycle {c.index} (starts {iso_utc(c.start_ns)}, {len(c.files)} file(s): {names})")
-    return "; ".join(parts)
+def describe_cycles(cycles: Sequence[Cycle], limit: int = SHOWN) -> List[str]:
+    """One line per cycle (the first few, then ``... and N more``): its start and
+    the first file names (``info`` lists every file)."""
+    lines = [
+        f"cycle {c.index}: starts {iso_utc(c.start_ns)}, {plural(len(c.files), 'file')}: "
+        + inline([Path(f).name for f in c.files])
+        for c in cycles
+    ]
+    return bounded(lines, limit=limit, more="`tracefuse info` lists every file")
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def choose_cycle(cycles: List[Cycle], choice: CycleChoice, where: str) -> Cycle:
@@ -117,9 +127,14 @@ def choose_cycle(cycles: List[Cycle], choice: CycleChoice, where: str) -> Cycle:
         if len(cycles) == 1:
             return cycles[0]
         raise UsageError(
-            f"{where} holds {len(cycles)} profiling cycles (the same ranks appear again, "
-            f"e.g. schedule(repeat=N)): {describe_cycles(cycles)}; "
-            "choose one with --cycle N, --cycle latest, or --cycle all (one output per cycle)"
+            "\n".join(
+                [
+                    f"{where} holds {len(cycles)} profiling cycles (the same ranks appear again, "
+                    "e.g. schedule(repeat=N)):"
+                ]
+                + describe_cycles(cycles)
+                + ["choose one with --cycle N, --cycle latest, or --cycle all (one output per cycle)"]
+            )
         )
     if choice == "latest":
         return cycles[-1]
@@ -127,8 +142,61 @@ def choose_cycle(cycles: List[Cycle], choice: CycleChoice, where: str) -> Cycle:
         raise UsageError("--cycle all is handled by merging each cycle on its own")  # pragma: no cover
     assert isinstance(choice, int)
     if choice > len(cycles):
-        raise UsageError(f"--cycle {choice}: {where} holds {len(cycles)} cycle(s): {describe_cycles(cycles)}")
+        raise UsageError(
+            "\n".join(
+                [f"--cycle {choice}: {where} holds {plural(len(cycles), 'cycle')}:"] + describe_cycles(cycles)
+            )
+        )
     return cycles[choice - 1]
+
+
+def two_runs(
+    plans: Sequence[RankPlan], ids: Sequence[Hashable], cycles: Sequence[Cycle], where: str
+) -> Optional[str]:
+    """Why ``cycles`` are files of two (or more) runs rather than profiling cycles of
+    one, as a message listing each run with full paths; None when they look like cycles.
+
+    Cycles of one job are written by one ``tensorboard_trace_handler`` into one folder,
+    minutes apart. The same rank again in another folder, or a cycle starting more than
+    :data:`~tracefuse_stream.plan.starts.FAR_APART_NS` (a day) after the previous one, is
+    another run: merging "cycle 2" of that is not what anyone asked for.
+    """
+    from tracefuse_stream.plan.starts import FAR_APART_NS
+
+    folders: Dict[Hashable, set] = {}
+    for p, k in zip(plans, ids):
+        folders.setdefault(k, set()).add(os.path.dirname(os.path.abspath(p.path)))
+    runs: List[List[RankPlan]]
+    if any(len(f) > 1 for f in folders.values()):
+        by_dir: Dict[str, List[RankPlan]] = {}
+        for p in sorted(plans, key=lambda p: p.position):
+            by_dir.setdefault(os.path.dirname(os.path.abspath(p.path)), []).append(p)
+        runs, why = list(by_dir.values()), "the same ranks appear again in another folder"
+        advice = "merge one run at a time: give its folder, or its files by path"
+    else:
+        runs = [list(cycles[0].plans)]
+        gaps = []
+        for prev, c in zip(cycles, cycles[1:]):
+            if (
+                prev.start_ns is not None
+                and c.start_ns is not None
+                and c.start_ns - prev.start_ns > FAR_APART_NS
+            ):
+                runs.append([])
+                gaps.append(c.start_ns - prev.start_ns)
+            runs[-1].extend(c.plans)
+        if not gaps:
+            return None
+        why = f"the same ranks appear again {max(gaps) / 86400e9:,.1f} days later (cycles of one job follow within minutes)"
+        advice = "merge one run at a time: give its files by path"
+    lines = [f"{where}: files of {len(runs)} runs? {why}; not merged as profiling cycles:"]
+    for i, run in enumerate(runs, 1):
+        starts = [p.start_ns for p in run if p.start_ns is not None]
+        lines.append(
+            f"  run {i}: starts {iso_utc(min(starts) if starts else None)}, {plural(len(run), 'file')}:"
+        )
+        lines += bounded([os.path.abspath(p.path) for p in run], indent="    ")
+    return "\n".join(lines + [advice])
 
 
 def cycle_names(output: str, count: int) -> List[str]:

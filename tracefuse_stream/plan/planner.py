@@ -19,7 +19,15 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from tracefuse_stream.errors import InputError, TraceFuseError, UsageError
-from tracefuse_stream.plan.cycles import Cycle, CycleChoice, choose_cycle, group_cycles, iso_utc, parse_cycle
+from tracefuse_stream.plan.cycles import (
+    Cycle,
+    CycleChoice,
+    choose_cycle,
+    group_cycles,
+    iso_utc,
+    parse_cycle,
+    two_runs,
+)
 from tracefuse_stream.plan.headers import (  # noqa: F401  (re-exported: stream, tests)
     TAIL_WINDOW,
     TAIL_WINDOWS,
@@ -352,9 +360,11 @@ def plan_all(
     cycle = parse_cycle(cycle)
     if isinstance(inputs, Mapping):
         plans: List[RankPlan] = []
+        reached = Discovery()  # the same file under two ranks is the duplicate error
         for pos, (r, path) in enumerate(sorted(inputs.items())):
             if not isinstance(r, int) or r < 0:
                 raise UsageError(f"rank keys must be non-negative integers, not {r!r}")
+            reached.claim(path, Path(path))
             found = discover([path])
             if not Path(path).is_file():
                 raise InputError(str(path), "not a regular file")
@@ -378,9 +388,15 @@ def plan_all(
         for p in plans:
             peek_first_ts(p, heads.get(p.path))
             _coerce_start(p)
-        groups = group_cycles(plans, [identity(p, rank_from) for p in plans])
+        ids = [identity(p, rank_from) for p in plans]
+        groups = group_cycles(plans, ids)
+        runs = two_runs(plans, ids, groups, _where(inputs)) if len(groups) > 1 else None
+        if runs is not None:
+            if not every_cycle:
+                raise UsageError(runs)
+            out.notes.append(runs)  # info: the table shows them all, with this warning
     out.cycles = groups
-    where = ", ".join(str(i) for i in inputs) if not isinstance(inputs, Mapping) else "the inputs"
+    where = _where(inputs)
     chosen = groups if every_cycle else [choose_cycle(groups, cycle, where)]
     for g in chosen:
         assign_ranks(g.plans, rank_from)
@@ -406,6 +422,15 @@ def plan_all(
         assign_shifts([p for p in selected if p.cycle == (g.index if len(groups) > 1 else None)])
     out.extend(p.seal() for p in selected)
     return out
+
+
+def _where(inputs: InputSpec) -> str:
+    """The inputs as the user wrote them, for a message (the first few)."""
+    if isinstance(inputs, Mapping):
+        return "the inputs"
+    from tracefuse_stream.report.listing import inline
+
+    return inline([str(i) for i in inputs], limit=3)
 
 
 def _coerce_start(p: RankPlan) -> None:

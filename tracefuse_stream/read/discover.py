@@ -16,6 +16,12 @@ like this:
 * without a trace at the top, subfolders that hold traces are named in the error.
 
 A file given explicitly by path is never skipped: not being a trace is an error there.
+
+A file reached twice (``RUN RUN/``, a file and its folder, a symlink and its target,
+a hard link) is a usage error naming both arguments: merging it twice would make one
+rank's events look like two ranks (or like two profiling cycles), a wrong trace that
+nothing downstream could tell from a right one. Files are compared by device and inode
+(what ``os.path.samefile`` compares), so every spelling of one file is caught.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from tracefuse_stream.errors import ErrorKind, InputError, UsageError
 from tracefuse_stream.read.head import Head, scan_head
@@ -52,9 +58,37 @@ class Discovery:
 
     candidates: List[Candidate] = field(default_factory=list)
     skipped: List[Tuple[str, str]] = field(default_factory=list)  # (path, why)
+    #: (device, inode) of every file reached -> (the argument that reached it, its path)
+    reached: Dict[Tuple[int, int], Tuple[str, Path]] = field(default_factory=dict)
 
     def skip(self, path: PathLike, why: str) -> None:
         self.skipped.append((str(path), why))
+
+    def claim(self, arg: PathLike, path: Path) -> None:
+        """Record that argument ``arg`` reaches ``path``; a file reached before is a
+        usage error naming both arguments (see module doc)."""
+        try:
+            st = path.stat()
+        except OSError:
+            return  # unreadable: opening it reports that, naming the file
+        key = (st.st_dev, st.st_ino)
+        first = self.reached.get(key)
+        if first is None:
+            self.reached[key] = (str(arg), path)
+            return
+        raise UsageError(duplicate_message(first[0], first[1], str(arg), path))
+
+
+def duplicate_message(arg1: str, path1: Path, arg2: str, path2: Path) -> str:
+    """The usage error for one file reached by two arguments (or twice by one)."""
+    real = os.path.realpath(path1)
+    if arg1 == arg2:
+        how = f"the input {arg1!r} is given twice"
+    elif Path(arg1).is_dir() or Path(arg2).is_dir():
+        how = f"the inputs {arg1!r} and {arg2!r} both reach the file {real}"
+    else:
+        how = f"the inputs {arg1!r} and {arg2!r} are the same file ({real})"
+    return f"{how}; every file is merged once: give each input once"
 
 
 def natural_key(name: str) -> Tuple[Any, ...]:
@@ -118,6 +152,7 @@ def discover(paths: Sequence[PathLike]) -> Discovery:
             files = _trace_files(path)
             kept = 0
             for f in files:
+                out.claim(p, f)
                 head = scan_head(f)
                 why = head.why_not
                 if why is None:
@@ -141,6 +176,7 @@ def discover(paths: Sequence[PathLike]) -> Discovery:
         elif path.exists():
             if not path.is_file():
                 raise InputError(str(path), "not a regular file", kind=ErrorKind.UNREADABLE)
+            out.claim(p, path)
             head = scan_head(path)
             if head.why_not is not None:
                 raise InputError(str(path), f"not a trace: {head.why_not}", kind=ErrorKind.NOT_A_TRACE)

@@ -167,7 +167,8 @@ def collect_info(
     plans[:] = good
     text = []
     if len(plans.cycles) > 1:
-        text.append(f"{len(plans.cycles)} profiling cycles: {describe_cycles(plans.cycles)}")
+        text.append(f"{len(plans.cycles)} profiling cycles (the cycle column; merge needs --cycle N|latest|all):")
+        text.extend(describe_cycles(plans.cycles))
     text.append(format_info(rows, plans.broken))
     text.extend(f"note: {w}" for w in plans.warnings())
     listing: List[Dict[str, Any]] = [r.to_dict() for r in rows]
