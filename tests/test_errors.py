@@ -18,7 +18,7 @@ import zstandard
 
 from tracefuse_stream import merge
 from tracefuse_stream.errors import ErrorKind, InputError, UsageError
-from tracefuse_stream.read.jsonerrors import describe_json_error, error_byte, first_line, is_truncation
+from tracefuse_stream.read.jsonerrors import describe_json_error, first_line, is_truncation
 from tracefuse_stream.read.sources import TraceReader
 
 TRACE = Path(__file__).resolve().parent / "data" / "recorded" / "natural_order" / "rank_5.json"
@@ -68,9 +68,6 @@ def test_msgspec_messages():
     assert is_truncation(trunc) and describe_json_error(trunc)[0] is ErrorKind.TRUNCATED
     bad = _msgspec_error(TEXT[:200] + b"}x" + TEXT[200:])
     assert not is_truncation(bad) and describe_json_error(bad)[0] is ErrorKind.INVALID_JSON
-    pos = error_byte(bad)
-    assert pos is not None and 195 <= pos <= 205
-    assert error_byte(ValueError("no position")) is None
 
 
 def test_first_line_of_bytes_and_multiline_messages():

@@ -13,7 +13,15 @@ Why a cut is safe: a batch always starts at a true event boundary, so decoding
 ``,``, ``{`` sequence (white space allowed between); if that comma lies inside a
 string, the string is unterminated at the cut, and if it lies inside an event, the
 closing ``]`` meets an open object: neither decodes, and an earlier candidate is
-tried. Only a comma between two events of the array decodes.
+tried. Only a comma between two events of the array decodes. A candidate that lies
+after the end of the array (a list of objects among the keys after ``traceEvents``)
+does not decode either; when several in a row fail, :func:`_array_end` looks for the
+array's end in the text itself (a ``]`` after an event, followed by ``,"key"``, whose
+prefix decodes as a list) before giving up.
+
+Decisions never read the decoder's error message: *whether* a candidate decodes is
+all this stage asks. (It used to parse msgspec's "(byte N)" out of the message; a
+reworded message would have silently sent every rank to the slow path.)
 
 Anything this stage does not handle raises :class:`NotBatchable` before the caller
 has committed anything, and the caller re-reads the rank with the exact ijson reader,
@@ -24,24 +32,26 @@ that path; broken ones pay one extra partial read, on the error path only.
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 import msgspec
 
 from tracefuse_stream.exactjson import DecodeError, loads_exact
-from tracefuse_stream.read.jsonerrors import error_byte, is_truncation
 from tracefuse_stream.read.sources import TraceReader
 
 CHUNK_BYTES = 1 << 20  # read size; a batch is about this large
 MAX_BUFFER = 16 << 20  # no event boundary in this many bytes: not for this stage
 HEADER_LIMIT = 16 << 20  # "traceEvents" must start within this many bytes (real headers: KBs)
 _CUT_ATTEMPTS = 3  # candidates that fail to decode before giving up on this stage
+_END_ATTEMPTS = 3  # possible ends of the array tried (from the last) after those failures
 
 _WS = frozenset(b" \t\r\n")
-_WS_OR_COMMA = frozenset(b" \t\r\n,")
 _COMMA, _CLOSE = ord(","), ord("}")
 _KEY = b'"traceEvents"'
+# the end of a non-empty (``}]``) or empty (``[]``) event array with a key after it
+_ARRAY_END = re.compile(rb'[}\[][ \t\r\n]*\][ \t\r\n]*,[ \t\r\n]*"')
 
 
 #: ``rewrite_raw(buf, pos, need_sep, at_start) -> (encoded, pos, status, skip_to,
@@ -54,28 +64,27 @@ class NotBatchable(Exception):
     """This rank must be read by the exact ijson reader instead (why in args[0])."""
 
 
-class _ArrayEnded(Exception):
-    """The event array closed before the candidate cut: the rest of the file is the
-    trailer (keys after ``traceEvents``), whose own ``},{`` made the candidate."""
-
-
 def _decode(data: Any) -> Any:
     return loads_exact(data)
 
 
-def _is_complete_array(buf: bytearray, pos: int) -> bool:
-    """Whether ``buf`` holds a complete array up to a "trailing characters" error at
-    ``pos`` (msgspec names the byte after the first trailing one: the comma that
-    follows ``]``)."""
-    end = min(pos, len(buf))
-    while end > 0 and buf[end - 1] in _WS_OR_COMMA:
-        end -= 1
-    if end == 0 or buf[end - 1] != ord("]"):
-        return False
-    try:
-        return isinstance(_decode(bytes(buf[:end])), list)
-    except DecodeError:
-        return False
+def _array_end(buf: bytearray, hi: int) -> int:
+    """Index just past the ``]`` that closes the event array, if the array ends in
+    ``buf`` before ``hi`` and a key follows it (-1: it does not).
+
+    Only the last few places that look like an array end followed by a key are
+    tried, from the last: the true end is the last such place before a trailer that
+    holds no ``}],"`` of its own (Kineto's keys after the events: deviceProperties,
+    traceName, baseTimeNanoseconds). A place inside an event (an args list of objects
+    followed by another key) leaves an object open, so its prefix does not decode."""
+    ends = [m.start() + m.group().index(b"]") + 1 for m in _ARRAY_END.finditer(buf, 0, hi)]
+    for end in reversed(ends[-_END_ATTEMPTS:]):
+        try:
+            if isinstance(_decode(bytes(buf[:end])), list):
+                return end
+        except DecodeError:
+            continue
+    return -1
 
 
 def _last_boundary(buf: bytearray, hi: int) -> int:
@@ -193,19 +202,18 @@ class EventBatches:
             for _ in range(_CUT_ATTEMPTS):
                 if cut < 0:
                     break  # no boundary yet: read more
-                try:
-                    batch = self._try_cut(buf, cut)
-                except _ArrayEnded:
-                    yield self._rest_of_file(buf)
-                    return
+                batch = self._try_cut(buf, cut)
                 if batch is not None:
                     del buf[1 : cut + 1]
                     yield batch
                     break
                 cut = _last_boundary(buf, cut)  # that comma was inside a string or event
             else:
-                # several candidates in a row that do not decode: not bad luck with
-                # commas in strings but content this decoder refuses
+                # several candidates in a row that do not decode: the keys after the
+                # array (lists of objects), or content this decoder refuses
+                if _array_end(buf, len(buf)) > 0:
+                    yield self._rest_of_file(buf)
+                    return
                 raise NotBatchable(f"no decodable event boundary among {_CUT_ATTEMPTS} candidates")
             if len(buf) > MAX_BUFFER:
                 raise NotBatchable(f"no event boundary in {len(buf)} bytes")
@@ -272,21 +280,16 @@ class EventBatches:
                 raise NotBatchable(f"keys after the event array exceed {MAX_BUFFER >> 20} MB")
 
     def _try_cut(self, buf: bytearray, cut: int) -> Optional[List[Any]]:
-        """Decode ``buf[:cut]`` + ``]``; None when the cut is not an event boundary.
-
-        Raises :class:`_ArrayEnded` when the text before the error is the complete
-        event array (the candidate lay in the trailer: ``deviceProperties`` of old
-        Kineto layouts, this tool's own header), :class:`NotBatchable` for anything
-        else this stage does not decode."""
+        """Decode ``buf[:cut]`` + ``]``; None when that is not a list of events (the
+        candidate comma lay inside a string or an event, after the array's end, or
+        the text before it is something this decoder refuses). Which of these it was
+        is not read from the error: the caller tries earlier candidates, then
+        :func:`_array_end`, then hands over."""
         try:
-            return self._decode(buf[:cut] + b"]")
-        except DecodeError as e:
-            pos = error_byte(e)
-            if is_truncation(e) or (pos is not None and pos >= cut):
-                return None
-            if pos is not None and _is_complete_array(buf, pos):
-                raise _ArrayEnded() from None
-            raise NotBatchable(f"invalid JSON before byte {pos}: {e}") from None
+            batch = self._decode(buf[:cut] + b"]")
+        except DecodeError:
+            return None
+        return batch if isinstance(batch, list) else None
 
     def _last(self, buf: bytearray) -> List[Any]:
         """The remaining events, the closing bracket and (object form) the trailer."""

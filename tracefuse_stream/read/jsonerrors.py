@@ -10,8 +10,7 @@ message from the real library.
 
 from __future__ import annotations
 
-import re
-from typing import Optional, Tuple
+from typing import Tuple
 
 from tracefuse_stream.errors import ErrorKind
 
@@ -20,7 +19,6 @@ TRUNCATED_EVENTS = "file ends in the middle of the events (truncated)"
 # ijson: yajl says "parse error: premature EOF"; the Python backend "Incomplete JSON
 # content"; msgspec "Input data was truncated".
 _TRUNCATION_MARKERS = ("premature eof", "incomplete json", "input data was truncated", "truncated")
-_BYTE_POS = re.compile(r"\(byte (\d+)\)")
 
 
 def first_line(e: BaseException) -> str:
@@ -47,10 +45,4 @@ def describe_json_error(e: BaseException) -> Tuple[ErrorKind, str]:
     return ErrorKind.INVALID_JSON, f"invalid JSON: {first_line(e)}"
 
 
-def error_byte(e: BaseException) -> Optional[int]:
-    """The byte position msgspec names in its message (``... (byte 123)``), if any."""
-    m = _BYTE_POS.search(str(e))
-    return int(m.group(1)) if m else None
-
-
-__all__ = ["TRUNCATED_EVENTS", "describe_json_error", "error_byte", "first_line", "is_truncation"]
+__all__ = ["TRUNCATED_EVENTS", "describe_json_error", "first_line", "is_truncation"]
