@@ -22,12 +22,24 @@ from typing import Any, Callable, Dict, Iterable, List, Optional
 
 import pytest
 
-# Every merge the suite makes is checked by ``verify --against`` its inputs
-# (merge() reads TRACEFUSE_VERIFY; CLI subprocesses inherit it). A test that needs
-# a merge without it (a timing or memory measurement) unsets it itself.
-os.environ.setdefault("TRACEFUSE_VERIFY", "1")
-
 REPO = Path(__file__).resolve().parents[1]
+
+# Every merge the suite makes is checked by ``verify --against`` its inputs: with
+# TRACEFUSE_VERIFY=1, a merge not told ``verify=`` is verified. The package never reads
+# that variable; the switch (and the fault-injection signal of test_faults.py) live in
+# tests/site_hooks/tracefuse_testhooks.py, patched in here and, through its
+# sitecustomize.py on PYTHONPATH, into every CLI subprocess. A test that needs a merge
+# without it (a timing or memory measurement) unsets the variable itself.
+SITE_HOOKS = REPO / "tests" / "site_hooks"
+os.environ.setdefault("TRACEFUSE_VERIFY", "1")
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(SITE_HOOKS)]
+    + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(SITE_HOOKS)]
+)
+sys.path.insert(0, str(SITE_HOOKS))
+import tracefuse_testhooks  # noqa: E402  (needs SITE_HOOKS on sys.path)
+
+tracefuse_testhooks.install()
 DEFAULT_SHARED_FIXTURES = REPO.parent / "shared" / "fixtures"
 PERIOD_NS = 7_889_238 * 10**9  # Kineto's baseTimeNanoseconds period
 GZIP_MAGIC = b"\x1f\x8b"

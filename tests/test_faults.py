@@ -7,7 +7,8 @@
 * SIGINT / SIGTERM in the middle of a merge (of an input made here from the real
   events of the recorded ddp4 job): exit 130, one line, no traceback, no output, no
   temp file, and with ``-j 2`` no worker process left alive. The merge signals
-  itself after N input bytes (tracefuse_stream/pipeline/testhooks.py), so the
+  itself after N input bytes (tests/site_hooks/tracefuse_testhooks.py, a test-only
+  patch of its progress callback, not shipped code), so the
   signal lands mid-merge on a fast machine as on a slow one: no sleeps.
 * Inputs are never opened for writing (checked by recording opens, and by mtime and
   content hash), and ``-o`` naming an input is refused (exit 3).
@@ -36,11 +37,11 @@ from pathlib import Path
 from typing import Any, Dict, List, Sequence, Tuple
 
 import pytest
+from tracefuse_testhooks import ENV_LOG, ENV_SIGNAL
 
 import tracefuse_stream.write.codecs as codecs_mod
 import tracefuse_stream.write.writer as writer_mod
 from tracefuse_stream.cli.app import main as cli_main
-from tracefuse_stream.pipeline.testhooks import ENV_LOG, ENV_SIGNAL
 
 
 @pytest.fixture(scope="session")
@@ -377,8 +378,12 @@ def test_signal_mid_merge(tmp_path, big_inputs, signame, jobs, group, name):
 
 
 def test_signal_hook_is_inert_without_its_variable(tmp_path, big_inputs, monkeypatch):
-    """Control for the test above: the same merge, hook unset, completes (exit 0)."""
+    """Control for the test above: the same merge, hook unset, completes (exit 0);
+    the hook is the suite's patch of the progress callback, not in the package."""
+    import tracefuse_stream.pipeline.progress as progress_mod
+
     monkeypatch.delenv(ENV_SIGNAL, raising=False)
+    assert getattr(progress_mod.Progress.__call__, "_tracefuse_test_hook", False)
     out = tmp_path / "m.json"
     rc, _o, err = cli("merge", *big_inputs, "-o", out, "-q", "-j", "1")
     assert rc == 0, err

@@ -186,7 +186,7 @@ class OutputOptions:
     force: bool = False
     split_ranks: Optional[int] = None
     dry_run: bool = False
-    verify: Optional[bool] = None  # None: the TRACEFUSE_VERIFY=1 environment variable decides
+    verify: Optional[bool] = None  # None (not asked) and False: no verification
     link_collectives: bool = False  # flows joining each collective instance across ranks: align/links.py
 
     def __post_init__(self) -> None:

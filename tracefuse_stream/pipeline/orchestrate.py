@@ -23,7 +23,14 @@ from tracefuse_stream.pipeline.stream import RankResult, RankTask, stream_rank
 from tracefuse_stream.pipeline.summary import MergeSummary, RankSummary, size_warning
 from tracefuse_stream.pipeline.workers import resolve_jobs, run_in_order, usable_cores
 from tracefuse_stream.plan.cycles import merge_each_cycle
-from tracefuse_stream.plan.planner import InputSpec, RankPlan, clamp_output_base, input_warnings, plan_inputs
+from tracefuse_stream.plan.planner import (
+    InputSpec,
+    RankPlan,
+    clamp_output_base,
+    input_notes,
+    input_warnings,
+    plan_inputs,
+)
 from tracefuse_stream.report.viewer import ViewerCounts, estimate_viewer_bytes, largest
 from tracefuse_stream.select.filters import EventFilter
 from tracefuse_stream.write.codecs import is_archive_name
@@ -89,8 +96,9 @@ def merge(
     ``split_ranks``, ``dry_run``, ``verify``, ``link_collectives``, ``jobs``,
     ``progress``, ``salvage``; see :data:`tracefuse_stream.options.KEYWORDS`)
     set the same fields, on top of ``options`` when both are given.
-    ``verify`` (default: the ``TRACEFUSE_VERIFY=1`` environment variable) checks every
-    written file against the inputs; an error-level finding raises :class:`VerifyFailed`
+    ``verify=True`` checks every written file against the inputs (default: not
+    verified; no environment variable changes that); an error-level finding raises
+    :class:`VerifyFailed`
     (the output stays, for inspection). Raises
     :class:`~tracefuse_stream.errors.TraceFuseError` subclasses on bad input or output;
     no file is left under ``output`` then.
@@ -157,7 +165,6 @@ def _merge(inputs: InputSpec, output: str, opts: MergeOptions) -> MergeSummary:
     )
     if too_big:
         warnings.append(too_big)
-    warnings.extend(notes)
     summary = MergeSummary(
         output=", ".join(names) if not out_opts.dry_run else f"(dry run, {codec})",
         ranks=[
@@ -182,15 +189,13 @@ def _merge(inputs: InputSpec, output: str, opts: MergeOptions) -> MergeSummary:
         seconds=time.perf_counter() - t0,
         jobs=n_jobs,
         warnings=warnings,
+        notes=input_notes(plans) + notes,
         outputs=[] if out_opts.dry_run else names,
         dry_run=out_opts.dry_run,
         window_ns=flt.window_ns,
         viewer_memory_bytes=largest(viewer),
     )
-    verify = out_opts.verify
-    if verify is None:
-        verify = os.environ.get("TRACEFUSE_VERIFY") == "1"
-    if verify and not out_opts.dry_run and output != "-" and not is_special_file(output):
+    if out_opts.verify and not out_opts.dry_run and output != "-" and not is_special_file(output):
         _verify_outputs(summary, groups)
     return summary
 

@@ -16,15 +16,14 @@ however large the file.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import orjson
 
 from tracefuse_stream.errors import InputError
+from tracefuse_stream.pipeline.gcpause import cyclic_gc_paused
 from tracefuse_stream.plan.planner import RankPlan
 from tracefuse_stream.read.readers import BatchedReader, EventReader, ExactReader, Handover, SalvageReader
 from tracefuse_stream.rewrite.args import kept_keys
@@ -73,7 +72,7 @@ class RankResult:
 def stream_rank(task: RankTask, progress: Progress = None) -> RankResult:
     """Stream one rank into a fragment; with the salvage reader when the file is
     broken and ``task.salvage``."""
-    with _no_cyclic_gc():
+    with cyclic_gc_paused():  # restored afterwards, main thread only: pipeline/gcpause.py
         if task.plan.needs_salvage:
             return _drive(task, _salvage_reader(task.plan), progress)
         try:
@@ -118,25 +117,6 @@ def _stream_strict(task: RankTask, progress: Progress) -> RankResult:
 
     reader = ExactReader(plan.path, plan.compression, plan.layout, need_trailer=not plan.trailer_known)
     return _drive(task, reader, after_restart if progress is not None else None)
-
-
-@contextlib.contextmanager
-def _no_cyclic_gc() -> Iterator[None]:
-    """Pause the cyclic garbage collector while a rank streams.
-
-    A decoded batch is thousands of live dicts and lists, so the collector's
-    generation-0 trigger fires again and again and walks them all (~12% of the
-    pass, measured with benchmarks/stages.py). The pass creates no reference cycles
-    (events are freed by reference counting as soon as they are written), so memory
-    stays bounded; the previous state is restored afterwards.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _rewriter(task: RankTask) -> RankRewriter:
