@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """What a merged trace costs the viewer: load time and peak RSS in Perfetto's trace_processor.
 
+Needs Perfetto's trace_processor (TRACEFUSE_TRACE_PROCESSOR=/path, or trace_processor_shell on PATH).
+
     python benchmarks/viewer.py [--case a100x8,ddp4_tb,...] [--outputs all,slim,none] [--reps 3]
                                 [--no-mmap] [--json results.json] [--fit]
 
@@ -48,9 +50,21 @@ from tracefuse_stream.plan.planner import plan_file  # noqa: E402
 from tracefuse_stream.report.viewer import COEFFICIENTS, ViewerCounts, estimate_viewer_bytes  # noqa: E402
 
 SHARED = Path(os.environ.get("TRACEFUSE_SHARED_FIXTURES", REPO.parent / "shared" / "fixtures"))
-TRACE_PROCESSOR = Path(
-    os.environ.get("TRACEFUSE_TRACE_PROCESSOR", REPO.parent / "shared" / "bin" / "trace_processor_shell")
+NEEDS = (
+    "needs Perfetto's trace_processor (e.g. trace_processor_shell from Perfetto's releases): "
+    "set TRACEFUSE_TRACE_PROCESSOR=/path/to/trace_processor_shell or put it on PATH"
 )
+
+
+def _find_trace_processor() -> Optional[Path]:
+    env = os.environ.get("TRACEFUSE_TRACE_PROCESSOR")
+    if env:
+        return Path(env) if Path(env).is_file() and os.access(env, os.X_OK) else None
+    found = shutil.which("trace_processor_shell") or shutil.which("trace_processor")
+    return Path(found) if found else None
+
+
+TRACE_PROCESSOR = _find_trace_processor() or Path("trace_processor_shell")
 RECORDED = REPO / "tests" / "data" / "recorded"
 
 #: output kind -> (suffix of the written file, extra merge keywords)
@@ -301,8 +315,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     if a.report:
         res = json.loads(Path(a.report).read_text())
     else:
-        if not TRACE_PROCESSOR.is_file():
-            raise SystemExit(f"no trace_processor_shell at {TRACE_PROCESSOR} (set TRACEFUSE_TRACE_PROCESSOR)")
+        if _find_trace_processor() is None:
+            print(f"viewer.py: {NEEDS}; nothing measured", file=sys.stderr)
+            return 0
         print(HEADER, flush=True)
         with tempfile.TemporaryDirectory(prefix="tfviewer-") as d:
             res = run(a.case.split(","), a.outputs.split(","), a.reps, Path(d))

@@ -1,9 +1,13 @@
 """Perfetto's own view of a trace file, from ``trace_processor_shell`` (the engine
-inside the Perfetto UI): the judge of how a merged trace renders.
+inside the Perfetto UI): the judge of how a merged trace renders, where one is installed.
 
 ``trace_processor()`` finds the binary: ``$TRACEFUSE_TRACE_PROCESSOR``, else
-``<repo>/../shared/bin/trace_processor_shell`` (Perfetto v58.2). Where it is absent
-the calling test skips with the reason; with ``CI`` set that is a failure instead.
+``trace_processor_shell`` or ``trace_processor`` on ``PATH`` (the names of Perfetto's
+own release binaries and installs). Nothing else: no package registry ships it, so
+where it is absent the calling test SKIPS with the reason — with ``CI`` set too. Every
+property these tests check is also checked, in every run, on the merged JSON itself by
+the importer model (``tests/importer_model.py``): ``judge_view`` gives the same
+:class:`View` from either judge.
 
 ``view(path)`` loads a trace once and runs ONE query whose rows are ``(kind, a, b, c,
 value)`` facts (a single CSV result is simple to parse exactly), turned into a
@@ -22,6 +26,7 @@ import csv
 import io
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 from collections import Counter
@@ -32,7 +37,8 @@ from typing import Dict, List, Optional, Tuple
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_TRACE_PROCESSOR = REPO.parent / "shared" / "bin" / "trace_processor_shell"
+TRACE_PROCESSOR_NAMES = ("trace_processor_shell", "trace_processor")
+JUDGES = ("model", "trace_processor")  # parametrize a test over both
 RANK_NAME = re.compile(r"^RANK (\d+) - ")
 
 # One query, one CSV table of facts. Slices on thread tracks (overflow tracks of
@@ -74,19 +80,37 @@ select 'process', upid, coalesce(pid, ''), coalesce(name, ''), 1 from process;
 """
 
 
-def trace_processor() -> str:
-    """Path of trace_processor_shell, or skip (fail under CI) with the reason."""
+def find_trace_processor() -> Optional[str]:
+    """``$TRACEFUSE_TRACE_PROCESSOR`` if set, else Perfetto's binary names on PATH."""
     env = os.environ.get("TRACEFUSE_TRACE_PROCESSOR")
-    path = Path(env) if env else DEFAULT_TRACE_PROCESSOR
-    if path.is_file() and os.access(path, os.X_OK):
-        return str(path)
-    why = (
-        f"trace_processor_shell not found at {path} (Perfetto v58.2, ../shared/bin beside the "
-        "repository; set TRACEFUSE_TRACE_PROCESSOR=/path/to/trace_processor_shell)"
+    if env:
+        path = Path(env)
+        return str(path) if path.is_file() and os.access(path, os.X_OK) else None
+    for name in TRACE_PROCESSOR_NAMES:
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def trace_processor() -> str:
+    """Path of trace_processor, or skip with the reason (also under CI: it cannot be
+    installed from a package registry, and the model checks the same properties)."""
+    found = find_trace_processor()
+    if found:
+        return found
+    env = os.environ.get("TRACEFUSE_TRACE_PROCESSOR")
+    where = (
+        f"TRACEFUSE_TRACE_PROCESSOR={env} is not an executable file"
+        if env
+        else (
+            "neither TRACEFUSE_TRACE_PROCESSOR is set nor trace_processor_shell / trace_processor is on PATH"
+        )
     )
-    if os.environ.get("CI"):
-        pytest.fail(why, pytrace=False)
-    pytest.skip(why)
+    pytest.skip(
+        f"Perfetto's trace_processor not available ({where}); the same properties are checked "
+        "on the merged JSON by tests/importer_model.py"
+    )
     raise AssertionError("unreachable")  # pragma: no cover
 
 
@@ -214,3 +238,13 @@ def summed_error_stats(views: List[View]) -> Dict[str, int]:
     for v in views:
         out.update(v.error_stats)
     return dict(out)
+
+
+def judge_view(judge: str, trace: Path) -> View:
+    """The :class:`View` of ``trace`` by ``judge``: ``"model"`` (the importer model, on
+    the JSON itself: always) or ``"trace_processor"`` (skips where it is absent)."""
+    if judge == "trace_processor":
+        return view(trace)
+    from importer_model import model_view  # importer_model imports this module
+
+    return model_view(trace)

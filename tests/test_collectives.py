@@ -4,7 +4,8 @@ The recorded gloo jobs (tests/data/recorded): ddp8_straggler, where rank 5 sleep
 0.2 s per step before backward, and ddp4_subgroups (groups [0,1] and [2,3] plus the
 world). The A100 NCCL trace (one rank of two) made into two ranks by script, with
 rank 1's collectives arriving late. The bundled 2026-style synthetic run (Seq, two
-hosts 1.2 ms apart). Links are judged by trace_processor.
+hosts 1.2 ms apart). Links are judged by the importer model on the merged JSON
+(tests/importer_model.py, always) and by trace_processor where one is installed.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from conftest import require_shared  # noqa: E402
-from perfetto import run_query  # noqa: E402
+from importer_model import model_cross_rank_flows  # noqa: E402
+from perfetto import find_trace_processor, run_query  # noqa: E402
 
 from tracefuse_stream.cli.app import main  # noqa: E402
 from tracefuse_stream.pipeline.orchestrate import merge  # noqa: E402
@@ -54,9 +56,17 @@ def _info(capsys: pytest.CaptureFixture, *args: str) -> Dict[str, Any]:
 
 
 def _cross_flows(path: Path) -> tuple[List[Dict[str, str]], List[str]]:
-    rows = run_query(path, CROSS_FLOWS_SQL)
-    errors = [r["out_name"] for r in rows if r["out_name"].startswith("error:")]
-    return [r for r in rows if not r["out_name"].startswith("error:")], errors
+    """Flows between ranks and import errors, by the importer model; where
+    trace_processor is installed, its answer must be the same flows."""
+    flows, errors = model_cross_rank_flows(path)
+    if find_trace_processor():
+        rows = run_query(path, CROSS_FLOWS_SQL)
+        tp_flows = [r for r in rows if not r["out_name"].startswith("error:")]
+        key = ("out_rank", "in_rank", "out_inst", "in_inst", "last_rank", "out_name", "in_name")
+        assert sorted(tuple(r[k] for k in key) for r in tp_flows) == sorted(
+            tuple(r[k] for k in key) for r in flows
+        ), "the importer model and trace_processor disagree on the cross-rank flows"
+    return flows, errors
 
 
 def _check_links(
@@ -137,9 +147,7 @@ def test_subgroups_without_shapes_are_reported_not_guessed(
     assert sum("cannot be attributed" in n for n in coll["notes"]) == 4
 
 
-def test_link_collectives_in_trace_processor_and_verify(
-    tmp_path: Path, capsys: pytest.CaptureFixture
-) -> None:
+def test_link_collectives_in_perfetto_and_verify(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     coll = _info(capsys, str(RECORDED / "ddp8_straggler"))
     out = tmp_path / "linked.json"
     summary = merge([str(RECORDED / "ddp8_straggler")], str(out), link_collectives=True, jobs=1, verify=True)
@@ -204,7 +212,7 @@ def test_nccl_two_ranks_late_rank_named_and_linked(tmp_path: Path, capsys: pytes
 
 
 def _input_errors(d: Path) -> int:
-    """Import errors trace_processor reports for the unlinked merge (the inputs' own)."""
+    """Import errors Perfetto reports for the unlinked merge (the inputs' own)."""
     out = d.parent / "plain.json"
     merge([str(d)], str(out), jobs=1, force=True)
     return len(_cross_flows(out)[1])
