@@ -27,7 +27,7 @@ from tracefuse_stream.errors import OutputError
 from tracefuse_stream.write.atomic import AtomicOutput
 from tracefuse_stream.write.codecs import ARCHIVE_CODECS, Piece, piece_of
 from tracefuse_stream.write.manifest import MANIFEST_NAME, Member, archive_stem, manifest_bytes, members_for
-from tracefuse_stream.write.sinks import AtomicSink
+from tracefuse_stream.write.sinkbase import AtomicSink
 from tracefuse_stream.write.splice import Splicer
 
 BLOCK = 512

@@ -13,65 +13,13 @@ its name, :meth:`MergeSink.abort` removes every trace of it.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterable, List, Optional, Protocol
+from typing import Any, Callable, Dict, Iterable, List, Optional
 
+from tracefuse_stream.write.archive import ArchiveSink
 from tracefuse_stream.write.atomic import AtomicOutput
 from tracefuse_stream.write.codecs import ARCHIVE_CODECS, Piece, piece_of
+from tracefuse_stream.write.sinkbase import AtomicSink, HeadFn, MergeSink, TailFn
 from tracefuse_stream.write.splice import Splicer
-
-#: Builds the bytes before the events of a file from the output base time.
-HeadFn = Callable[[int], bytes]
-#: Builds the bytes after the events of a file from its ``tracefuse`` header.
-TailFn = Callable[[Dict[str, Any]], bytes]
-
-
-class MergeSink(Protocol):
-    """One output file of a merge."""
-
-    #: The codec rank fragments must be compressed with for this sink.
-    fragment_codec: str
-    #: Where rank fragments may be written (beside the target: same filesystem), or None.
-    fragment_dir: Optional[str]
-    target: str
-
-    def begin(self, base_ns: int) -> None:
-        """Start the file (called once, before any rank)."""
-
-    def add_rank(self, rank: int, piece: Piece, meta: Optional[Dict[str, Any]] = None) -> None:
-        """Append one rank's events (called in rank order; empty pieces included).
-        ``meta``: the ``tracefuse`` header the rank has as a file of its own (archive members)."""
-
-    def end(self, meta: Dict[str, Any]) -> None:
-        """Finish the content with the file's ``tracefuse`` header."""
-
-    def commit(self) -> None:
-        """Make the finished file appear under its name."""
-
-    def abort(self) -> None:
-        """Remove everything written; nothing appears under the name."""
-
-    @property
-    def json_bytes(self) -> int:
-        """Uncompressed bytes of JSON written (or counted, in a dry run)."""
-
-    @property
-    def bytes_written(self) -> int:
-        """Bytes of the file as written (compressed)."""
-
-
-class AtomicSink:
-    """What every file sink shares: an atomic output (None in a dry run) that appears
-    under its name on :meth:`commit` and leaves nothing behind on :meth:`abort`."""
-
-    _out: Optional[AtomicOutput] = None
-
-    def commit(self) -> None:
-        if self._out is not None:
-            self._out.commit()
-
-    def abort(self) -> None:
-        if self._out is not None:
-            self._out.abort()
 
 
 class JsonSink(AtomicSink):
@@ -137,8 +85,6 @@ def sink_for(target: str, codec: str, **kwargs: Any) -> MergeSink:
     """The sink that writes ``target`` (by its name; ``codec`` from ``codec_for``).
     ``plans`` (the file's ranks) is used by the Perfetto archive only."""
     if codec in ARCHIVE_CODECS:
-        from tracefuse_stream.write.archive import ArchiveSink
-
         return ArchiveSink(target, codec, **kwargs)
     kwargs.pop("plans", None)
     return JsonSink(target, codec, **kwargs)
