@@ -34,6 +34,27 @@ natural_order   12 independent processes without torch.distributed, each exporti
                 ``prof.export_chrome_trace("rank_<i>.json")`` (plain JSON), run in the
                 order 11, 10, ..., 0 so that time order is the reverse of rank order.
                 Each process wraps its work in record_function("rank_<i>").
+
+The sets below use the profiler's DEFAULTS (no shapes, no stacks, no memory) and
+schedule(wait=1, warmup=1, active=3): steps ProfilerStep#2, #3, #4 are recorded.
+
+ddp8_subgroups_slow  8 ranks, ``dist.new_subgroups(2)`` ([0,1], [2,3], [4,5], [6,7]);
+                DDP on the WORLD group; per step, in this order: DDP's gradient
+                all_reduce (world), one all_reduce on the rank's sub-group, one
+                all_reduce of the loss on the world group. Rank 5 sleeps 0.2 s every
+                step before backward.
+ddp4_two_stragglers  4 ranks, DDP on world; rank 1 sleeps 0.15 s and rank 3 sleeps
+                0.06 s every step before backward.
+ddp4_intermittent    4 ranks, DDP on world; rank 2 sleeps 0.2 s before backward in the
+                2nd active step only (ProfilerStep#3); no sleep in any other step.
+ddp4_balanced   4 ranks, DDP on world, nobody sleeps.
+ddp4_subgroups_defaults_samepid  like ddp8_subgroups_slow with 4 ranks and no sleep,
+                every rank started in its own pid namespace (all ranks pid 1).
+
+While recording, each worker prints the OS thread ids of the ``pt_gloo_runloop``
+threads each of its process groups started (``THREADS rank=R group=G tids=[...]``,
+from /proc/self/task before and after the group is made): the ground truth of which
+thread belongs to which group, which the traces themselves do not say.
 """
 
 from __future__ import annotations
@@ -71,6 +92,13 @@ class TraceSet:
     straggler: int | None = None  # rank that sleeps before backward
     straggler_sleep_s: float = 0.2
     subgroups: tuple[tuple[int, ...], ...] = field(default_factory=tuple)
+    # rank -> seconds slept before backward (in addition to `straggler`)
+    sleeps: tuple[tuple[int, float], ...] = ()
+    # loop indices (0-based training steps) in which `sleeps` apply; None = every step
+    sleep_steps: tuple[int, ...] | None = None
+    # >0: dist.new_subgroups(this size); DDP on world, plus a sub-group all_reduce and a
+    # world all_reduce of the loss per step
+    new_subgroups: int = 0
     # model / data size: keep the files small
     d_in: int = 8
     d_hidden: int = 16
@@ -80,6 +108,23 @@ class TraceSet:
     @property
     def steps(self) -> int:
         return (self.wait + self.warmup + self.active) * self.repeat
+
+    def sleep_s(self, rank: int, step: int) -> float:
+        """Seconds rank sleeps before backward in training step `step` (0-based)."""
+        if self.straggler is not None and rank == self.straggler:
+            return self.straggler_sleep_s
+        if self.sleep_steps is not None and step not in self.sleep_steps:
+            return 0.0
+        return dict(self.sleeps).get(rank, 0.0)
+
+    @property
+    def ops_per_step(self) -> tuple[str, ...]:
+        """The process group of each collective a step issues, in issue order."""
+        if self.new_subgroups:
+            return ("world", "sub", "world")
+        if self.subgroups:
+            return ("sub", "world")
+        return ("world",)
 
 
 SETS: dict[str, TraceSet] = {
@@ -91,6 +136,12 @@ SETS: dict[str, TraceSet] = {
         TraceSet("ddp8_straggler", 8, with_stack=True, straggler=5),
         TraceSet("ddp4_subgroups", 4, record_shapes=True, subgroups=((0, 1), (2, 3))),
         TraceSet("natural_order", 12, distributed=False),
+        TraceSet("ddp8_subgroups_slow", 8, active=3, new_subgroups=2, sleeps=((5, 0.2),)),
+        TraceSet("ddp4_two_stragglers", 4, active=3, sleeps=((1, 0.15), (3, 0.06))),
+        # loop index 3 = the 2nd active step (wait=1, warmup=1): ProfilerStep#3
+        TraceSet("ddp4_intermittent", 4, active=3, sleeps=((2, 0.2),), sleep_steps=(3,)),
+        TraceSet("ddp4_balanced", 4, active=3),
+        TraceSet("ddp4_subgroups_defaults_samepid", 4, active=3, new_subgroups=2, samepid=True),
     ]
 }
 
@@ -118,12 +169,23 @@ def run_worker(ts: TraceSet, rank: int, outdir: Path) -> None:
 
     from torch.nn.parallel import DistributedDataParallel as DDP
 
+    before = _runloop_tids()
     dist.init_process_group("gloo", rank=rank, world_size=ts.world_size)
+    dist.barrier()  # the default group's gloo backend is made (and its threads started)
+    world_tids = _new_runloop_tids(before)
+    print(f"THREADS rank={rank} group=world tids={sorted(world_tids)}", flush=True)
     group = None
+    sub = None
     if ts.subgroups:
         # every rank must take part in every new_group call, in the same order
         groups = [dist.new_group(list(g)) for g in ts.subgroups]
         group = next(g for g, members in zip(groups, ts.subgroups) if rank in members)
+    if ts.new_subgroups:
+        sub, _ = dist.new_subgroups(ts.new_subgroups)
+        dist.barrier(group=sub)
+        sub_ranks = dist.get_process_group_ranks(sub)
+        sub_tids = _new_runloop_tids(before | world_tids)
+        print(f"THREADS rank={rank} group=sub{sub_ranks} tids={sorted(sub_tids)}", flush=True)
 
     torch.manual_seed(SEED)
     model = nn.Sequential(nn.Linear(ts.d_in, ts.d_hidden), nn.ReLU(), nn.Linear(ts.d_hidden, ts.d_out))
@@ -141,21 +203,48 @@ def run_worker(ts: TraceSet, rank: int, outdir: Path) -> None:
         with_stack=ts.with_stack,
         profile_memory=ts.profile_memory,
     ) as prof:
-        for _step in range(ts.steps):
+        for step in range(ts.steps):
             x = torch.randn(ts.batch, ts.d_in, generator=gen)
             y = torch.randn(ts.batch, ts.d_out, generator=gen)
             opt.zero_grad()
             loss = loss_fn(ddp(x), y)
-            if ts.straggler is not None and rank == ts.straggler:
-                time.sleep(ts.straggler_sleep_s)
+            pause = ts.sleep_s(rank, step)
+            if pause:
+                time.sleep(pause)
             loss.backward()  # DDP's gradient all_reduce runs here
             opt.step()
-            if ts.subgroups:
+            if sub is not None:
+                metric = loss.detach().reshape(1).repeat(2)
+                dist.all_reduce(metric, group=sub)  # the rank's sub-group
+            if ts.subgroups or sub is not None:
                 world_loss = loss.detach().clone()
                 dist.all_reduce(world_loss)  # world group
             prof.step()
     dist.barrier()
     dist.destroy_process_group()
+
+
+def _runloop_tids() -> set[int]:
+    """OS thread ids of this process's ``pt_gloo_runloop`` threads (Linux /proc)."""
+    out = set()
+    for t in Path("/proc/self/task").iterdir():
+        try:
+            if (t / "comm").read_text().strip() == "pt_gloo_runloop":
+                out.add(int(t.name))
+        except OSError:
+            pass  # the thread ended meanwhile
+    return out
+
+
+def _new_runloop_tids(known: set[int], want: int = 2, timeout: float = 10.0) -> set[int]:
+    """The runloop threads started since `known`: a new group starts `want` (gloo's
+    default, 2) and each names itself once running, so poll until all have."""
+    deadline = time.monotonic() + timeout
+    while True:
+        new = _runloop_tids() - known
+        if len(new) >= want or time.monotonic() > deadline:
+            return new
+        time.sleep(0.01)
 
 
 # --------------------------------------------------------------------------- launcher
@@ -197,22 +286,30 @@ def record(ts: TraceSet, out: Path, force: bool, timeout: float) -> Path:
                 LOCAL_RANK=str(rank),
                 LOCAL_WORLD_SIZE=str(ts.world_size),
             )
-        p = subprocess.Popen(cmd, env=env)
+        p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
         if not ts.distributed:
-            if p.wait(timeout=timeout) != 0:
+            print(p.communicate(timeout=timeout)[0], end="", flush=True)
+            if p.returncode != 0:
                 sys.exit(f"rank {rank} failed with {p.returncode}")
         else:
             procs.append((rank, p))
     deadline = time.monotonic() + timeout
     failed = []
+    threads = []
     for rank, p in procs:
         try:
-            rc = p.wait(timeout=max(1.0, deadline - time.monotonic()))
+            text, _ = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            rc = p.returncode
         except subprocess.TimeoutExpired:
             p.kill()
-            rc = "timeout"
+            text, rc = "", "timeout"
+        print(text, end="", flush=True)
+        threads += [line for line in text.splitlines() if line.startswith("THREADS ")]
         if rc != 0:
             failed.append((rank, rc))
+    if threads:
+        print(f"== {ts.name}: pt_gloo_runloop threads per group (from /proc, while recording)")
+        print("\n".join(sorted(threads, key=lambda t: int(t.split("rank=")[1].split()[0]))), flush=True)
     if failed:
         sys.exit(f"{ts.name}: ranks failed: {failed}")
     return outdir
@@ -288,6 +385,103 @@ def check(d: Path, expect_dist: bool | None = None) -> dict:
     return summary
 
 
+# --------------------------------------------------------------------------- collectives
+def _step_of(steps: list[dict], t: float) -> str | None:
+    """The ProfilerStep#N (on this rank's main thread) whose span holds time t."""
+    for e in steps:
+        if e["ts"] <= t <= e["ts"] + e["dur"]:
+            return e["name"]
+    return None
+
+
+def _my_groups(info: dict | None) -> dict[str, list[int]]:
+    """'world' and 'sub' -> ranks, from distributedInfo.pg_config (this rank's groups)."""
+    out: dict[str, list[int]] = {}
+    for g in (info or {}).get("pg_config") or []:
+        out["world" if g.get("pg_desc") == "default_pg" else "sub"] = g.get("ranks")
+    return out
+
+
+def collectives(d: Path, ops: tuple[str, ...] | None = None) -> list[dict]:
+    """Print, per file, the steps and every gloo:* / c10d::* event (tid, ts, dur), then
+    a step x rank table of the gloo:all_reduce durations. Each rank's gloo:all_reduce
+    events are numbered in time order within their ProfilerStep; ``ops`` (the set's
+    issue order, e.g. world, sub, world) names the group of the k-th one. Returns one
+    row per gloo:all_reduce: rank, step, k, group, tid, ts, dur (us)."""
+    rows: list[dict] = []
+    for f in sorted(p for p in d.iterdir() if p.name.endswith((".json", ".json.gz"))):
+        _, doc = _load(f)
+        ev = doc["traceEvents"]
+        info = doc.get("distributedInfo") or {}
+        rank = info.get("rank")
+        groups = _my_groups(info)
+        steps = sorted(
+            (e for e in ev if e.get("name", "").startswith("ProfilerStep#")), key=lambda e: e["ts"]
+        )
+        names = {
+            e["tid"]: e["args"]["name"] for e in ev if e.get("ph") == "M" and e.get("name") == "thread_name"
+        }
+        pids = sorted({e["pid"] for e in ev if e.get("ph") == "X" and isinstance(e.get("pid"), int)})
+        cfg = [(g.get("pg_name"), g.get("pg_desc"), g.get("ranks")) for g in info.get("pg_config") or []]
+        print(f"{f.name}: rank {rank} pid {pids} pg_count {info.get('pg_count')} pg_config {cfg}")
+        for e in steps:
+            print(f"    {e['name']:<16} tid {e['tid']} ts {e['ts']} dur {e['dur']}")
+        comms = sorted(
+            (e for e in ev if e.get("ph") == "X" and e.get("name", "").startswith(("gloo:", "c10d::"))),
+            key=lambda e: e["ts"],
+        )
+        k_in_step: dict[str | None, int] = {}
+        for e in comms:
+            step = _step_of(steps, e["ts"])
+            line = (
+                f"    {e['name']:<18} tid {e['tid']} ({names.get(e['tid'], '?')}) ts {e['ts']} dur {e['dur']}"
+            )
+            if e["name"] == "gloo:all_reduce":
+                k = k_in_step.get(step, 0)
+                k_in_step[step] = k + 1
+                group = ops[k] if ops and k < len(ops) else "?"
+                members = groups.get(group)
+                rows.append(
+                    dict(
+                        rank=rank,
+                        step=step,
+                        k=k,
+                        group=group,
+                        ranks=members,
+                        tid=e["tid"],
+                        ts=e["ts"],
+                        dur=e["dur"],
+                    )
+                )
+                line += f"  [{step} #{k} {group}{members or ''}]"
+            print(line)
+    _table(rows)
+    return rows
+
+
+def _table(rows: list[dict]) -> None:
+    """Per (step, k, group members): each rank's gloo:all_reduce in ms, how much longer
+    than the shortest of that instance (the wait), and the spread of the ends."""
+    inst: dict[tuple, list[dict]] = {}
+    for r in rows:
+        inst.setdefault((str(r["step"]), r["k"], r["group"], str(r["ranks"])), []).append(r)
+    if inst:
+        print(
+            "gloo:all_reduce per instance, per rank: dur ms (+ over the shortest = wait), "
+            "start ms after the first start (arrival), @tid; spread of the ends"
+        )
+    for (step, k, group, members), rs in sorted(inst.items()):
+        short = min(r["dur"] for r in rs)
+        first = min(r["ts"] for r in rs)
+        ends = [r["ts"] + r["dur"] for r in rs]
+        cells = " ".join(
+            f"r{r['rank']}={r['dur'] / 1000:.1f}(+{(r['dur'] - short) / 1000:.1f}"
+            f" a{(r['ts'] - first) / 1000:.1f})@{r['tid']}"
+            for r in sorted(rs, key=lambda r: r["rank"])
+        )
+        print(f"  {step} #{k} {group}{members}: {cells}; ends within {(max(ends) - min(ends)) / 1000:.1f} ms")
+
+
 # --------------------------------------------------------------------------- main
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(
@@ -323,6 +517,8 @@ def main(argv=None) -> None:
         for d in args.check:
             name = d.resolve().name
             check(d, SETS[name].distributed if name in SETS else None)
+            if name in SETS and SETS[name].distributed:
+                collectives(d, SETS[name].ops_per_step)
         return
     if not args.set:
         ap.error("--set NAME or --check DIR is required")
@@ -341,6 +537,8 @@ def main(argv=None) -> None:
         outdir = record(ts, args.out, args.force, args.timeout)
         print(f"== {name}: recorded in {time.monotonic() - t0:.1f} s", flush=True)
         check(outdir, ts.distributed)
+        if ts.distributed:
+            collectives(outdir, ts.ops_per_step)
 
 
 if __name__ == "__main__":
