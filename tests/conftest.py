@@ -416,38 +416,48 @@ def check_rank_section(
     in_names = {pkey(e["pid"]): e["args"].get("name") for e in in_meta if e.get("name") == "process_name"}
     gpu_event_pids = {e.get("pid") for e in K if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")}
     kinds: Dict[int, Any] = {}
+    out_labels = {m["pid"]: m["args"]["labels"] for m in tail if m["name"] == "process_labels"}
     for pid in kept_pids:
         orig = inv[pid]
-        name = per_pid["process_name"][pid][0]["args"]["name"]
         sort = per_pid["process_sort_index"][pid][0]["args"]["sort_index"]
         assert type(sort) is int and -(2**31) <= sort < 2**31, f"sort index {sort!r} is not an int32"
         lab = labels.get(pkey(orig))
         gm = GPU_LABEL.match(lab or "")
         if isinstance(orig, str):
-            # an empty string pid has no text of its own: any readable spelling
-            prefix = f"RANK {r} - {orig} (" if orig else f"RANK {r} - "
             kinds[pid] = ("OTHER", None)
-            assert r * 1000 + 900 <= sort < (r + 1) * 1000, f"{name}: sort {sort}"
+            assert r * 1000 + 900 <= sort < (r + 1) * 1000, f"{orig!r}: sort {sort}"
         elif gm:
-            prefix = f"RANK {r} - GPU {gm.group(1)} ("
             kinds[pid] = ("GPU", int(gm.group(1)))
-            assert sort == r * 1000 + 100 + int(gm.group(1)), f"{name}: sort {sort}"
-        elif lab == "CPU":
-            prefix = f"RANK {r} - CPU ("
-            kinds[pid] = ("CPU", None)
-            assert r * 1000 <= sort < r * 1000 + 100, f"{name}: sort {sort}"
-            if in_names.get(pkey(orig)):
-                assert in_names[pkey(orig)] in name, f"{name!r} lacks the original name"
-        elif lab is None and type(orig) is int and orig >= 0 and orig not in gpu_event_pids:
+            assert sort == r * 1000 + 100 + int(gm.group(1)), f"{orig!r}: sort {sort}"
+        elif lab == "CPU" or (lab is None and type(orig) is int and orig >= 0 and orig not in gpu_event_pids):
             # no process_labels (old traces): a process without GPU work is the CPU
-            prefix = f"RANK {r} - CPU ("
             kinds[pid] = ("CPU", None)
-            assert r * 1000 <= sort < r * 1000 + 100, f"{name}: sort {sort}"
+            assert r * 1000 <= sort < r * 1000 + 100, f"{orig!r}: sort {sort}"
         else:
             raise AssertionError(f"rank {r}: test does not know the kind of pid {orig!r} (labels {lab!r})")
-        assert name.startswith(prefix), f"rank {r}: process_name {name!r}, expected {prefix!r}...)"
-        if not isinstance(orig, str):
-            assert f"pid {orig}" in name, f"{name!r} lacks the original pid"
+        # the detail is in process_labels: the original pid and name, Kineto's label
+        detail = out_labels.get(pid, "")
+        assert detail.startswith(f"rank {r}, "), f"rank {r}: process_labels {detail!r}"
+        assert (f"pid {orig!r}" if isinstance(orig, str) else f"pid {orig}") in detail, (
+            f"{detail!r} lacks the pid"
+        )
+        if in_names.get(pkey(orig)):
+            assert in_names[pkey(orig)] in detail, f"{detail!r} lacks the original name"
+        if lab:
+            assert detail.endswith(", " + lab), f"{detail!r} lacks Kineto's label {lab!r}"
+    n_gpus = sum(1 for k in kinds.values() if k[0] == "GPU")
+    for pid, (kind, dev) in kinds.items():
+        # TraceLens' convention, exactly: RANK r - CPU / RANK r - GPU (index only if several)
+        name = per_pid["process_name"][pid][0]["args"]["name"]
+        orig = inv[pid]
+        if kind == "CPU":
+            want = f"RANK {r} - CPU"
+        elif kind == "GPU":
+            want = f"RANK {r} - GPU {dev}" if n_gpus > 1 else f"RANK {r} - GPU"
+        else:
+            want = f"RANK {r} - {orig}" if orig else name  # "": any readable spelling
+            assert name.startswith(f"RANK {r} - "), name
+        assert name == want, f"rank {r}: process_name {name!r}, expected {want!r}"
     # original thread names / sort indexes of kept pids are kept (remapped)
     import collections
 

@@ -307,5 +307,7 @@ def test_accelerator_processes_are_labelled_by_their_kind():
     sorts = {
         m["pid"]: m["args"]["sort_index"] for m in rank_metadata(rw) if m["name"] == "process_sort_index"
     }
-    assert names == {30009: "RANK 2 - MTIA 9 (pid 9)", 35000: "RANK 2 - CPU (python3, pid 14242)"}
+    assert names == {30009: "RANK 2 - MTIA", 35000: "RANK 2 - CPU"}  # one MTIA: no index
+    labels = {m["pid"]: m["args"]["labels"] for m in rank_metadata(rw) if m["name"] == "process_labels"}
+    assert labels == {30009: "rank 2, pid 9, MTIA 9", 35000: "rank 2, pid 14242, python3, CPU"}
     assert sorts[30009] == 2 * 1000 + 100 + 9 and sorts[35000] == 2000

@@ -82,9 +82,9 @@ def test_kineto_content_survives(merged, h):
 
 
 def test_one_cpu_process_per_rank_with_its_label(merged, h):
-    """Each rank's CPU process gets its own pid and the label ``RANK r - CPU (python,
-    pid P)`` with the ORIGINAL pid; for the same-pid job P is 1 on every rank and
-    still 4 distinct processes come out."""
+    """Each rank's CPU process gets its own pid, the name ``RANK r - CPU`` and the
+    ORIGINAL pid in its ``process_labels`` (``rank r, host H, pid P, python, CPU``);
+    for the same-pid job P is 1 on every rank and still 4 distinct processes come out."""
     name, by_rank, runs = merged
     out = h.strict_loads(runs[(".json", 1)][1], exact=True)
     os_pids = {}
@@ -97,9 +97,17 @@ def test_one_cpu_process_per_rank_with_its_label(merged, h):
         labels = [
             (m["pid"], m["args"]["name"])
             for m in out["traceEvents"]
-            if m.get("name") == "process_name" and m["args"]["rank"] == r and " - CPU (" in m["args"]["name"]
+            if m.get("name") == "process_name"
+            and m["args"]["rank"] == r
+            and m["args"]["name"].endswith(" - CPU")
         ]
-        assert labels == [(labels[0][0], f"RANK {r} - CPU (python, pid {os_pids[r]})")], labels
+        assert labels == [(labels[0][0], f"RANK {r} - CPU")], labels
+        detail = [
+            m["args"]["labels"]
+            for m in out["traceEvents"]
+            if m.get("name") == "process_labels" and m["pid"] == labels[0][0]
+        ]
+        assert len(detail) == 1 and f", pid {os_pids[r]}, python" in detail[0], detail
         cpu_out[r] = labels[0][0]
         # every event of that OS pid went to that one output process
         assert {e["pid"] for e in h.split_by_rank(out)[r] if e.get("tid") == os_pids[r]} <= {cpu_out[r]}

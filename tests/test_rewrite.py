@@ -374,9 +374,10 @@ def test_labels_one_name_per_kept_process_and_sort_order():
     sorts = {m["pid"]: m["args"]["sort_index"] for m in md if m["name"] == "process_sort_index"}
     assert sorted(names) == sorted({base + 5000, base + 0, base + 5001, base + 5002})
     assert base + 3 not in names  # GPU 3 had metadata only: no track
-    assert names[base + 5000] == "RANK 1 - CPU (python3, pid 19392)"
-    assert names[base + 0].startswith("RANK 1 - GPU 0 (") and "pid 0" in names[base + 0]
-    assert names[base + 5001].startswith("RANK 1 - Spans (")
+    # TraceLens' convention exactly; one GPU kept (GPU 3 is idle): no device index
+    assert names[base + 5000] == "RANK 1 - CPU"
+    assert names[base + 0] == "RANK 1 - GPU"
+    assert names[base + 5001] == "RANK 1 - Spans"
     assert names[base + 5002].startswith("RANK 1 - ")
     assert sorts[base + 5000] == rank * 1000 + 0
     assert sorts[base + 0] == rank * 1000 + 100
@@ -386,7 +387,9 @@ def test_labels_one_name_per_kept_process_and_sort_order():
     # Kineto's own process_sort_index (19392, 16777216, 536870912) is not copied
     assert set(sorts.values()) < set(range(rank * 1000, (rank + 1) * 1000))
     labels = {m["pid"]: m["args"]["labels"] for m in md if m["name"] == "process_labels"}
-    assert labels[base + 0] == "rank 1, GPU 0" and labels[base + 5000] == "rank 1, CPU"
+    assert labels[base + 0] == "rank 1, pid 0, python3, GPU 0"  # Kineto names devices after the program
+    assert labels[base + 5000] == "rank 1, pid 19392, python3, CPU"
+    assert labels[base + 5001] == "rank 1, pid 'Spans'"
     # original thread names kept and remapped; synthetic tids named after the original
     threads = {(m["pid"], m["tid"]): m["args"]["name"] for m in md if m["name"] == "thread_name"}
     assert threads[(base + 0, 7)] == "stream 7"
@@ -404,7 +407,7 @@ def test_labels_after_keep_cat_kernel_only_the_gpu_is_named():
     pids = {m["pid"] for m in md}
     assert pids == {10000}  # GPU 0 of rank 0; the CPU process kept nothing
     names = [m["args"]["name"] for m in md if m["name"] == "process_name"]
-    assert len(names) == 1 and names[0].startswith("RANK 0 - GPU 0 (")
+    assert names == ["RANK 0 - GPU"]
     assert [m["args"]["name"] for m in md if m["name"] == "thread_name"] == ["stream 7"]
 
 
@@ -418,8 +421,8 @@ def test_labels_gpu_without_process_labels_is_recognised_by_its_events():
     names = {m["pid"]: m["args"]["name"] for m in md if m["name"] == "process_name"}
     sorts = {m["pid"]: m["args"]["sort_index"] for m in md if m["name"] == "process_sort_index"}
     base = 50000
-    assert names[base + 5].startswith("RANK 4 - GPU 5 (") and sorts[base + 5] == 4105
-    assert names[base + 5000].startswith("RANK 4 - CPU (") and sorts[base + 5000] == 4000
+    assert names[base + 5] == "RANK 4 - GPU" and sorts[base + 5] == 4105
+    assert names[base + 5000] == "RANK 4 - CPU" and sorts[base + 5000] == 4000
     assert not names[base + 5001].startswith(("RANK 4 - CPU", "RANK 4 - GPU"))
     assert 4900 <= sorts[base + 5001] < 5000
 
@@ -437,10 +440,25 @@ def test_labels_on_a_real_trace_skip_idle_devices(shared_fixtures, h):
     names = {m["pid"]: m["args"]["name"] for m in md if m["name"] == "process_name"}
     assert len(names) == len(event_pids)
     assert not {(rank + 1) * 10000 + p for p in idle} & {m["pid"] for m in md}
-    assert names[(rank + 1) * 10000 + 0].startswith("RANK 3 - GPU 0 (")
+    assert names[(rank + 1) * 10000 + 0] == "RANK 3 - GPU"  # 16 GPUs listed, 1 with events
     cpu = [p for p in event_pids if isinstance(p, int) and p >= 5000]
     assert len(cpu) == 1
-    assert names[r.pids[cpu[0]]] == f"RANK 3 - CPU (python3, pid {cpu[0]})"
+    assert names[r.pids[cpu[0]]] == "RANK 3 - CPU"
+    labels = {m["pid"]: m["args"]["labels"] for m in md if m["name"] == "process_labels"}
+    assert labels[r.pids[cpu[0]]] == f"rank 3, pid {cpu[0]}, python3, CPU"
+
+
+def test_labels_device_index_only_where_a_rank_has_several_gpus():
+    """TraceLens' names; the index tells the devices apart where a rank kept several."""
+    evs = [dict(e) for e in KINETO_EVENTS]
+    evs.append({"ph": "X", "cat": "kernel", "name": "k3", "pid": 3, "tid": 7, "ts": 5.0, "dur": 1.0})
+    r, md = labels_of(evs, rank=2)
+    names = {m["pid"]: m["args"]["name"] for m in md if m["name"] == "process_name"}
+    assert names[30000] == "RANK 2 - GPU 0" and names[30003] == "RANK 2 - GPU 3"
+    assert names[30000 + 5000] == "RANK 2 - CPU"
+    r, md = labels_of(evs, rank=2, flt=EventFilter(name_regex="^k3$"))
+    names = {m["pid"]: m["args"]["name"] for m in md if m["name"] == "process_name"}
+    assert names == {30003: "RANK 2 - GPU"}  # one GPU kept after the filter
 
 
 # ------------------------------------------------------------------ filter rule

@@ -213,11 +213,11 @@ class _Sink:
         if len(self.skip_examples) < 5:
             self.skip_examples.append(f"event #{self.rw.index}: {e}")
 
-    def finish(self) -> Tuple[Piece, int]:
+    def finish(self, host: Optional[str] = None) -> Tuple[Piece, int]:
         """Append the rank's metadata (``labels``) after its events and close the piece."""
         meta_out = 0
         buf, first = self.buf, self.first
-        for m in rank_metadata(self.rw):
+        for m in rank_metadata(self.rw, host):
             if not first:
                 buf += b",\n"
             first = False
@@ -254,7 +254,7 @@ def _drive(
                 use_kernel(kernel)
     try:
         sink.pump(reader.batches())
-        piece, meta_out = sink.finish()
+        piece, meta_out = sink.finish(task.plan.host_name)
     except BaseException:
         w.abort()
         progress_at.close()

@@ -6,6 +6,14 @@ which rank and device it is, and sort indexes that put rank 0 first and each ran
 CPU before its GPUs. Kineto's own sort indexes (the OS pid, 16777216+device,
 536870912 for "Spans") would interleave ranks.
 
+The names are TraceLens' documented convention, exactly: ``RANK N - CPU`` and
+``RANK N - GPU`` (``RANK N - GPU 3``, the device index, only where the rank kept
+events on several GPUs; other accelerators by their own kind, ``RANK N - MTIA``),
+so scripts and habits made for TraceLens' merges keep working. Processes that are
+neither (Kineto's "Spans", "Traces", pid -1 overhead) are ``RANK N - Spans``,
+``RANK N - -1``. The detail — original pid, original process name, host, Kineto's
+own label — goes into ``process_labels``.
+
 Metadata is emitted at the end of each rank's section, only for processes that kept
 at least one event, so filtering never leaves empty named tracks behind.
 """
@@ -53,8 +61,42 @@ def _describe(pid: Any, labels: Optional[str], gpu_like: bool) -> tuple:
     return "CPU", None
 
 
-def rank_metadata(rw: RankRewriter) -> Iterator[Event]:
-    """Yield the metadata events of one finished rank (rewritten and generated)."""
+def _kinds(rw: RankRewriter, names: Dict[Any, str], labels: Dict[Any, str]) -> Dict[Any, tuple]:
+    """``orig pid -> (kind, device, accelerator name)`` for the rank's kept processes,
+    in first-appearance order; kind is "CPU", "GPU" (any accelerator) or "OTHER"."""
+    kept = set(rw.pid_first_ts)
+    out: Dict[Any, tuple] = {}
+    for orig in rw.pid_order:
+        pid = rw.pids[orig]
+        if pid not in kept:
+            continue
+        kind, dev = _describe(orig, labels.get(orig), pid in rw.pid_gpu_like)
+        lab = labels.get(orig) or ""
+        accel = (
+            None if isinstance(orig, str) or "CPU" in lab else device_of(lab) or device_of(names.get(orig))
+        )
+        if accel is not None:  # an accelerator Kineto names by its own kind (MTIA, XPU, ...)
+            kind, dev = "GPU", accel[1]
+        out[orig] = (kind, dev, accel[0] if accel else "GPU")
+    return out
+
+
+def process_detail(r: int, orig: Any, name: Optional[str], label: Optional[str], host: Optional[str]) -> str:
+    """The ``process_labels`` text: what the short name leaves out."""
+    parts = [f"rank {r}"]
+    if host:
+        parts.append(f"host {host}")
+    parts.append(f"pid {orig!r}" if isinstance(orig, str) else f"pid {orig}")
+    if name and name != label:
+        parts.append(name)
+    if label:
+        parts.append(label)
+    return ", ".join(parts)
+
+
+def rank_metadata(rw: RankRewriter, host: Optional[str] = None) -> Iterator[Event]:
+    """Yield the metadata events of one finished rank (rewritten and generated);
+    ``host``: the rank's host name, for ``process_labels``."""
     r = rw.rank
     names: Dict[Any, str] = {}
     labels: Dict[Any, str] = {}
@@ -67,41 +109,32 @@ def rank_metadata(rw: RankRewriter) -> Iterator[Event]:
         elif n == "process_labels" and isinstance(a.get("labels"), str):
             labels[ev.get("pid")] = a["labels"]
     kept = set(rw.pid_first_ts)
+    kinds = _kinds(rw, names, labels)
+    per_accel: Dict[str, int] = {}
+    for kind, _, accel in kinds.values():
+        if kind == "GPU":
+            per_accel[accel] = per_accel.get(accel, 0) + 1
     cpu_order = 0
     other_order = 0
-    for orig in rw.pid_order:
+    for orig, (kind, dev, accel) in kinds.items():
         out = rw.pids[orig]
-        if out not in kept:
-            continue
-        kind, dev = _describe(orig, labels.get(orig), out in rw.pid_gpu_like)
-        orig_name = names.get(orig)
-        lab = labels.get(orig) or ""
-        accel = None if isinstance(orig, str) or "CPU" in lab else device_of(lab) or device_of(orig_name)
-        if accel is not None:  # an accelerator Kineto names by its own kind (MTIA, XPU, ...)
-            kind, dev = "GPU", accel[1]
         if kind == "GPU":
-            title = f"RANK {r} - {accel[0] if accel else 'GPU'} {dev}"
+            # the device index only where the rank has several devices of that kind
+            title = f"RANK {r} - {accel} {dev}" if per_accel[accel] > 1 else f"RANK {r} - {accel}"
             sort = SORT_GPU + min(int(dev), SORT_OTHER - SORT_GPU - 1)
-            detail = f"pid {orig}"
         elif kind == "CPU":
             title = f"RANK {r} - CPU"
             sort = min(cpu_order, SORT_GPU - 1)
             cpu_order += 1
-            detail = f"{orig_name}, pid {orig}" if orig_name else f"pid {orig}"
         else:
             title = f"RANK {r} - {orig if isinstance(orig, str) and orig else repr(orig)}"
             sort = min(SORT_OTHER + other_order, SORT_STRIDE - 1)
             other_order += 1
-            detail = f"pid {orig!r}" if isinstance(orig, str) else f"pid {orig}"
         ts = rw.pid_first_ts[out]
         base = {"ph": "M", "ts": ts, "pid": out, "tid": 0}
-        yield {**base, "name": "process_name", "args": {"name": f"{title} ({detail})", "rank": r}}
-        label = labels.get(orig)
-        yield {
-            **base,
-            "name": "process_labels",
-            "args": {"labels": f"rank {r}" + (f", {label}" if label else ""), "rank": r},
-        }
+        yield {**base, "name": "process_name", "args": {"name": title, "rank": r}}
+        detail = process_detail(r, orig, names.get(orig), labels.get(orig), host)
+        yield {**base, "name": "process_labels", "args": {"labels": detail, "rank": r}}
         yield {
             **base,
             "name": "process_sort_index",
