@@ -14,6 +14,7 @@ import sys
 from typing import TYPE_CHECKING, List, Optional, Sequence
 
 from tracefuse_stream._version import __version__
+from tracefuse_stream.cli.verify_cmd import add_verify_arguments, cmd_verify
 from tracefuse_stream.errors import (
     EXIT_INPUT,
     EXIT_INTERNAL,
@@ -25,7 +26,6 @@ from tracefuse_stream.errors import (
     cli_wording,
 )
 from tracefuse_stream.serve import add_open_arguments, cmd_open
-from tracefuse_stream.verify.cli import add_verify_arguments, cmd_verify
 
 if TYPE_CHECKING:
     from tracefuse_stream.options import MergeOptions
