@@ -21,10 +21,22 @@ import pytest
 import zstandard
 from conftest import REPO, run_cli
 
+from tracefuse_stream.cli.app import main as cli_main
 from tracefuse_stream.select.filters import EventFilter
-from tracefuse_stream.verify import check as V
+from tracefuse_stream.verify import jsonfile as V
 from tracefuse_stream.verify import overlap, passes
-from tracefuse_stream.verify.check import main, verify
+from tracefuse_stream.verify.check import verify
+
+
+def main(argv: list[str]) -> int:
+    """``tracefuse verify ARGV`` in process (a leading ``verify`` word accepted too),
+    argparse's exit codes returned, not raised."""
+    args = list(argv) if argv[:1] == ["verify"] else ["verify", *argv]
+    try:
+        return cli_main(args)
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else 2
+
 
 U32 = 2**32
 
@@ -725,8 +737,12 @@ def test_cli_missing_file(tmp_path, capsys):
 
 def test_cli_module_entry(tmp_path, h100_job):
     out = write(tmp_path / "m.json", h100_job[1])
-    code = "import sys; from tracefuse_stream.verify.check import main; sys.exit(main(sys.argv[1:]))"
-    p = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, cwd=REPO)
+    p = subprocess.run(
+        [sys.executable, "-m", "tracefuse_stream", "verify", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert p.returncode == 0, p.stderr
     assert "OK" in p.stdout
 

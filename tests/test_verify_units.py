@@ -9,12 +9,12 @@ from decimal import Decimal
 
 import pytest
 
+from tracefuse_stream.cli.verify_cmd import add_verify_arguments, merged_and_inputs
 from tracefuse_stream.errors import UsageError
 from tracefuse_stream.rewrite.rules import PID_DEVICE_LIMIT, RankRewriter, output_pid
 from tracefuse_stream.select.filters import EventFilter
 from tracefuse_stream.timeunits import FLOAT_FAST_LIMIT, us_to_ns
 from tracefuse_stream.verify.against import RankInput, input_tuples
-from tracefuse_stream.verify.cli import add_verify_arguments, merged_and_inputs
 from tracefuse_stream.verify.digest import event_tuple
 from tracefuse_stream.verify.events import MergedChecker
 from tracefuse_stream.verify.header import pid_follows_rule

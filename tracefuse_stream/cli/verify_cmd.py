@@ -11,11 +11,11 @@ required, so this is never ambiguous).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from typing import List, Optional, Sequence
+from typing import List, Optional
 
-from tracefuse_stream.errors import EXIT_OK, EXIT_USAGE, EXIT_VERIFY, UsageError
+from tracefuse_stream.errors import EXIT_OK, EXIT_VERIFY, UsageError
+from tracefuse_stream.verify.check import verify
 
 
 def add_verify_arguments(p: argparse.ArgumentParser) -> None:
@@ -40,8 +40,6 @@ def merged_and_inputs(a: argparse.Namespace) -> tuple[str, Optional[List[str]]]:
 def cmd_verify(a: argparse.Namespace) -> int:
     """Run ``verify`` for parsed arguments: 0 when no error-level finding, 5 otherwise.
     A file that cannot be read raises (the shared CLI maps it to one line and exit 1)."""
-    from tracefuse_stream.verify.check import verify
-
     merged, against = merged_and_inputs(a)
     report = verify(merged, against=against, max_examples=a.max_examples)
     sys.stdout.write(report.to_json() + "\n" if a.json else report.format_text())
@@ -49,18 +47,4 @@ def cmd_verify(a: argparse.Namespace) -> int:
     return EXIT_OK if report.ok else EXIT_VERIFY
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``tracefuse verify ARGS`` as a function: the arguments after ``verify`` (a
-    leading ``verify`` word is accepted too), the exit code returned, never raised."""
-    from tracefuse_stream.cli.app import main as app_main
-
-    args = list(sys.argv[1:] if argv is None else argv)
-    if args[:1] != ["verify"] or os.path.exists("verify"):
-        args.insert(0, "verify")
-    try:
-        return app_main(args)
-    except SystemExit as e:  # argparse: --help (0) or bad arguments (2)
-        return e.code if isinstance(e.code, int) else EXIT_USAGE
-
-
-__all__ = ["add_verify_arguments", "cmd_verify", "main", "merged_and_inputs"]
+__all__ = ["add_verify_arguments", "cmd_verify", "merged_and_inputs"]

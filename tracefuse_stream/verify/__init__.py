@@ -1,5 +1,8 @@
-"""``verify``: a streaming check that a merged trace will render right in Perfetto."""
+"""``verify``: a streaming check that a merged trace will render right in Perfetto.
 
-from tracefuse_stream.verify.check import VerifyReport, main, verify
+The command line is :mod:`tracefuse_stream.cli` (``tracefuse verify``); this package is
+the library, below it."""
 
-__all__ = ["VerifyReport", "main", "verify"]
+from tracefuse_stream.verify.check import VerifyReport, verify
+
+__all__ = ["VerifyReport", "verify"]

@@ -19,6 +19,8 @@ import tempfile
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from tracefuse_stream.errors import InputError
+from tracefuse_stream.plan.headers import trailer_of_file
+from tracefuse_stream.verify.jsonfile import against_files, verify_json
 from tracefuse_stream.verify.report import Finding, VerifyReport
 from tracefuse_stream.write.manifest import MANIFEST_NAME, archive_stem, member_name
 
@@ -83,8 +85,6 @@ def verify_archive(path: str, plans: Sequence[Any], *, against: bool = True) -> 
     A wrong layout is an error-level report for the archive itself (first in the
     list); :class:`InputError` when the archive cannot be read at all.
     """
-    from tracefuse_stream.verify.check import verify as verify_file
-
     stem = archive_stem(path)
     expected = [member_name(stem, p.rank) for p in plans]
     source = {member_name(stem, p.rank): p.path for p in plans}
@@ -92,7 +92,7 @@ def verify_archive(path: str, plans: Sequence[Any], *, against: bool = True) -> 
     def check(name: str, member: str) -> Optional[VerifyReport]:
         if name not in source:
             return None  # reported by the layout check
-        return verify_file(member, against=[source[name]] if against else None)
+        return verify_json(member, against_files([source[name]]) if against else ())
 
     walk = _Walk(path)
     reports = walk.run(check)
@@ -118,9 +118,6 @@ def verify_archive_file(path: str, against: Sequence[str] = ()) -> VerifyReport:
     every member listed once, one machine each), then every member as a merged trace,
     against the inputs that its own ``tracefuse`` header names as its sources. One
     report: findings of a member are prefixed with its name."""
-    from tracefuse_stream.plan.headers import trailer_of_file
-    from tracefuse_stream.verify.check import verify as verify_file
-
     used: set[str] = set()
 
     def check(name: str, member: str) -> VerifyReport:
@@ -134,7 +131,7 @@ def verify_archive_file(path: str, against: Sequence[str] = ()) -> VerifyReport:
         }
         mine = [a for a in against if os.path.realpath(a) in sources]
         used.update(mine)
-        return verify_file(member, against=mine or None)
+        return verify_json(member, against_files(mine))
 
     walk = _Walk(path)
     reports = walk.run(check)
