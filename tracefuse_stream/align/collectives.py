@@ -18,15 +18,11 @@ What counts as the collective, and how an instance is recognised on every rank:
 * **CPU-only gloo jobs**: the ``gloo:*`` ``user_annotation`` ops on gloo's runloop
   threads (``gloo:all_reduce`` lasts the real collective; the ``c10d::*`` op on the
   main thread only enqueues it). Kineto writes no process group, collective name or
-  sequence number for them, so the match is **by name (and shapes, when recorded) and
-  order**: the i-th ``gloo:all_reduce`` of a group on one rank is the i-th on every
-  other. A rank in one process group (``pg_config`` with one entry) puts all its gloo
-  ops in it. A rank in several: every group has its own runloop threads, so threads
-  that run ops of the same shapes are one group's, and those thread sets, in thread
-  creation order (OS tid order), are the rank's groups in ``pg_config`` order. When
-  that does not give exactly one thread set per group (no shapes recorded, a group
-  idle in the window), the rank's gloo ops cannot be attributed and are reported,
-  not guessed.
+  sequence number for them: each op is first attributed to one of the rank's process
+  groups (:mod:`tracefuse_stream.align.gloo_groups`: thread blocks in creation order,
+  decided by the other ranks), then each group's ops are matched across its ranks in
+  the group's order of issue (:mod:`tracefuse_stream.align.sequences`), with or without
+  recorded shapes. An instance is never made of ops of two groups.
 
 An instance is *matched* only when every participant among the merged ranks has it,
 and when on each host (one clock) no participant's collective ends before another
@@ -34,32 +30,45 @@ participant arrives -- which an order-based match that is off by one (a profilin
 window that starts inside a step) violates. Everything else is counted and
 reported with a reason, never guessed.
 
+Each instance also carries the ``ProfilerStep#N`` its lowest rank was in when it
+arrived (the scan keeps those few step events too), for the per-step report.
+
 Times are absolute epoch ns; ``offsets`` (the ``--align collectives`` corrections)
 are added before anything is compared.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Hashable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
+from tracefuse_stream.align import gloo_groups
 from tracefuse_stream.align.clock import _seq_value, _stream_of, is_collective_kernel
+from tracefuse_stream.align.sequences import match_group
 from tracefuse_stream.errors import ErrorKind, InputError
-from tracefuse_stream.read.events import iter_event_batches
+from tracefuse_stream.read.events import decode_args, iter_event_batches
+from tracefuse_stream.read.scan import Selection, Tally
 from tracefuse_stream.read.sources import PathLike
 from tracefuse_stream.timeunits import us_to_ns_or_none
 
 GLOO_PREFIX = "gloo:"
 GLOO_CAT = "user_annotation"
+STEP_PREFIX = "ProfilerStep#"
+_STEP_RE = re.compile(r"ProfilerStep#([0-9]+)", re.ASCII)
 Key = Tuple[Hashable, ...]
 PgConfig = List[Tuple[str, Optional[Tuple[int, ...]]]]  # (pg_name, ranks) in pg_config order
+#: what the compiled kernel hands over for a collective scan (a superset: checked again)
+COLLECTIVE_SELECTION = Selection(
+    ph="X", name_contains=("gloo:", STEP_PREFIX, "nccl", "rccl"), text_contains='"Collective name"'
+)
 
 
 class CollectiveEvent(NamedTuple):
     """One collective event of one rank (file-relative ns; absolute = base + these)."""
 
-    pos: int  # position in the file's event array: how the merge finds it again
+    pos: int  # position in the file's event array: how the merge finds it again (-1: unknown)
     kind: str  # "gpu" or "gloo"
     name: str
     ts_ns: int  # the event's own ts in ns (relative to the file's base)
@@ -74,11 +83,12 @@ class CollectiveEvent(NamedTuple):
 
 @dataclass
 class RankScan:
-    """The collective events of one rank and how its file was read."""
+    """The collective events and ``ProfilerStep`` spans of one rank."""
 
     rank: int
     base_ns: int
     events: List[CollectiveEvent] = field(default_factory=list)
+    steps: Dict[int, Tuple[int, int]] = field(default_factory=dict)  # step -> (ts_ns, end_ns), file-relative
     error: Optional[str] = None
 
 
@@ -125,32 +135,87 @@ def _describe(event: Dict[str, Any], index: int, kept: bool) -> Optional[Collect
     return CollectiveEvent(index, "gloo", name, ts, dur, event.get("tid"), (), None, None, sig, kept)
 
 
+def _step_of(event: Dict[str, Any]) -> Optional[Tuple[int, int, int]]:
+    """(step, ts_ns, end_ns) of a ``ProfilerStep#N`` X event, else None."""
+    name = event.get("name")
+    if event.get("ph") != "X" or not isinstance(name, str) or not name.startswith(STEP_PREFIX):
+        return None
+    m = _STEP_RE.fullmatch(name)
+    raw_dur = event.get("dur")
+    ts, dur = us_to_ns_or_none(event.get("ts")), 0 if raw_dur is None else us_to_ns_or_none(raw_dur)
+    if m is None or ts is None or dur is None:
+        return None
+    return int(m.group(1)), ts, ts + max(dur, 0)
+
+
+class CollectiveCollector:
+    """Feeds on a rank's events (whole or as the kernel selected them) and keeps its
+    collective events and ``ProfilerStep`` spans: the per-event work of a collective
+    scan, shared with ``info``'s single pass (report/scan_all.py)."""
+
+    def __init__(self, scan: RankScan, keep: Optional[Callable[[Dict[str, Any], int, int], bool]]) -> None:
+        self.scan = scan
+        self.keep = keep
+
+    def feed(self, event: Any, index: int) -> None:
+        if type(event) is not dict:
+            return
+        name = event.get("name")
+        if type(name) is not str:
+            return
+        if name.startswith(STEP_PREFIX):
+            step = _step_of(event)
+            if step is not None:
+                old = self.scan.steps.get(step[0])
+                lo, hi = step[1:] if old is None else (min(old[0], step[1]), max(old[1], step[2]))
+                self.scan.steps[step[0]] = (lo, hi)
+            return
+        cat = event.get("cat")
+        if cat == "kernel":
+            if "nccl" not in name and "rccl" not in name and "Collective name" not in str(event.get("args")):
+                return
+            event["args"] = decode_args(event)
+            if not is_collective_kernel(event):
+                return
+        elif cat != GLOO_CAT or not name.startswith(GLOO_PREFIX):
+            return
+        else:
+            event["args"] = decode_args(event)
+        ce = _describe(event, index, True)
+        if ce is None:
+            return
+        if self.keep is not None and not self.keep(event, self.scan.base_ns + ce.ts_ns, ce.dur_ns):
+            ce = ce._replace(kept=False)
+        self.scan.events.append(ce)
+
+
 def scan_collectives(
     path: PathLike,
     rank: int,
     base_time_ns: Optional[int],
     keep: Optional[Callable[[Dict[str, Any], int, int], bool]] = None,
+    positions: bool = True,
 ) -> RankScan:
-    """One streaming pass over ``path`` keeping only its collective events.
+    """One streaming pass over ``path`` keeping only its collective events (and steps).
 
     ``keep(event, start_ns, dur_ns)`` says whether the merge will keep an event
-    (filters and window; ``start_ns`` absolute); None: all are kept. A file that turns
-    out broken midway keeps what was read (``error`` says why); missing files raise.
+    (filters and window; ``start_ns`` absolute); None: all are kept. ``positions``:
+    record each event's position in the file (what the merge's links need); without
+    it the compiled kernel skips every other event unread (``pos`` is then -1). A
+    file that turns out broken midway keeps what was read (``error`` says why);
+    missing files raise.
     """
     scan = RankScan(rank, int(base_time_ns or 0))
+    collector = CollectiveCollector(scan, keep)
     index = -1
+    select = None if positions else COLLECTIVE_SELECTION
     try:
-        for batch in iter_event_batches(path, what="looking for collectives"):
+        for batch in iter_event_batches(
+            path, what="looking for collectives", select=select, tally=None if positions else Tally()
+        ):
             for event in batch:
                 index += 1
-                if type(event) is not dict or not (is_gloo_op(event) or is_collective_kernel(event)):
-                    continue
-                ce = _describe(event, index, True)
-                if ce is None:
-                    continue
-                if keep is not None and not keep(event, scan.base_ns + ce.ts_ns, ce.dur_ns):
-                    ce = ce._replace(kept=False)
-                scan.events.append(ce)
+                collector.feed(event, index if positions else -1)
     except InputError as e:
         if e.kind in (ErrorKind.MISSING, ErrorKind.UNREADABLE):
             raise
@@ -169,35 +234,11 @@ def pg_config_of(header: Mapping[str, Any]) -> PgConfig:
     return out
 
 
-def _gloo_groups(events: Sequence[CollectiveEvent], cfg: PgConfig) -> Optional[Dict[Any, int]]:
-    """tid -> index into ``cfg`` for a rank's gloo threads, or None when the threads
-    cannot be told apart (see the module docstring)."""
-    tids = sorted(
-        {e.tid for e in events},
-        key=lambda t: (not isinstance(t, int), str(t) if not isinstance(t, int) else t),
-    )
-    if len(cfg) <= 1:
-        return {t: 0 for t in tids}
-    parent = {t: t for t in tids}
-
-    def find(t: Any) -> Any:
-        while parent[t] != t:
-            t = parent[t]
-        return t
-
-    by_sig: Dict[Tuple[str, str], Any] = {}
-    for e in events:
-        if e.signature is None:
-            return None
-        first = by_sig.setdefault((e.name, e.signature), e.tid)
-        parent[find(e.tid)] = find(first)
-    roots: Dict[Any, List[Any]] = {}
-    for t in tids:  # in tid order, so sets come out in creation order of their first thread
-        roots.setdefault(find(t), []).append(t)
-    sets = list(roots.values())
-    if len(sets) != len(cfg):
-        return None
-    return {t: i for i, members in enumerate(sets) for t in members}
+def pg_count_of(header: Mapping[str, Any]) -> Optional[int]:
+    """``distributedInfo.pg_count`` (how many process groups the rank's process made)."""
+    di = header.get("distributedInfo")
+    v = di.get("pg_count") if isinstance(di, dict) else None
+    return v if type(v) is int else None
 
 
 class Entry(NamedTuple):
@@ -216,6 +257,7 @@ class Instance:
     group: str
     match: str  # "seq", "order" (GPU kernels without seq), "gloo order"
     entries: Dict[int, Entry]
+    step: Optional[int] = None  # ProfilerStep#N of its lowest rank at arrival; None outside steps
 
     @property
     def ranks(self) -> List[int]:
@@ -233,6 +275,15 @@ class Instance:
     def last_arrival_ns(self) -> int:
         return self.entries[self.last_rank].start_ns
 
+    @property
+    def first_arrival_ns(self) -> int:
+        return min(e.start_ns for e in self.entries.values())
+
+    @property
+    def spread_ns(self) -> int:
+        """Last arrival - first arrival: how long the earliest rank waited."""
+        return self.last_arrival_ns - self.first_arrival_ns
+
     def wait_ns(self, rank: int) -> int:
         return self.last_arrival_ns - self.entries[rank].start_ns
 
@@ -245,50 +296,34 @@ class CollectiveTable:
     instances: List[Instance]
     unmatched: Counter  # (kind, name, group, reason) -> instances
     notes: List[str]
+    steps: Dict[int, Dict[int, Tuple[int, int]]] = field(
+        default_factory=dict
+    )  # rank -> step -> abs (start, end)
 
     @property
     def unmatched_total(self) -> int:
         return sum(self.unmatched.values())
 
 
-def _rank_entries(
-    scan: RankScan, cfg: PgConfig, offset: int, notes: List[str], unmatched: Counter
-) -> Dict[Key, Entry]:
-    """This rank's collectives keyed for matching (occurrence index appended)."""
+def _gpu_entries(scan: RankScan, cfg: PgConfig, offset: int) -> Dict[Key, Entry]:
+    """This rank's GPU collectives keyed for matching (occurrence index appended)."""
     out: Dict[Key, Entry] = {}
     groups: Dict[Key, List[Entry]] = {}
     cfg_ranks = dict(cfg)
-    gloo = [e for e in scan.events if e.kind == "gloo"]
-    tid_group = _gloo_groups(gloo, cfg) if gloo else {}
-    if gloo and tid_group is None:
-        notes.append(
-            f"rank {scan.rank}: {len(gloo)} gloo op(s) on {len({e.tid for e in gloo})} thread(s) cannot be "
-            f"attributed to its {len(cfg)} process groups (record with record_shapes=True to tell them apart)"
-        )
-        for e in gloo:
-            unmatched[("gloo", e.name, "?", "process group unknown")] += 1
     for e in scan.events:
+        if e.kind != "gpu":
+            continue
         start = scan.base_ns + e.ts_ns + offset
-        if e.kind == "gloo":
-            if tid_group is None:
-                continue
-            gi = tid_group[e.tid]
-            pg, ranks = cfg[gi] if cfg else ("", None)
-            key: Key = ("gloo", pg, e.name, e.signature)
-        else:
-            pg = e.pg or ""
-            ranks = e.ranks or cfg_ranks.get(pg)
-            key = e.key
-        entry = Entry(e, start, start + e.dur_ns, ranks)
-        if key[0] == "seq":
-            prev = out.get(key)
+        entry = Entry(e, start, start + e.dur_ns, e.ranks or cfg_ranks.get(e.pg or ""))
+        if e.key[0] == "seq":
+            prev = out.get(e.key)
             if prev is None:
-                out[key] = entry
+                out[e.key] = entry
             else:  # coalesced kernels under one seq: the first one, ending with the last
                 first = entry if start < prev.start_ns else prev
-                out[key] = first._replace(end_ns=max(prev.end_ns, entry.end_ns))
+                out[e.key] = first._replace(end_ns=max(prev.end_ns, entry.end_ns))
         else:
-            groups.setdefault(key, []).append(entry)
+            groups.setdefault(e.key, []).append(entry)
     for key, entries in groups.items():
         entries.sort(key=lambda x: (x.start_ns, x.event.pos))
         for i, entry in enumerate(entries):
@@ -305,13 +340,97 @@ def _overlap_ok(entries: Mapping[int, Entry], hosts: Mapping[int, Optional[str]]
     return all(max(e.start_ns for e in es) <= min(e.end_ns for e in es) for es in by_host.values())
 
 
-def _label(key: Key) -> Tuple[str, str, str]:
-    """(name, group, match) of a key."""
-    if key[0] == "seq":
-        return str(key[2]), str(key[1]), "seq"
-    if key[0] == "order":
-        return str(key[2]), str(key[1]), "order"
-    return str(key[2]), str(key[1]), "gloo order"
+def _match_gpu(
+    scans: Mapping[int, RankScan],
+    cfgs: Mapping[int, PgConfig],
+    hosts: Mapping[int, Optional[str]],
+    offsets: Mapping[int, int],
+    unmatched: Counter,
+) -> List[Tuple[str, str, str, Dict[int, Entry]]]:
+    """GPU kernels: by (group, collective, Seq) where present, else by order per
+    kernel name and stream; (name, group, match, entries) per instance."""
+    merged = sorted(scans)
+    by_key: Dict[Key, Dict[int, Entry]] = {}
+    for r in merged:
+        for key, entry in _gpu_entries(scans[r], cfgs.get(r, []), offsets.get(r, 0)).items():
+            by_key.setdefault(key, {})[r] = entry
+    found = []
+    for key, entries in by_key.items():
+        named = next((e.participants for e in entries.values() if e.participants), None)
+        expected = set(merged) if named is None else set(named) & set(merged)
+        name, group, match = str(key[2]), str(key[1]), "seq" if key[0] == "seq" else "order"
+        if len(expected) < 2:
+            continue  # a group of one merged rank: nothing to match across ranks
+        if set(entries) != expected:
+            missing = expected - set(entries)
+            reason = f"missing on rank(s) {_ranks_text(missing)}" if missing else "on ranks outside its group"
+            unmatched[("gpu", name, group, reason)] += 1
+        elif not _overlap_ok(entries, hosts):
+            unmatched[("gpu", name, group, "ends before another rank arrives (order off)")] += 1
+        else:
+            found.append((name, group, match, entries))
+    return found
+
+
+def _match_gloo(
+    scans: Mapping[int, RankScan],
+    cfgs: Mapping[int, PgConfig],
+    pg_counts: Mapping[int, Optional[int]],
+    hosts: Mapping[int, Optional[str]],
+    offsets: Mapping[int, int],
+    unmatched: Counter,
+    notes: List[str],
+) -> List[Tuple[str, str, str, Dict[int, Entry]]]:
+    """gloo ops: attributed to groups (align/gloo_groups.py), matched per group in order."""
+    merged = sorted(scans)
+    ops: Dict[int, List[Entry]] = {}
+    for r in merged:
+        base, off = scans[r].base_ns, offsets.get(r, 0)
+        ops[r] = [
+            Entry(e, base + e.ts_ns + off, base + e.ts_ns + off + e.dur_ns, None)
+            for e in scans[r].events
+            if e.kind == "gloo"
+        ]
+    if not any(ops.values()):
+        return []
+    table = gloo_groups.group_table({r: cfgs.get(r, []) for r in merged}, notes)
+    groups: Dict[int, List[gloo_groups.Group]] = {}
+    for r in merged:
+        if not ops[r]:
+            continue
+        groups[r], why = gloo_groups.rank_groups(r, cfgs.get(r, []), table, pg_counts.get(r))
+        if why is not None:
+            _unattributed(r, ops[r], why, unmatched, notes)
+    seqs, undecided = gloo_groups.assign(ops, groups, hosts, merged)
+    for r, why in sorted(undecided.items()):
+        _unattributed(r, ops[r], why, unmatched, notes)
+    names = sorted({g.name for gs in groups.values() for g in gs} | set(table), key=gloo_groups._creation_key)
+    found = []
+    for g in names:
+        ranks = table.get(g) if g in table else None
+        members = [r for r in (merged if ranks is None else ranks) if r in scans]
+        if not any(g in seqs.get(r, {}) for r in members):
+            continue
+        instances, bad = match_group(members, {r: seqs[r][g] for r in members if g in seqs.get(r, {})}, hosts)
+        for (name, why), n in bad.items():
+            unmatched[("gloo", name, g, why)] += n
+        found += [(next(iter(e.values())).event.name, g, "gloo order", e) for e in instances]
+    return found
+
+
+def _unattributed(r: int, ops: Sequence[Entry], why: str, unmatched: Counter, notes: List[str]) -> None:
+    notes.append(f"rank {r}: {len(ops)} gloo op(s) not attributed to a process group: {why}")
+    for e in ops:
+        unmatched[("gloo", e.event.name, "?", "process group unknown")] += 1
+
+
+def _step_at(scan: RankScan, start_ns: int) -> Optional[int]:
+    """The step of ``scan`` whose span holds the absolute ``start_ns``."""
+    rel = start_ns - scan.base_ns
+    for step, (lo, hi) in scan.steps.items():
+        if lo <= rel <= hi:
+            return step
+    return None
 
 
 def match_instances(
@@ -319,49 +438,39 @@ def match_instances(
     pg_configs: Mapping[int, PgConfig],
     hosts: Mapping[int, Optional[str]],
     offsets: Optional[Mapping[int, int]] = None,
+    pg_counts: Optional[Mapping[int, Optional[int]]] = None,
 ) -> CollectiveTable:
     """Match every rank's collectives into instances (see the module docstring)."""
     merged = sorted(scans)
+    offsets = offsets or {}
     notes: List[str] = []
     unmatched: Counter = Counter()
-    per_rank = {
-        r: _rank_entries(scans[r], pg_configs.get(r, []), (offsets or {}).get(r, 0), notes, unmatched)
-        for r in merged
-    }
-    by_key: Dict[Key, Dict[int, Entry]] = {}
-    for r in merged:
-        for key, entry in per_rank[r].items():
-            by_key.setdefault(key, {})[r] = entry
-    found: List[Tuple[Key, Dict[int, Entry]]] = []
-    for key, entries in by_key.items():
-        named = next((e.participants for e in entries.values() if e.participants), None)
-        expected = set(merged) if named is None else set(named) & set(merged)
-        name, group, _ = _label(key)
-        kind = "gloo" if key[0] == "gloo" else "gpu"
-        if len(expected) < 2:
-            continue  # a group of one merged rank: nothing to match across ranks
-        if set(entries) != expected:
-            missing = expected - set(entries)
-            reason = f"missing on rank(s) {_ranks_text(missing)}" if missing else "on ranks outside its group"
-            unmatched[(kind, name, group, reason)] += 1
-        elif not _overlap_ok(entries, hosts):
-            unmatched[(kind, name, group, "ends before another rank arrives (order off)")] += 1
-        else:
-            found.append((key, entries))
-    found.sort(key=lambda ke: (min(e.start_ns for e in ke[1].values()), str(ke[0])))
-    instances = [Instance(i, *_label(key), entries=entries) for i, (key, entries) in enumerate(found)]
-    if any(k[0] == "gloo" for k, _ in found) or any(k[0] == "gloo" for k, _, _, _ in unmatched):
+    found = _match_gpu(scans, pg_configs, hosts, offsets, unmatched)
+    n_gpu_order = sum(1 for f in found if f[2] == "order")
+    found += _match_gloo(scans, pg_configs, pg_counts or {}, hosts, offsets, unmatched, notes)
+    found.sort(key=lambda f: (min(e.start_ns for e in f[3].values()), f[1], f[0]))
+    instances = []
+    for i, (name, group, match, entries) in enumerate(found):
+        low = min(entries)
+        step = _step_at(scans[low], entries[low].start_ns - offsets.get(low, 0))
+        instances.append(Instance(i, name, group, match, entries, step))
+    if any(f[2] == "gloo order" for f in found) or any(k[0] == "gloo" for k in unmatched):
         notes.insert(
             0,
-            "gloo ops matched by name (and shapes, when recorded) and order: "
-            "Kineto writes no process group or sequence number for them",
+            "gloo ops matched per process group in its order of issue (Kineto writes no process group "
+            "or sequence number for them; groups from pg_config and the ranks' thread blocks)",
         )
-    if any(k[0] == "order" for k, _ in found):
+    if n_gpu_order:
         notes.insert(0, "GPU kernels without Seq/Comms Id matched by order per kernel name and stream")
     for r in merged:
         if scans[r].error:
             notes.append(f"rank {r}: trace read only partly: {scans[r].error}")
-    return CollectiveTable(merged, instances, unmatched, notes)
+    steps = {
+        r: {s: (lo + scans[r].base_ns + offsets.get(r, 0), hi + scans[r].base_ns + offsets.get(r, 0))
+            for s, (lo, hi) in sorted(scans[r].steps.items())}
+        for r in merged
+    }  # fmt: skip
+    return CollectiveTable(merged, instances, unmatched, notes, steps)
 
 
 def _ranks_text(ranks: Any) -> str:
@@ -371,6 +480,8 @@ def _ranks_text(ranks: Any) -> str:
 
 
 __all__ = [
+    "COLLECTIVE_SELECTION",
+    "CollectiveCollector",
     "CollectiveEvent",
     "CollectiveTable",
     "Entry",
@@ -379,5 +490,6 @@ __all__ = [
     "is_gloo_op",
     "match_instances",
     "pg_config_of",
+    "pg_count_of",
     "scan_collectives",
 ]

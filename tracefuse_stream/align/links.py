@@ -35,6 +35,7 @@ from tracefuse_stream.align.collectives import (
     RankScan,
     match_instances,
     pg_config_of,
+    pg_count_of,
     scan_collectives,
 )
 from tracefuse_stream.plan.planner import RankPlan
@@ -116,6 +117,7 @@ def plan_links(
         {p.rank: pg_config_of(p.header) for p in plans},
         {p.rank: p.host_name for p in plans},
         {p.rank: p.align_offset_ns for p in plans},
+        {p.rank: pg_count_of(p.header) for p in plans},
     )
     file_of = {p.rank: gi for gi, g in enumerate(groups) for p in g}
     out = LinkPlan(by_rank={p.rank: [] for p in plans}, table=table)

@@ -11,7 +11,7 @@ import argparse
 import json
 import os
 import sys
-from typing import TYPE_CHECKING, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 from tracefuse_stream._version import __version__
 from tracefuse_stream.cli.verify_cmd import add_verify_arguments, cmd_verify
@@ -148,7 +148,10 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument(
         "--collectives",
         action="store_true",
-        help="collective instances matched across ranks: arrivals, waits, the straggler",
+        help="collective instances matched across ranks: waits per rank and step, the straggler(s)",
+    )
+    i.add_argument(
+        "-j", "--jobs", type=int, default=0, help="worker processes (default: usable cores; 1 = no workers)"
     )
 
     v = sub.add_parser(
@@ -233,27 +236,35 @@ def cmd_merge(a: argparse.Namespace) -> int:
 def cmd_info(a: argparse.Namespace) -> int:
     from tracefuse_stream.report.info import collect_info
 
-    plans, rows, out, text = collect_info(a.inputs, rank_from=a.rank_from, ranks=_ranks(a.ranks))
+    sections = [s for s in ("steps", "collectives", "align") if getattr(a, s)]
+    scans: List[Any] = []  # one pass per file answers every section (report/onepass.py)
+    plans, rows, out, text = collect_info(
+        a.inputs,
+        rank_from=a.rank_from,
+        ranks=_ranks(a.ranks),
+        jobs=a.jobs,
+        sections=sections,
+        scans_out=scans,
+    )
     if a.collectives:
         from tracefuse_stream.report.collectives import info_collectives
 
-        return info_collectives(plans, a.json)
+        return info_collectives(plans, a.json, into=out, inputs=a.inputs, scans=scans)
     if a.steps:
-        from tracefuse_stream.select.window import list_steps
+        from tracefuse_stream.report.onepass import steps_us
 
-        steps = {p.rank: sorted(list_steps(p.path, strict=False)) for p in plans}
-        out["steps"] = {str(r): v for r, v in steps.items()}
+        steps: Dict[int, set] = {}
+        for p, sc in zip(plans, scans):
+            steps.setdefault(p.rank, set()).update(steps_us(sc))
+        out["steps"] = {str(r): sorted(v) for r, v in steps.items()}
         for r, v in steps.items():
-            text.append(f"rank {r}: ProfilerSteps {_ranges(v) or 'none'}")
+            text.append(f"rank {r}: ProfilerSteps {_ranges(sorted(v)) or 'none'}")
     if a.align:
-        from tracefuse_stream.align.clock import (
-            collect_collective_ends,
-            estimate_offsets,
-            format_alignment_table,
-        )
+        from tracefuse_stream.align.clock import estimate_offsets, format_alignment_table
+        from tracefuse_stream.report.onepass import collective_ends
 
         hosts = {p.rank: p.host_name for p in plans}
-        coll = {p.rank: collect_collective_ends(p.path, p.base_time_ns) for p in plans}
+        coll = {p.rank: collective_ends(sc) for p, sc in zip(plans, scans)}
         al = estimate_offsets(coll, hosts)
         out["align"] = {str(r): a_.to_header() for r, a_ in al.items()}
         text.append("clock alignment from collectives (not applied; merge --align collectives does):")

@@ -15,12 +15,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from decimal import Decimal
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from tracefuse_stream.errors import InputError, TraceFuseError
+from tracefuse_stream.errors import InputError
 from tracefuse_stream.plan.cycles import describe_cycles
 from tracefuse_stream.plan.planner import InputSpec, PlanList, RankPlan, plan_all
-from tracefuse_stream.read.events import TimedFields, iter_event_batches
+from tracefuse_stream.read.events import KernelFields, TimedFields, iter_event_batches
 from tracefuse_stream.read.scan import Selection, Tally
 from tracefuse_stream.timeunits import us_to_ns
 
@@ -54,9 +54,12 @@ class RankInfo:
         return d
 
 
-def scan_rank(plan: RankPlan) -> RankInfo:
+def scan_rank(
+    plan: RankPlan, select: Optional[Selection] = None, visit: Optional[Callable[[List[Any]], None]] = None
+) -> RankInfo:
     """Count events and find the absolute time span of one rank (one streaming pass,
-    numbers parsed exactly).
+    numbers parsed exactly). ``select``/``visit``: the same pass also hands the events
+    ``select`` picks to ``visit`` (``info --collectives/--steps/--align``: report/onepass.py).
 
     Times are compared as the numbers the reader gives (ints and Decimals compare and
     add exactly) and converted to ns once, for the two extremes: converting every
@@ -72,11 +75,13 @@ def scan_rank(plan: RankPlan) -> RankInfo:
         compression=plan.compression,
         layout=plan.layout,
         what="counting events",
-        fields=TimedFields,
-        select=Selection(extremes=True),
+        fields=TimedFields if visit is None else KernelFields,
+        select=Selection(extremes=True) if select is None else select,
         tally=tally,
     ):
         n += len(batch)
+        if visit is not None:
+            visit(batch)
         for ev in batch:
             if type(ev) is not dict or ev.get("ph") == "M":
                 continue
@@ -147,23 +152,37 @@ def format_info(rows: List[RankInfo], broken: Sequence[Tuple[str, str]] = ()) ->
 
 
 def collect_info(
-    inputs: InputSpec, *, rank_from: str = "auto", ranks: Optional[Sequence[int]] = None
+    inputs: InputSpec,
+    *,
+    rank_from: str = "auto",
+    ranks: Optional[Sequence[int]] = None,
+    jobs: int = 1,
+    sections: Sequence[str] = (),
+    scans_out: Optional[List[Any]] = None,
 ) -> Tuple[PlanList, List[RankInfo], Dict[str, Any], List[str]]:
     """Plan and scan every readable input, every cycle: ``(plans, rows, json, text)``.
 
     Broken files land in ``plans.broken`` (and as ``{"path", "broken"}`` entries in the
     JSON list) instead of stopping; the caller decides the exit code from them.
+    ``sections`` ("steps", "collectives", "align"): the same single pass per file also
+    keeps what those need (report/onepass.py), appended to ``scans_out`` in the order of
+    the readable plans; ``jobs`` > 1: files are scanned in worker processes.
     """
+    from tracefuse_stream.report.onepass import scan_files
+
     plans = plan_all(inputs, rank_from=rank_from, ranks=ranks, every_cycle=True, keep_going=True)
     plans.broken[:] = [(path, broken_text(e)) for path, e in plans.broken]
     rows: List[RankInfo] = []
     good: List[RankPlan] = []
-    for p in plans:
-        try:
-            rows.append(scan_rank(p))
-            good.append(p)
-        except TraceFuseError as e:
-            plans.broken.append((p.path, broken_text(e)))
+    for p, fs in zip(plans, scan_files(list(plans), jobs, sections)):
+        if fs.broken is not None:
+            plans.broken.append((p.path, fs.broken))
+            continue
+        assert fs.info is not None
+        rows.append(fs.info)
+        good.append(p)
+        if scans_out is not None:
+            scans_out.append(fs.scan)
     plans[:] = good
     text = []
     if len(plans.cycles) > 1:

@@ -1,0 +1,243 @@
+"""``info --collectives`` on the issue-20 recordings: sub-groups, several, intermittent
+and no stragglers, with the profiler's defaults (no shapes, no stacks).
+
+Every expectation comes from tests/data/recorded/README.md (what each set was recorded
+to show, and the runloop tids each group started, printed by the workers while
+recording: the ground truth of which thread belongs to which group).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any, Callable, Dict, List
+
+import pytest
+
+from tracefuse_stream.cli.app import main
+
+RECORDED = Path(__file__).resolve().parent / "data" / "recorded"
+
+# README "Runloop threads per group" for ddp8_subgroups_slow: rank -> (world, sub-group)
+DDP8_TIDS = {
+    0: ({13462, 13463}, {13524, 13525}),
+    1: ({13467, 13468}, {13515, 13516}),
+    2: ({13469, 13470}, {13519, 13520}),
+    3: ({13465, 13466}, {13530, 13531}),
+    4: ({13471, 13472}, {13528, 13529}),
+    5: ({13476, 13477}, {13532, 13533}),
+    6: ({13505, 13506}, {13522, 13523}),
+    7: ({13474, 13475}, {13526, 13527}),
+}
+SUBGROUPS = {"1": [0, 1], "2": [2, 3], "3": [4, 5], "4": [6, 7]}
+
+
+def _info(capsys: pytest.CaptureFixture, *args: str) -> Dict[str, Any]:
+    assert main(["info", "--collectives", "--json", "-j", "1", *args]) == 0
+    return json.loads(capsys.readouterr().out)["collectives"]
+
+
+def _text(capsys: pytest.CaptureFixture, *args: str) -> str:
+    assert main(["info", "--collectives", "-j", "1", *args]) == 0
+    return capsys.readouterr().out
+
+
+def _rewritten(src: Path, dst: Path, edit: Callable[[int, Dict[str, Any]], None]) -> Path:
+    """Copies of ``src``'s traces with ``edit(rank, trace)`` applied (plain JSON)."""
+    dst.mkdir()
+    for f in sorted(src.glob("*.json.gz")):
+        trace = json.loads(gzip.decompress(f.read_bytes()))
+        edit(trace["distributedInfo"]["rank"], trace)
+        (dst / f.name.replace(".gz", "")).write_text(json.dumps(trace))
+    return dst
+
+
+def _by_step(coll: Dict[str, Any]) -> List[tuple]:
+    return [(b["step"], b["straggler"], b["last_rank"]) for b in coll["by_step"]]
+
+
+# ------------------------------------------------------------- sub-groups, slow rank
+def test_subgroups_slow_rank_named_groups_and_threads_exact(capsys: pytest.CaptureFixture) -> None:
+    coll = _info(capsys, str(RECORDED / "ddp8_subgroups_slow"))
+    assert coll["unmatched"]["total"] == 0
+    groups: Dict[str, List[Any]] = {}
+    for inst in coll["instances"]:
+        groups.setdefault(inst["group"], []).append((inst["step"], inst["ranks"]))
+    assert groups["0"] == [(s, list(range(8))) for s in (2, 2, 3, 3, 4, 4)]
+    for g, ranks in SUBGROUPS.items():
+        assert groups[g] == [(s, ranks) for s in (2, 3, 4)]
+    assert coll["straggler"] == 5
+    assert [(s["rank"], s["steps"]) for s in coll["stragglers"]] == [(5, [2, 3, 4])]
+    assert _by_step(coll) == [(2, 5, 5), (3, 5, 5), (4, 5, 5)]
+    # README: rank 5 arrives 203.0, 203.4 and 204.7 ms after the first at the DDP all_reduce
+    ddp = [i for i in coll["instances"] if i["group"] == "0" and i["last_rank"] == 5]
+    assert [round(i["spread_us"] / 1000, 1) for i in ddp] == [203.0, 203.4, 204.7]
+    assert all(i["wait_us"]["5"] == 0 for i in ddp)
+
+
+def test_subgroups_slow_ops_attributed_to_their_groups_threads() -> None:
+    """Against the runloop tids each group started (printed while recording)."""
+    from tracefuse_stream.plan.planner import plan_all
+    from tracefuse_stream.report.collectives import collect_table
+
+    table = collect_table(plan_all([str(RECORDED / "ddp8_subgroups_slow")]))
+    assert len(table.instances) == 18
+    for inst in table.instances:
+        for r, entry in inst.entries.items():
+            world, sub = DDP8_TIDS[r]
+            assert entry.event.tid in (world if inst.group == "0" else sub), (inst.group, r)
+
+
+def test_pg_config_of_some_ranks_is_enough(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Odd ranks' traces lose pg_config: their groups come from the even ranks'."""
+    want = _info(capsys, str(RECORDED / "ddp8_subgroups_slow"))
+
+    def drop_odd(rank: int, trace: Dict[str, Any]) -> None:
+        if rank % 2:
+            del trace["distributedInfo"]["pg_config"]
+
+    coll = _info(capsys, str(_rewritten(RECORDED / "ddp8_subgroups_slow", tmp_path / "d", drop_odd)))
+    key = ("group", "ranks", "arrival_ns", "step")
+    assert [[i[k] for k in key] for i in coll["instances"]] == [[i[k] for k in key] for i in want["instances"]]
+    assert coll["straggler"] == 5
+
+
+def test_no_pg_config_with_several_groups_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """pg_count 5 but no pg_config anywhere: which group an op is in is unknown, so
+    nothing is matched (never world and sub-group ops in one instance)."""
+
+    def drop(rank: int, trace: Dict[str, Any]) -> None:
+        del trace["distributedInfo"]["pg_config"]
+
+    coll = _info(capsys, str(_rewritten(RECORDED / "ddp8_subgroups_slow", tmp_path / "d", drop)))
+    assert coll["instances"] == [] and coll["straggler"] is None
+    assert coll["unmatched"]["total"] == 8 * 9
+    assert [u["reason"] for u in coll["unmatched"]["by_reason"]] == ["process group unknown"]
+    assert sum("5 process groups but its trace lists none" in n for n in coll["notes"]) == 8
+
+
+def test_single_group_without_distributed_info_is_world(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    def drop(rank: int, trace: Dict[str, Any]) -> None:
+        di = trace["distributedInfo"]
+        del di["pg_config"], di["pg_count"]
+
+    coll = _info(capsys, str(_rewritten(RECORDED / "ddp4_two_stragglers", tmp_path / "d", drop)))
+    assert len(coll["instances"]) == 3 and {i["group"] for i in coll["instances"]} == {""}
+    assert [s["rank"] for s in coll["stragglers"]] == [1, 3]
+
+
+# ------------------------------------------------------------- several, intermittent, none
+def test_two_stragglers_both_named_by_how_long_the_others_wait(capsys: pytest.CaptureFixture) -> None:
+    coll = _info(capsys, str(RECORDED / "ddp4_two_stragglers"))
+    assert [(s["rank"], s["steps"]) for s in coll["stragglers"]] == [(1, [2, 3, 4]), (3, [2, 3, 4])]
+    assert coll["straggler"] == 1
+    ranks = {r["rank"]: r for r in coll["ranks"]}
+    assert ranks[3]["last_arrivals"] == 0 and ranks[1]["last_arrivals"] == 3  # rank 3 is never last
+    for b in coll["by_step"]:
+        assert b["stragglers"] == [1, 3] and b["last_rank"] == 1
+        # README: rank 1 +149.2..156.3 ms, rank 3 +62.5..63.9 ms, ranks 0 and 2 within 3.7 ms
+        assert 145_000 < b["held_us"]["1"] < 157_000 and 58_000 < b["held_us"]["3"] < 64_000
+        assert b["held_us"]["0"] == b["held_us"]["2"] == 0
+    text = _text(capsys, str(RECORDED / "ddp4_two_stragglers"))
+    assert "straggler: rank 1 -- the others waited" in text and "also     : rank 3 -- the others waited" in text
+
+
+def test_intermittent_straggler_named_for_its_step_only(capsys: pytest.CaptureFixture) -> None:
+    coll = _info(capsys, str(RECORDED / "ddp4_intermittent"))
+    assert coll["straggler"] == 2
+    assert [(s["rank"], s["steps"]) for s in coll["stragglers"]] == [(2, [3])]
+    assert [(b["step"], b["straggler"], b["stragglers"]) for b in coll["by_step"]] == [
+        (2, None, []),
+        (3, 2, [2]),
+        (4, None, []),
+    ]
+    # README table: last to arrive rank 3 in #2 (+7.7 ms) and rank 0 in #4 (+1.8 ms) -- noise,
+    # reported as last only
+    assert [b["last_rank"] for b in coll["by_step"]] == [3, 2, 0]
+
+
+@pytest.mark.parametrize("name", ["ddp4_balanced", "ddp4_subgroups_defaults_samepid", "ddp4", "ddp4_subgroups"])
+def test_balanced_runs_name_no_straggler(name: str, capsys: pytest.CaptureFixture) -> None:
+    coll = _info(capsys, str(RECORDED / name))
+    assert coll["instances"] and coll["unmatched"]["total"] == 0
+    assert coll["straggler"] is None and coll["stragglers"] == []
+    assert all(b["straggler"] is None and b["last_rank"] is not None for b in coll["by_step"])
+    assert "no rank stands out" in _text(capsys, str(RECORDED / name))
+
+
+def test_defaults_samepid_subgroups_matched(capsys: pytest.CaptureFixture) -> None:
+    """All ranks are pid 1 with tids 3..8: groups still come out per rank."""
+    coll = _info(capsys, str(RECORDED / "ddp4_subgroups_defaults_samepid"))
+    groups: Dict[str, List[Any]] = {}
+    for inst in coll["instances"]:
+        groups.setdefault(inst["group"], []).append(inst["ranks"])
+    assert groups == {"0": [[0, 1, 2, 3]] * 6, "1": [[0, 1]] * 3, "2": [[2, 3]] * 3}
+
+
+def _scaled(k: float) -> Callable[[int, Dict[str, Any]], None]:
+    """Every timed event's ts (from the first file's first one: one origin for all
+    ranks, which share baseTimeNanoseconds) and dur multiplied by ``k``."""
+    origin: List[float] = []
+
+    def edit(rank: int, trace: Dict[str, Any]) -> None:
+        evs = [e for e in trace["traceEvents"] if isinstance(e.get("ts"), (int, float)) and e.get("ph") != "M"]
+        if not origin:
+            origin.append(min(e["ts"] for e in evs))
+        t0 = origin[0]
+        for e in evs:
+            e["ts"] = round(t0 + (e["ts"] - t0) * k, 3)
+            if isinstance(e.get("dur"), (int, float)):
+                e["dur"] = round(e["dur"] * k, 3)
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("name", "k", "stragglers"),
+    [("ddp4_balanced", 20.0, []), ("ddp4_two_stragglers", 0.05, [1, 3]), ("ddp4_intermittent", 10.0, [2])],
+)
+def test_threshold_scales_with_the_run(
+    name: str, k: float, stragglers: List[int], tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """The threshold comes from the run's own noise and steps, not a fixed number: the
+    same run 20x slower still has no straggler, 20x faster (rank 3 then only 3 ms late)
+    still two, and the verdict and threshold scale with the times."""
+    want = _info(capsys, str(RECORDED / name))
+    coll = _info(capsys, str(_rewritten(RECORDED / name, tmp_path / "d", _scaled(k))))
+    assert [s["rank"] for s in coll["stragglers"]] == stragglers == [s["rank"] for s in want["stragglers"]]
+    assert _by_step(coll) == _by_step(want)
+    for key in ("noise_us", "busy_step_us", "typical_step_us"):
+        assert coll["threshold"][key] == pytest.approx(want["threshold"][key] * k, rel=1e-3, abs=0.01)
+
+
+# ------------------------------------------------------------- info: -j and one pass
+def test_info_jobs_give_the_same_answer(capsys: pytest.CaptureFixture) -> None:
+    d = str(RECORDED / "ddp8_subgroups_slow")
+    outs = []
+    for j in ("1", "2"):
+        assert main(["info", "--collectives", "--steps", "--json", "-j", j, d]) == 0
+        outs.append(json.loads(capsys.readouterr().out))
+    assert outs[0] == outs[1] and outs[0]["collectives"]["straggler"] == 5
+
+
+def test_info_answers_every_section_in_one_pass(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    import tracefuse_stream.report.info as info_mod
+
+    calls: List[str] = []
+    real = info_mod.iter_event_batches
+
+    def counting(path: Any, **kw: Any) -> Any:
+        calls.append(str(path))
+        return real(path, **kw)
+
+    monkeypatch.setattr(info_mod, "iter_event_batches", counting)
+    d = RECORDED / "ddp4_intermittent"
+    assert main(["info", "--steps", "--align", "--json", "-j", "1", str(d)]) == 0
+    both = json.loads(capsys.readouterr().out)
+    assert sorted(calls) == sorted(str(f) for f in d.glob("*.json.gz"))  # one pass per file
+    assert both["steps"] == {str(r): [2, 3, 4] for r in range(4)}
+    assert set(both["align"]) == {"0", "1", "2", "3"}
+    calls.clear()
+    coll = _info(capsys, str(d))
+    assert len(calls) == 4 and coll["straggler"] == 2

@@ -1,0 +1,99 @@
+"""``info``'s single pass per file: counts and span, and -- in the same pass -- what
+``--steps``, ``--collectives`` and ``--align`` need.
+
+Why one pass: each of those used to read every file again (four passes for
+``info --steps --align --collectives``). The compiled kernel counts and times every
+event in C and hands over only the ``ph: X`` events whose name holds ``gloo:``,
+``ProfilerStep#``, ``nccl``/``rccl`` or whose text holds ``"Collective name"``
+(:data:`INFO_SELECTION`); :class:`~tracefuse_stream.align.collectives.
+CollectiveCollector` keeps the collective events and the step spans from those.
+Memory: the collective events and steps of a file, never its other events. With
+``jobs`` > 1 the files are read in worker processes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from tracefuse_stream.align.collectives import COLLECTIVE_SELECTION, CollectiveCollector, RankScan
+from tracefuse_stream.align.ends import DEFAULT_CAP, RankCollectives
+from tracefuse_stream.errors import TraceFuseError
+from tracefuse_stream.plan.planner import RankPlan
+from tracefuse_stream.report.info import RankInfo, broken_text, scan_rank
+
+SECTIONS = ("steps", "collectives", "align")
+INFO_SELECTION = dataclasses.replace(COLLECTIVE_SELECTION, extremes=True)
+
+
+@dataclass
+class FileScan:
+    """What one pass over one file found (``broken``: why it could not be read)."""
+
+    info: Optional[RankInfo]
+    scan: Optional[RankScan]
+    broken: Optional[str] = None
+
+
+def scan_file(plan: RankPlan, sections: Tuple[str, ...]) -> FileScan:
+    """The single pass over ``plan``'s file (see the module docstring)."""
+    try:
+        if not sections:
+            return FileScan(scan_rank(plan), None)
+        scan = RankScan(plan.rank, int(plan.base_time_ns or 0))
+        collector = CollectiveCollector(scan, None)
+
+        def visit(batch: List[Any]) -> None:
+            for ev in batch:
+                collector.feed(ev, -1)
+
+        return FileScan(scan_rank(plan, select=INFO_SELECTION, visit=visit), scan)
+    except TraceFuseError as e:
+        return FileScan(None, None, broken_text(e))
+
+
+def scan_files(plans: Sequence[RankPlan], jobs: int, sections: Sequence[str]) -> List[FileScan]:
+    """:func:`scan_file` for every plan, in ``jobs`` worker processes."""
+    from tracefuse_stream.pipeline.workers import parallel_map, resolve_jobs
+
+    unknown = set(sections) - set(SECTIONS)
+    if unknown:
+        raise ValueError(f"unknown info sections: {sorted(unknown)}")
+    want = tuple(s for s in SECTIONS if s in sections)
+    return parallel_map(scan_file, [(p, want) for p in plans], resolve_jobs(jobs, len(plans)))
+
+
+def steps_us(scan: RankScan) -> Dict[int, Tuple[float, float]]:
+    """``{step: (start_us, end_us)}`` in the file's own relative microseconds, sorted
+    (what :func:`~tracefuse_stream.select.window.list_steps` gives)."""
+    return {s: (lo / 1000, hi / 1000) for s, (lo, hi) in sorted(scan.steps.items())}
+
+
+def collective_ends(scan: RankScan, cap: int = DEFAULT_CAP) -> RankCollectives:
+    """The GPU collective end times clock alignment needs, keyed as
+    :func:`~tracefuse_stream.align.ends.collect_collective_ends` keys them."""
+    out = RankCollectives()
+    by_stream: Dict[Tuple[Any, Any], List[int]] = {}
+    for e in scan.events:
+        if e.kind != "gpu":
+            continue
+        if out.count >= cap:
+            out.cap_hit = True
+            break
+        out.count += 1
+        end = scan.base_ns + e.ts_ns + e.dur_ns
+        if e.key[0] == "seq":
+            prev = out.ends.get(e.key)
+            out.ends[e.key] = end if prev is None else max(prev, end)
+        else:
+            by_stream.setdefault((e.key[2], e.key[3]), []).append(end)
+    for (name, stream), values in by_stream.items():
+        values.sort()
+        for i, end in enumerate(values):
+            out.ends[("order", name, stream, i)] = end
+    out.error = scan.error
+    return out
+
+
+__all__ = ["FileScan", "INFO_SELECTION", "SECTIONS", "collective_ends", "scan_file", "scan_files", "steps_us"]
