@@ -905,8 +905,11 @@ def test_negative_and_huge_pids_and_tids(tmp_path, small):
     data = edit_events(full, edits)
     p = tmp_path / "rank0.json"
     p.write_bytes(data)
-    # the same file twice: rank 0 and rank 1 must not share any output pid
-    r, out = merge(tmp_path, [p, p], "--rank-from", "order")
+    # the same trace twice (two files: one file given twice is refused): rank 0 and
+    # rank 1 must not share any output pid
+    p2 = tmp_path / "rank0_copy.json"
+    p2.write_bytes(data)
+    r, out = merge(tmp_path, [p, p2], "--rank-from", "order")
     assert r.rc == 0, r.err
     o = load_out(out)
     pid_rank: Dict[int, int] = {}
@@ -974,7 +977,9 @@ def test_hex_string_and_integral_float_flow_ids(tmp_path, small):
             edits[k] = (lambda f, fid: lambda ev: {**ev, "id": f(fid)})(f, fid)
     p = tmp_path / "rank0.json"
     p.write_bytes(edit_events(full, edits))
-    r, out = merge(tmp_path, [p, p], "--rank-from", "order")
+    p2 = tmp_path / "rank0_copy.json"  # one file given twice is refused: a copy
+    p2.write_bytes(p.read_bytes())
+    r, out = merge(tmp_path, [p, p2], "--rank-from", "order")
     assert r.rc == 0, r.err
     o = load_out(out)
     for rank in (0, 1):

@@ -44,7 +44,7 @@ def test_natural_order_ranks_come_from_the_file_names(h, tmp_path):
         assert annotation_rank(evs) == [f"rank_{r}"]  # rank_10.json is RANK 10, not RANK 2
         info = merged["tracefuse"]["ranks"][str(r)]
         assert info["rank_from"] == "filename" and Path(info["source"]).name == f"rank_{r}.json"
-    notes = [w for w in summary["warnings"] if "rank numbers taken from" in w]
+    notes = [w for w in summary["notes"] if "rank numbers taken from" in w]  # a fact, not a warning
     assert notes == [
         "rank numbers taken from filename: 0-11 (no distributedInfo.rank in those files; "
         "'order' = natural order of the file names)"
@@ -99,7 +99,7 @@ def test_non_trace_json_is_skipped_in_a_directory_and_named(h, tmp_path):
     summary = merge_json(h, d, "-o", out)
     merged = h.load_output(out, exact=True)
     h.check_merge(merged, ranks)
-    skipped = sorted(w for w in summary["warnings"] if w.startswith("skipped "))
+    skipped = sorted(w for w in summary["notes"] if w.startswith("skipped "))
     assert skipped == [
         f"skipped {d / 'config.json'}: not a trace: a JSON object without traceEvents (keys: lr, world_size)",
         f"skipped {d / 'execution_details.json'}: not a trace: a JSON object without traceEvents "
@@ -124,7 +124,7 @@ def test_own_outputs_are_skipped_in_a_directory_and_refused_by_path(h, tmp_path)
     summary = merge_json(h, d, "-o", again)  # `tracefuse merge .` run twice
     merged = h.load_output(again, exact=True)
     h.check_merge(merged, ranks)  # 4 ranks: the first merge was not read back as a rank
-    assert f"skipped {first}: a merged output of tracefuse-stream (not a rank trace)" in summary["warnings"]
+    assert f"skipped {first}: a merged output of tracefuse-stream (not a rank trace)" in summary["notes"]
     p = h.run_cli("merge", first, "-o", tmp_path / "x.json")
     assert p.returncode == 1
     assert p.stderr_text.startswith(f"tracefuse: error: {first}: is a merged output of tracefuse-stream")
@@ -165,7 +165,7 @@ def test_an_empty_rank_does_not_decide_the_output_base(h, tmp_path):
     merged = h.load_output(out, exact=True)
     base = _load(ranks[0])["baseTimeNanoseconds"]
     assert merged["baseTimeNanoseconds"] == base  # not 0: ts stay small relative numbers
-    assert "rank(s) 4 have no timed events (ignored for the output base)" in summary["warnings"]
+    assert "rank(s) 4 have no timed events (ignored for the output base)" in summary["notes"]
     assert merged["tracefuse"]["ranks"]["4"]["events_out"] == 0
     real = {r: p for r, p in ranks.items()}
     sections = h.split_by_rank(merged)
@@ -208,7 +208,7 @@ def test_info_prints_the_good_ranks_and_marks_the_broken_file(h, tmp_path):
         f"BROKEN {broken}: gzip stream ends early (truncated file) (at byte {_decodable(broken)})"
     ]
     assert "--salvage" not in text + p.stderr_text
-    js = json.loads(h.run_cli("info", d, "--json").stdout)
+    js = json.loads(h.run_cli("info", d, "--json").stdout)["ranks"]
     assert [r.get("rank") for r in js] == [0, 2, 3, None] and js[-1]["path"] == str(broken)
 
 

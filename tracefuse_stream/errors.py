@@ -75,6 +75,10 @@ _PYTHON_WORDS = (
     ("--keep-cat", "keep_cat"),
     ("--drop-cat", "drop_cat"),
     ("--clock-offsets", "clock_offsets"),
+    ("--jobs", "jobs"),
+    ("--name", "name_regex"),
+    ("--args", "args"),
+    ("--align", "align"),
 )
 _FLAG = re.compile("|".join(re.escape(f) + r"(?![\w-])" for f, _ in _PYTHON_WORDS))
 _WORD = dict(_PYTHON_WORDS)
@@ -193,6 +197,14 @@ class Interrupted(TraceFuseError):
 
     exit_code = EXIT_INTERRUPTED
     kind = ErrorKind.INTERRUPTED
+
+
+class VerifyFailed(TraceFuseError):
+    """``merge(verify=True)`` (``merge --verify``) found an error-level problem in a
+    merged file; the file stays, for inspection."""
+
+    exit_code = EXIT_VERIFY
+    kind = ErrorKind.VERIFY
 
 
 class TerminateSignal(BaseException):

@@ -12,9 +12,9 @@ import functools
 import os
 import signal
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, ParamSpec
 
-from tracefuse_stream.errors import EXIT_VERIFY, Interrupted, TerminateSignal, TraceFuseError
+from tracefuse_stream.errors import Interrupted, TerminateSignal, VerifyFailed
 from tracefuse_stream.options import MergeOptions
 from tracefuse_stream.pipeline.outputs import file_meta, head, output_names, rank_groups, tail
 from tracefuse_stream.pipeline.progress import Progress
@@ -37,6 +37,8 @@ from tracefuse_stream.write.codecs import is_archive_name
 from tracefuse_stream.write.sinks import MergeSink, abort_all, sink_for
 from tracefuse_stream.write.writer import FragmentDir, codec_for, is_special_file
 
+_P = ParamSpec("_P")
+
 
 class _TermAsInterrupt:
     """Turn SIGTERM into an exception in the parent so the same cleanup runs."""
@@ -58,12 +60,13 @@ class _TermAsInterrupt:
             signal.signal(signal.SIGTERM, self.prev)
 
 
-def _interruptible(fn: Callable[..., MergeSummary]) -> Callable[..., MergeSummary]:
+def _interruptible(fn: Callable[_P, MergeSummary]) -> Callable[_P, MergeSummary]:
     """SIGTERM and SIGINT anywhere in a merge (planning, scans, writing) become
-    :class:`Interrupted`, after the merge's own cleanup has run."""
+    :class:`Interrupted`, after the merge's own cleanup has run. Keeps the wrapped
+    function's signature for type checkers (``ParamSpec``)."""
 
     @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> MergeSummary:
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> MergeSummary:
         with _TermAsInterrupt():
             try:
                 return fn(*args, **kwargs)
@@ -80,7 +83,7 @@ def merge(
     inputs: InputSpec,
     output: str = "merged_trace.json.gz",
     options: Optional[MergeOptions] = None,
-    **kwargs: Any,
+    **overrides: Any,
 ) -> MergeSummary:
     """Merge per-rank traces into ``output`` and return what was done.
 
@@ -94,8 +97,8 @@ def merge(
     ``keep_cat``, ``drop_cat``, ``name_regex``, ``filter_fn``, ``args``, ``steps``,
     ``step_rank``, ``window_ms``, ``align``, ``clock_offsets``, ``force``,
     ``split_ranks``, ``dry_run``, ``verify``, ``link_collectives``, ``jobs``,
-    ``progress``, ``salvage``; see :data:`tracefuse_stream.options.KEYWORDS`)
-    set the same fields, on top of ``options`` when both are given.
+    ``progress``, ``salvage``; see :data:`tracefuse_stream.options.KEYWORDS`) are
+    ``overrides``: they set the same fields, on top of ``options`` when both are given.
     ``verify=True`` checks every written file against the inputs (default: not
     verified; no environment variable changes that); an error-level finding raises
     :class:`VerifyFailed`
@@ -103,7 +106,7 @@ def merge(
     :class:`~tracefuse_stream.errors.TraceFuseError` subclasses on bad input or output;
     no file is left under ``output`` then.
     """
-    opts = MergeOptions.from_kwargs(options, **kwargs)
+    opts = MergeOptions.from_kwargs(options, **overrides)
     if opts.selection.cycle == "all":  # one merge per profiling cycle: merged.cycle1.json.gz, ...
         import dataclasses
 
@@ -126,6 +129,7 @@ def _merge(inputs: InputSpec, output: str, opts: MergeOptions) -> MergeSummary:
         codec = "plain" if output == "-" else codec_for(output)
     plans = plan_inputs(inputs, rank_from=sel.rank_from, ranks=sel.ranks, salvage=ex.salvage, cycle=sel.cycle)
     warnings = input_warnings(plans)
+    facts = input_notes(plans)  # (plans are rebuilt by the alignment below)
     for p in plans:
         warnings.extend(f"{p.path}: {note}" for note in p.problems)
     n_jobs = resolve_jobs(ex.jobs, len(plans))
@@ -189,7 +193,7 @@ def _merge(inputs: InputSpec, output: str, opts: MergeOptions) -> MergeSummary:
         seconds=time.perf_counter() - t0,
         jobs=n_jobs,
         warnings=warnings,
-        notes=input_notes(plans) + notes,
+        notes=facts + notes,
         outputs=[] if out_opts.dry_run else names,
         dry_run=out_opts.dry_run,
         window_ns=flt.window_ns,
@@ -252,6 +256,10 @@ def _write_files(
             frags = FragmentDir(sinks[0].fragment_dir)
         for s in sinks:
             s.begin(base_ns)
+        if links is not None:  # --link-collectives: the "Collectives" summary process first
+            from tracefuse_stream.align.summary_track import write_summaries
+
+            links.summary_notes = write_summaries(sinks, links, base_ns)
         group_of = {p.rank: gi for gi, g in enumerate(groups) for p in g}
         tasks = [
             RankTask(
@@ -292,12 +300,6 @@ def _write_files(
         if frags is not None:
             frags.close()
     return results, sinks
-
-
-class VerifyFailed(TraceFuseError):
-    """``verify`` found an error-level problem in a merged file."""
-
-    exit_code = EXIT_VERIFY
 
 
 def _verify_outputs(summary: MergeSummary, groups: List[List[RankPlan]]) -> None:

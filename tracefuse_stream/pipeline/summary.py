@@ -42,12 +42,14 @@ class MergeSummary:
     json_bytes: int
     seconds: float
     jobs: int
-    warnings: List[str] = field(default_factory=list)
+    warnings: List[str] = field(default_factory=list)  # what may make the result wrong or unviewable
     outputs: List[str] = field(default_factory=list)
     dry_run: bool = False
     window_ns: Optional[Tuple[int, int]] = None
     verify_reports: List[Any] = field(default_factory=list)
     viewer_memory_bytes: int = 0  # the largest file's estimated trace_processor memory (report/viewer.py)
+    notes: List[str] = field(default_factory=list)  # facts worth a line that are no problem
+    cycles: int = 0  # --cycle all: the profiling cycles merged (ranks holds every cycle's ranks)
 
     @property
     def events_in(self) -> int:
@@ -98,12 +100,9 @@ class MergeSummary:
             )
         verb = "dry run over" if self.dry_run else "merged"
         if self.window_ns:
-            lines.append(
-                f"time window: {self.window_ns[0]} .. {self.window_ns[1]} ns "
-                f"({(self.window_ns[1] - self.window_ns[0]) / 1e6:,.3f} ms)"
-            )
+            lines.append(f"time window: {window_text(self.window_ns)}")
         lines.append(
-            f"{verb} {len(self.ranks)} rank(s): {self.events_in:,} events in, {self.events_out:,} out "
+            f"{verb} {self.ranks_text()}: {self.events_in:,} events in, {self.events_out:,} out "
             f"(of which {self.metadata_out:,} process/thread labels, written anew for each rank); "
             f"{self.bytes_in / 1e6:,.1f} MB in ({self.json_bytes_in / 1e6:,.1f} MB of JSON) -> {self.output} "
             f"{self.bytes_out / 1e6:,.1f} MB ({self.json_bytes / 1e6:,.1f} MB JSON"
@@ -115,9 +114,26 @@ class MergeSummary:
                 f"viewer memory: ~{self.viewer_memory_bytes / 1e6:,.0f} MB in Perfetto (trace_processor, "
                 f"estimated{', largest file' if len(self.outputs) > 1 else ''}; a browser holds 4 GB)"
             )
-        for w in self.warnings:
-            lines.append(f"warning: {w}")
+        lines += [f"note: {n}" for n in self.notes]
+        lines += [f"warning: {w}" for w in self.warnings]
         return "\n".join(lines)
+
+    def ranks_text(self) -> str:
+        """``8 ranks``, or ``8 ranks × 2 cycles`` for ``--cycle all``."""
+        if self.cycles > 1:
+            per = len({r.rank for r in self.ranks})
+            return f"{per} rank{'s' if per != 1 else ''} × {self.cycles} cycles"
+        n = len(self.ranks)
+        return f"{n} rank{'s' if n != 1 else ''}"
+
+
+def window_text(window_ns: Tuple[int, int]) -> str:
+    """A ``--steps``/``--window`` window as a person reads it: UTC and its length
+    (never raw epoch ns)."""
+    from tracefuse_stream.plan.cycles import iso_utc
+
+    lo, hi = window_ns
+    return f"{iso_utc(lo)} .. {iso_utc(hi)} ({(hi - lo) / 1e6:,.3f} ms)"
 
 
 def size_warning(

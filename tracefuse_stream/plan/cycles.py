@@ -220,6 +220,7 @@ def merge_each_cycle(merge_one: Callable[..., Any], kwargs: Dict[str, Any], outp
     summaries = [merge_one(output=name, cycle=i, **kwargs) for i, name in enumerate(names, 1)]
     first = summaries[0]
     first.warnings[:] = [f"cycle 1: {w}" for w in first.warnings]
+    first.notes[:] = [f"cycle 1: {n}" for n in first.notes]
     for i, s in enumerate(summaries[1:], 2):
         first.ranks.extend(s.ranks)
         first.bytes_in += s.bytes_in
@@ -229,5 +230,7 @@ def merge_each_cycle(merge_one: Callable[..., Any], kwargs: Dict[str, Any], outp
         first.outputs.extend(s.outputs)
         first.verify_reports.extend(s.verify_reports)
         first.warnings.extend(f"cycle {i}: {w}" for w in s.warnings)
+        first.notes.extend(f"cycle {i}: {n}" for n in s.notes)
     first.output = ", ".join(s.output for s in summaries)
+    first.cycles = len(summaries)
     return first

@@ -288,15 +288,19 @@ class PlanList(List[RankPlan]):
         self.skipped: List[Tuple[str, str]] = []
         self.cycles: List[Cycle] = []
         self.broken: List[Tuple[str, Any]] = []  # (path, error) when planning keeps going
-        self.notes: List[str] = []
+        self.notes: List[str] = []  # facts worth a line (which cycle was merged)
+        self.cautions: List[str] = []  # warnings found while planning (info: two runs?)
 
     def warnings(self) -> List[str]:
-        """Every summary line about the inputs (world sizes, rank sources, skipped files,
-        far-apart spans, empty ranks, cycles)."""
-        out = world_size_warnings(self) + rank_source_note(self) + far_apart_warning(self)
-        out += empty_rank_note(self) + list(self.notes)
-        out += [f"skipped {path}: {why}" for path, why in self.skipped]
-        return out
+        """What may make the merge wrong: world sizes that disagree, ranks days apart,
+        files of two runs (``info``)."""
+        return world_size_warnings(self) + far_apart_warning(self) + list(self.cautions)
+
+    def input_notes(self) -> List[str]:
+        """Facts about the inputs that are not a problem: where ranks came from, empty
+        ranks, the cycle merged, files skipped in directories."""
+        out = rank_source_note(self) + empty_rank_note(self) + list(self.notes)
+        return out + [f"skipped {path}: {why}" for path, why in self.skipped]
 
 
 def _plan_candidates(found: Discovery, salvage: bool, keep_going: bool, out: PlanList) -> List[RankPlan]:
@@ -332,8 +336,13 @@ def plan_inputs(
 
 
 def input_warnings(plans: Sequence[RankPlan]) -> List[str]:
-    """Summary lines about the inputs of a merge (see :meth:`PlanList.warnings`)."""
+    """Summary warnings about the inputs of a merge (see :meth:`PlanList.warnings`)."""
     return plans.warnings() if isinstance(plans, PlanList) else world_size_warnings(plans)
+
+
+def input_notes(plans: Sequence[RankPlan]) -> List[str]:
+    """Summary notes about the inputs of a merge (see :meth:`PlanList.input_notes`)."""
+    return plans.input_notes() if isinstance(plans, PlanList) else []
 
 
 def plan_all(
@@ -394,7 +403,7 @@ def plan_all(
         if runs is not None:
             if not every_cycle:
                 raise UsageError(runs)
-            out.notes.append(runs)  # info: the table shows them all, with this warning
+            out.cautions.append(runs)  # info: the table shows them all, with this warning
     out.cycles = groups
     where = _where(inputs)
     chosen = groups if every_cycle else [choose_cycle(groups, cycle, where)]

@@ -186,16 +186,28 @@ def collect_info(
     plans[:] = good
     text = []
     if len(plans.cycles) > 1:
-        text.append(f"{len(plans.cycles)} profiling cycles (the cycle column; merge needs --cycle N|latest|all):")
+        text.append(
+            f"{len(plans.cycles)} profiling cycles (the cycle column; merge needs --cycle N|latest|all):"
+        )
         text.extend(describe_cycles(plans.cycles))
     text.append(format_info(rows, plans.broken))
-    text.extend(f"note: {w}" for w in plans.warnings())
+    text.extend(f"warning: {w}" for w in plans.warnings())
+    text.extend(f"note: {n}" for n in plans.input_notes())
     listing: List[Dict[str, Any]] = [r.to_dict() for r in rows]
     listing += [{"path": path, "broken": err} for path, err in plans.broken]
-    out: Dict[str, Any] = {"ranks": listing}
-    if len(plans.cycles) > 1:
-        out["cycles"] = [c.to_dict() for c in plans.cycles]
+    out: Dict[str, Any] = dict.fromkeys(INFO_JSON_KEYS)  # one shape whatever the flags
+    out["ranks"] = listing
+    out["cycles"] = [c.to_dict() for c in plans.cycles]
     return plans, rows, out, text
+
+
+#: ``info --json`` prints one object with exactly these keys, whatever the flags:
+#: ``ranks`` (one entry per file: its facts, or ``{"path", "broken"}``), ``cycles`` (every
+#: profiling cycle, one for a single run), and the optional sections, ``null`` unless
+#: asked for: ``steps`` (--steps: rank -> ProfilerStep numbers), ``align`` (--align:
+#: rank -> estimated clock offset), ``collectives`` (--collectives: the latest cycle's
+#: table) and ``collectives_by_cycle`` (--collectives with several cycles: cycle -> table).
+INFO_JSON_KEYS = ("ranks", "cycles", "steps", "align", "collectives", "collectives_by_cycle")
 
 
 def broken_text(e: Any) -> str:
