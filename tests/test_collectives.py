@@ -216,7 +216,9 @@ def _nccl_two_ranks(tmp_path: Path, delay_us: Decimal) -> Path:
     return d
 
 
-def test_nccl_two_ranks_late_rank_linked_but_no_straggler(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_nccl_two_ranks_late_rank_linked_but_no_straggler(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     """Rank 1 arrives last everywhere, but 7 x 0.2-0.3 ms in steps of ~222 ms is far
     below a quarter of a step: it is reported as last, not named a straggler."""
     d = _nccl_two_ranks(tmp_path, Decimal("300"))
@@ -227,7 +229,9 @@ def test_nccl_two_ranks_late_rank_linked_but_no_straggler(tmp_path: Path, capsys
     assert coll["unmatched"]["total"] == 0
     assert coll["straggler"] is None and coll["stragglers"] == []
     assert [(b["step"], b["instances"], b["last_rank"], b["straggler"]) for b in coll["by_step"]] == [
-        (4, 7, 1, None), (5, 7, 1, None), (6, 7, 1, None)
+        (4, 7, 1, None),
+        (5, 7, 1, None),
+        (6, 7, 1, None),
     ]
     ranks = {r["rank"]: r for r in coll["ranks"]}
     assert ranks[1]["last_arrivals"] == 21 and ranks[0]["held_us"] == 0

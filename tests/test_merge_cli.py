@@ -322,7 +322,7 @@ def test_info_text_rows(ddp4_job, h):
 def test_info_json(ddp4_job, h):
     p = h.run_cli("info", ddp4_job.dir, "--json")
     assert p.returncode == 0, p.stderr_text
-    rows = json.loads(p.stdout)
+    rows = json.loads(p.stdout)["ranks"]
     assert [r["rank"] for r in rows] == [0, 1, 2, 3]
     for row in rows:
         path = ddp4_job.by_rank[row["rank"]]
@@ -334,14 +334,14 @@ def test_info_json(ddp4_job, h):
         assert row["world_size"] == t["distributedInfo"]["world_size"] == 4
         assert row["host_name"] == t["host_name"]
     p = h.run_cli("info", ddp4_job.dir, "--json", "--ranks", "0,2")
-    assert [r["rank"] for r in json.loads(p.stdout)] == [0, 2]
+    assert [r["rank"] for r in json.loads(p.stdout)["ranks"]] == [0, 2]
 
 
 def test_info_json_old_and_new_traces(real_dir, h):
     files = [real_dir / "a100_no_distinfo_epoch_ts.json.gz", real_dir / "h100_bert_small.json.gz"]
     p = h.run_cli("info", *files, "--json", "--rank-from", "order")
     assert p.returncode == 0, p.stderr_text
-    rows = json.loads(p.stdout)
+    rows = json.loads(p.stdout)["ranks"]
     for r, path in enumerate(files):
         exp = _expected_info(path, h)
         assert {k: rows[r][k] for k in exp} == exp

@@ -99,7 +99,9 @@ def test_pg_config_of_some_ranks_is_enough(tmp_path: Path, capsys: pytest.Captur
 
     coll = _info(capsys, str(_rewritten(RECORDED / "ddp8_subgroups_slow", tmp_path / "d", drop_odd)))
     key = ("group", "ranks", "arrival_ns", "step")
-    assert [[i[k] for k in key] for i in coll["instances"]] == [[i[k] for k in key] for i in want["instances"]]
+    assert [[i[k] for k in key] for i in coll["instances"]] == [
+        [i[k] for k in key] for i in want["instances"]
+    ]
     assert coll["straggler"] == 5
 
 
@@ -117,7 +119,9 @@ def test_no_pg_config_with_several_groups_is_reported(tmp_path: Path, capsys: py
     assert sum("5 process groups but its trace lists none" in n for n in coll["notes"]) == 8
 
 
-def test_single_group_without_distributed_info_is_world(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_single_group_without_distributed_info_is_world(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     def drop(rank: int, trace: Dict[str, Any]) -> None:
         di = trace["distributedInfo"]
         del di["pg_config"], di["pg_count"]
@@ -140,7 +144,9 @@ def test_two_stragglers_both_named_by_how_long_the_others_wait(capsys: pytest.Ca
         assert 145_000 < b["held_us"]["1"] < 157_000 and 58_000 < b["held_us"]["3"] < 64_000
         assert b["held_us"]["0"] == b["held_us"]["2"] == 0
     text = _text(capsys, str(RECORDED / "ddp4_two_stragglers"))
-    assert "straggler: rank 1 -- the others waited" in text and "also     : rank 3 -- the others waited" in text
+    assert (
+        "straggler: rank 1 -- the others waited" in text and "also     : rank 3 -- the others waited" in text
+    )
 
 
 def test_intermittent_straggler_named_for_its_step_only(capsys: pytest.CaptureFixture) -> None:
@@ -157,7 +163,9 @@ def test_intermittent_straggler_named_for_its_step_only(capsys: pytest.CaptureFi
     assert [b["last_rank"] for b in coll["by_step"]] == [3, 2, 0]
 
 
-@pytest.mark.parametrize("name", ["ddp4_balanced", "ddp4_subgroups_defaults_samepid", "ddp4", "ddp4_subgroups"])
+@pytest.mark.parametrize(
+    "name", ["ddp4_balanced", "ddp4_subgroups_defaults_samepid", "ddp4", "ddp4_subgroups"]
+)
 def test_balanced_runs_name_no_straggler(name: str, capsys: pytest.CaptureFixture) -> None:
     coll = _info(capsys, str(RECORDED / name))
     assert coll["instances"] and coll["unmatched"]["total"] == 0
@@ -181,7 +189,9 @@ def _scaled(k: float) -> Callable[[int, Dict[str, Any]], None]:
     origin: List[float] = []
 
     def edit(rank: int, trace: Dict[str, Any]) -> None:
-        evs = [e for e in trace["traceEvents"] if isinstance(e.get("ts"), (int, float)) and e.get("ph") != "M"]
+        evs = [
+            e for e in trace["traceEvents"] if isinstance(e.get("ts"), (int, float)) and e.get("ph") != "M"
+        ]
         if not origin:
             origin.append(min(e["ts"] for e in evs))
         t0 = origin[0]
@@ -221,7 +231,9 @@ def test_info_jobs_give_the_same_answer(capsys: pytest.CaptureFixture) -> None:
     assert outs[0] == outs[1] and outs[0]["collectives"]["straggler"] == 5
 
 
-def test_info_answers_every_section_in_one_pass(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+def test_info_answers_every_section_in_one_pass(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
     import tracefuse_stream.report.info as info_mod
 
     calls: List[str] = []
@@ -241,3 +253,86 @@ def test_info_answers_every_section_in_one_pass(monkeypatch: pytest.MonkeyPatch,
     calls.clear()
     coll = _info(capsys, str(d))
     assert len(calls) == 4 and coll["straggler"] == 2
+
+
+# ------------------------------------------------------------- merge: the summary process
+def _held_last(inst: Dict[str, Any]) -> int:
+    """How long the others (median) waited for the last rank, from the arrivals."""
+    arr = {int(r): a for r, a in inst["arrival_ns"].items()}
+    others = sorted(a for r, a in arr.items() if r != inst["last_rank"])
+    n = len(others)
+    mid = others[n // 2] if n % 2 else (others[n // 2 - 1] + others[n // 2]) // 2
+    return arr[inst["last_rank"]] - mid
+
+
+def _strip_links(events: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The ranks' events without what --link-collectives adds (flows and three args)."""
+    out = []
+    for e in events:
+        if not isinstance(e.get("pid"), int) or e["pid"] < 10000 or e.get("cat") == "collective":
+            continue
+        args = e.get("args")
+        if isinstance(args, dict):
+            e = dict(e, args={k: v for k, v in args.items() if not k.startswith("collective_")})
+        out.append(e)
+    return out
+
+
+def test_summary_process_first_with_one_slice_per_instance(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    import sys
+    from decimal import Decimal
+
+    from tracefuse_stream.pipeline.orchestrate import merge
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from importer_model import model_import
+
+    d = str(RECORDED / "ddp8_subgroups_slow")
+    coll = _info(capsys, d)
+    out, plain = tmp_path / "linked.json", tmp_path / "plain.json"
+    summary = merge([d], str(out), link_collectives=True, jobs=1, verify=True)
+    assert summary.verify_reports[0].ok and not summary.verify_reports[0].warnings
+    merge([d], str(plain), jobs=1)
+    trace = json.loads(out.read_text(), parse_float=Decimal)
+    events, base = trace["traceEvents"], trace["baseTimeNanoseconds"]
+    mine = [e for e in events if e.get("pid") == 1]
+    meta = {(e["name"], e["tid"]): e["args"] for e in mine if e["ph"] == "M"}
+    assert meta[("process_name", 0)]["name"] == "Collectives"
+    sorts = {e["pid"]: e["args"]["sort_index"] for e in events if e.get("name") == "process_sort_index"}
+    assert sorts[1] == -1 and min(v for p, v in sorts.items() if p != 1) >= 0
+    threads = {tid: a["name"] for (n, tid), a in meta.items() if n == "thread_name"}
+    assert sorted(threads.values()) == [
+        "group 0 (ranks 0-7)", "group 1 (ranks 0-1)", "group 2 (ranks 2-3)", "group 3 (ranks 4-5)",
+        "group 4 (ranks 6-7)",
+    ]  # fmt: skip
+    slices = {e["args"]["instance"]: e for e in mine if e["ph"] == "X"}
+    assert sorted(slices) == [i["id"] for i in coll["instances"]]
+    for inst in coll["instances"]:
+        s = slices[inst["id"]]
+        first = min(inst["arrival_ns"].values())
+        assert (
+            s["name"]
+            == f"all_reduce #{inst['id']} \u00b7 last: rank {inst['last_rank']} (+{_held_last(inst) / 1e6:.1f} ms)"
+        )
+        assert (
+            base + Decimal(s["ts"]) * 1000 == first
+            and Decimal(s["dur"]) * 1000 == inst["last_arrival_ns"] - first
+        )
+        assert threads[s["tid"]].startswith(f"group {inst['group']} ")
+        assert s["args"]["step"] == inst["step"] and s["args"]["last_rank"] == inst["last_rank"]
+    assert "last: rank 5 (+" in slices[0]["name"]
+    # one counter per rank: each step's wait (ms), then 0 after the last step
+    counters = [e for e in mine if e["ph"] == "C"]
+    assert [sorted(c["args"]) for c in counters] == [[f"rank {r}" for r in range(8)]] * 4
+    for c, b in zip(counters, coll["by_step"]):
+        assert {k: float(v) for k, v in c["args"].items()} == {
+            f"rank {r}": round(w / 1000, 3) for r, w in ((int(r), w) for r, w in b["wait_us"].items())
+        }
+    assert set(counters[-1]["args"].values()) == {0}
+    # the ranks' slices and flows are exactly those of a plain merge, plus the links
+    assert _strip_links(events) == _strip_links(
+        json.loads(plain.read_text(), parse_float=Decimal)["traceEvents"]
+    )
+    assert not {k: v for k, v in model_import(out).view.error_stats.items() if v}

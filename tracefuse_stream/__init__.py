@@ -1,28 +1,56 @@
 """tracefuse-stream: merge per-rank PyTorch profiler traces into one Perfetto trace,
 streaming, with bounded memory.
 
-Pipeline (one module per stage):
-``sources`` (find/open inputs) -> ``plan`` (cheap per-rank header pass, ``trailer``
-for keys after the events) -> ``stream`` (ijson events of one rank) -> ``rewrite``
-(pid/tid/id/ts rules) -> ``labels`` (process names and sort order) -> ``writer``
-(compressed fragments spliced into one atomic output), orchestrated by ``merge``;
-``cli`` and ``compat`` (TraceLens-compatible ``TraceFuse``) are the front doors,
-``verify`` checks a merged file.
+The public API, all importable from here and typed (``py.typed``)::
+
+    from tracefuse_stream import merge, MergeOptions, TraceFuseError, VerifyFailed
+
+    summary = merge(["run/"], "merged.json.gz", jobs=0, ranks=[0, 1])      # keywords
+    summary = merge(["run/"], "merged.json.gz", MergeOptions.from_kwargs(jobs=0))
+    summary = merge(["run/"], "m.json.gz", options=opts, verify=True)      # opts + overrides
+
+* :func:`merge` ``(inputs, output, options=None, **overrides)`` returns a
+  :class:`MergeSummary` (one :class:`RankSummary` per rank);
+* :class:`MergeOptions` (tracefuse_stream/options.py, with its parts) holds every
+  choice, validated once; the flat keywords of ``merge()`` override its fields;
+* errors: every failure a user can cause is a :class:`TraceFuseError` with a one-line
+  message and an ``exit_code`` / ``kind`` (:class:`ErrorKind`): :class:`InputError`
+  (a file: missing, not a trace, broken; ``path``, ``offset``, ``event_index``),
+  :class:`UsageError` (arguments), :class:`OutputError` (the output cannot be
+  written), :class:`Interrupted` (SIGINT/SIGTERM; nothing written) and
+  :class:`VerifyFailed` (``verify=True`` found an error in the written file);
+* :class:`TraceFuse`: the TraceLens-compatible class (compat.py).
+
+Where the stages live (read -> plan -> select/rewrite -> write, run by pipeline; align,
+report, verify, serve and cli around them): README.md, "Layout".
 """
 
 from tracefuse_stream._version import __version__
 from tracefuse_stream.compat import TraceFuse
-from tracefuse_stream.errors import InputError, OutputError, TraceFuseError, UsageError
+from tracefuse_stream.errors import (
+    ErrorKind,
+    InputError,
+    Interrupted,
+    OutputError,
+    TraceFuseError,
+    UsageError,
+    VerifyFailed,
+)
+from tracefuse_stream.options import MergeOptions
 from tracefuse_stream.pipeline.orchestrate import MergeSummary, RankSummary, merge
 
 __all__ = [
     "TraceFuse",
     "merge",
+    "MergeOptions",
     "MergeSummary",
     "RankSummary",
     "TraceFuseError",
     "InputError",
     "OutputError",
     "UsageError",
+    "Interrupted",
+    "VerifyFailed",
+    "ErrorKind",
     "__version__",
 ]

@@ -32,6 +32,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from tracefuse_stream.align.collectives import (
     CollectiveTable,
+    Instance,
     RankScan,
     match_instances,
     pg_config_of,
@@ -80,6 +81,8 @@ class LinkPlan:
     filtered: int = 0
     across_files: int = 0
     table: Optional[CollectiveTable] = None
+    linked: Dict[int, List[Instance]] = field(default_factory=dict)  # output file -> linked instances
+    summary_notes: List[str] = field(default_factory=list)  # what align/summary_track.py wrote
 
     def notes(self) -> List[str]:
         t = self.table
@@ -93,6 +96,9 @@ class LinkPlan:
             skipped.append(f"{t.unmatched_total} not matched across all their ranks (see info --collectives)")
         if skipped:
             text += "; not linked: " + ", ".join(skipped)
+        if self.instances:
+            text += ("; the 'Collectives' process (sorted first) has one slice per linked instance and "
+                     "each rank's wait per step")  # fmt: skip
         return [text] + ([f"collective links: {n}" for n in t.notes] if t is not None else [])
 
 
@@ -137,6 +143,7 @@ def plan_links(
             flows[b].append(("f", next_id))
         out.instances += 1
         out.flows += len(order) - 1
+        out.linked.setdefault(file_of[order[0]], []).append(inst)
         for r in order:
             e = inst.entries[r].event
             args = (

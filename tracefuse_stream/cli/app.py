@@ -270,11 +270,7 @@ def cmd_info(a: argparse.Namespace) -> int:
         text.append("clock alignment from collectives (not applied; merge --align collectives does):")
         text.append(format_alignment_table(al))
     if a.json:
-        print(
-            json.dumps(
-                out if (a.steps or a.align or "cycles" in out) else out["ranks"], indent=2, default=str
-            )
-        )
+        print(json.dumps(out, indent=2, default=str))  # one shape: report/info.py INFO_JSON_KEYS
     else:
         print("\n".join(text))
     return EXIT_INPUT if plans.broken else EXIT_OK

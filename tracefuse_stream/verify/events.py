@@ -13,6 +13,7 @@ from decimal import Decimal
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from tracefuse_stream.align.links import is_collective_link
+from tracefuse_stream.align.summary_track import is_summary_event
 from tracefuse_stream.rewrite.rules import FLOW_PHASES, PID_STRIDE, rank_of_pid
 from tracefuse_stream.timeunits import us_to_ns_or_none
 from tracefuse_stream.verify.digest import MASK64, Digest, hashable, tuple_hashes
@@ -114,7 +115,7 @@ class MergedChecker:
                 pid: Any = ev.get("pid")
                 args: Any = ev.get("args")
                 rank: Any = args.get("rank") if type(args) is dict else None
-                if type(rank) is not int:
+                if type(rank) is not int and not is_summary_event(ev):  # "Collectives" belongs to no rank
                     F.add("rank_missing", None, {"event": idx, "ph": ph, "name": ev.get("name"), "pid": pid})
                     rank = rank_of_pid(pid) if type(pid) is int and pid >= PID_STRIDE else None
                 st = ranks.get(rank) or self.rank_stats(rank)

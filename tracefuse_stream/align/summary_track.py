@@ -1,0 +1,200 @@
+"""``merge --link-collectives``: the "Collectives" summary process at the top of the trace.
+
+Why: the flows show one instance at a time; the question "who holds the job back, and
+when" needs one glance. So the merged trace gets one extra process, sorted first:
+
+* ``process_name`` "Collectives", ``process_sort_index`` -1 (every rank's is >= 0);
+* one thread (track) per process group, named ``group <name> (ranks ...)``: one slice per
+  linked instance, from its first to its last arrival, named
+  ``all_reduce #12 · last: rank 5 (+201.0 ms)`` -- the collective (``gloo:`` and the
+  like dropped), the instance id of ``info --collectives``, the last rank to arrive and
+  how long the other ranks (median) waited for it. Instances of one group whose spans
+  overlap go to a second track of the group (``group <name> (ranks ...) #2``), so that
+  no slices overlap without nesting;
+* one counter track per rank, ``collective wait (ms) rank R``: the time the rank spent
+  waiting in collectives in each step (summed over the step's linked instances), set
+  at the step's start on the lowest rank, back to 0 at the end of the last step.
+
+The events carry ``args.collectives_summary: true`` (the counters, whose args are
+their values, are known by pid and name) and no ``rank``: they belong to no
+rank, and the verifier (verify/events.py) counts them apart from the ranks' events, so
+every rank's slices and flows stay exactly as without the summary (``verify --against``
+still passes). Pid :data:`SUMMARY_PID` is below every rank's pid space
+(``(rank + 1) * 10000 + ...``). Only JSON outputs get it (a Perfetto archive has one
+member per rank; the note says so).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
+
+if TYPE_CHECKING:  # the verifier imports is_summary_event: keep this module light
+    from tracefuse_stream.align.collectives import Instance
+
+SUMMARY_PID = 1
+SUMMARY_ARG = "collectives_summary"
+SUMMARY_CAT = "collective_summary"
+COUNTER_NAME = "collective wait (ms)"
+_PREFIXES = ("gloo:", "c10d::", "nccl:")
+
+
+def is_summary_event(ev: Dict[str, Any]) -> bool:
+    """True for an event of the summary process (the verifier's test)."""
+    if ev.get("pid") != SUMMARY_PID:
+        return False
+    if ev.get("ph") == "C":  # counter args are the values, so no marker there
+        return ev.get("name") == COUNTER_NAME
+    args = ev.get("args")
+    return type(args) is dict and args.get(SUMMARY_ARG) is True
+
+
+def slice_name(inst: Instance) -> str:
+    """``all_reduce #12 · last: rank 5 (+201.0 ms)``."""
+    from tracefuse_stream.report.stragglers import held_ns
+
+    name = inst.name
+    for p in _PREFIXES:
+        if name.startswith(p):
+            name = name[len(p) :]
+    late = held_ns(inst)[inst.last_rank]
+    return f"{name} #{inst.id} \u00b7 last: rank {inst.last_rank} (+{late / 1e6:.1f} ms)"
+
+
+def _us(ns: int) -> Any:
+    from tracefuse_stream.align.links import _us as exact_us
+
+    return exact_us(ns)
+
+
+def _meta(name: str, tid: int, args: Dict[str, Any], ts: Any) -> Dict[str, Any]:
+    return {"ph": "M", "name": name, "pid": SUMMARY_PID, "tid": tid, "ts": ts,
+            "args": {**args, SUMMARY_ARG: True}}  # fmt: skip
+
+
+def _ranks_text(ranks: Sequence[int]) -> str:
+    from tracefuse_stream.select.ranges import compress_ranges
+
+    return compress_ranges(sorted(ranks))
+
+
+def encode(events: Sequence[Dict[str, Any]]) -> bytes:
+    """The events as the merged file's ``,\n``-separated JSON."""
+    from tracefuse_stream.rewrite.rules import dumps_exact
+
+    return b",\n".join(dumps_exact(e) for e in events)
+
+
+def summary_events(
+    instances: Sequence[Instance], steps: Dict[int, Dict[int, Tuple[int, int]]], base_ns: int
+) -> List[Dict[str, Any]]:
+    """The summary process's events for ``instances`` (aligned absolute ns; the
+    output's ts are relative to ``base_ns``); empty when there are none."""
+    if not instances:
+        return []
+    out: List[Dict[str, Any]] = []
+    t0 = _us(min(i.first_arrival_ns for i in instances) - base_ns)
+    out.append(_meta("process_name", 0, {"name": "Collectives"}, t0))
+    out.append(_meta("process_sort_index", 0, {"sort_index": -1}, t0))
+    order: Dict[str, List[Instance]] = {}
+    for inst in sorted(instances, key=lambda i: (i.first_arrival_ns, i.id)):
+        order.setdefault(inst.group, []).append(inst)
+    tid = 0
+    for group, insts in order.items():
+        ends: List[Tuple[int, int]] = []  # (tid, end_ns) of the group's tracks
+        label = f"group {group or '?'} (ranks {_ranks_text(insts[0].ranks)})"
+        for inst in insts:
+            free = next((k for k, (_, end) in enumerate(ends) if end <= inst.first_arrival_ns), None)
+            if free is None:
+                tid += 1
+                name = label if not ends else f"{label} #{len(ends) + 1}"
+                out.append(_meta("thread_name", tid, {"name": name}, t0))
+                out.append(_meta("thread_sort_index", tid, {"sort_index": tid}, t0))
+                ends.append((tid, 0))
+                free = len(ends) - 1
+            ends[free] = (ends[free][0], inst.last_arrival_ns)
+            out.append(_slice(inst, ends[free][0], base_ns))
+    out += _counters(instances, steps, base_ns)
+    return out
+
+
+def _slice(inst: Instance, tid: int, base_ns: int) -> Dict[str, Any]:
+    args = {
+        SUMMARY_ARG: True,
+        "instance": inst.id,
+        "group": inst.group,
+        "step": inst.step,
+        "last_rank": inst.last_rank,
+        "spread_us": round(inst.spread_ns / 1000, 3),
+        "ranks": _ranks_text(inst.ranks),
+    }
+    return {"ph": "X", "cat": SUMMARY_CAT, "name": slice_name(inst), "pid": SUMMARY_PID, "tid": tid,
+            "ts": _us(inst.first_arrival_ns - base_ns), "dur": _us(inst.spread_ns), "args": args}  # fmt: skip
+
+
+def write_summaries(sinks: Sequence[Any], plan: Any, base_ns: int) -> List[str]:
+    """Put each output file's summary process first in it (right after the head), for
+    the instances ``plan`` (a :class:`~tracefuse_stream.align.links.LinkPlan`) linked
+    in that file; notes for the merge summary."""
+    from tracefuse_stream.write.codecs import PieceWriter
+    from tracefuse_stream.write.sinks import JsonSink
+
+    notes = []
+    steps = plan.table.steps if plan.table is not None else {}
+    for gi, sink in enumerate(sinks):
+        events = summary_events(plan.linked.get(gi, []), steps, base_ns)
+        if not events:
+            continue
+        if not isinstance(sink, JsonSink):
+            notes.append("collective summary: not written into a Perfetto archive (one member per rank)")
+            continue
+        w = PieceWriter(sink.fragment_codec)
+        w.write(encode(events))
+        sink.add_rank(-1, w.finish())
+        n = sum(1 for e in events if e["ph"] == "X")
+        notes.append(f"collective summary: process 'Collectives' (sorted first) with {n} instance slice(s)")
+    return notes
+
+
+def _counters(
+    instances: Sequence[Instance], steps: Dict[int, Dict[int, Tuple[int, int]]], base_ns: int
+) -> List[Dict[str, Any]]:
+    """Per step, one counter event with each rank's wait in that step (ms)."""
+    waits: Dict[int, Dict[int, int]] = {}
+    for inst in instances:
+        if inst.step is None:
+            continue
+        w = waits.setdefault(inst.step, {})
+        for r in inst.entries:
+            w[r] = w.get(r, 0) + inst.wait_ns(r)
+    ranks = sorted({r for inst in instances for r in inst.entries})
+    out: List[Dict[str, Any]] = []
+    last_end: Optional[int] = None
+    for step in sorted(waits):
+        span = _step_span(step, steps, min(r for r in waits[step]))
+        if span is None:
+            continue
+        args: Dict[str, Any] = {f"rank {r}": round(waits[step].get(r, 0) / 1e6, 3) for r in ranks}
+        out.append({"ph": "C", "name": COUNTER_NAME, "pid": SUMMARY_PID, "tid": 0,
+                    "ts": _us(span[0] - base_ns), "args": args})  # fmt: skip
+        last_end = span[1] if last_end is None else max(last_end, span[1])
+    if last_end is not None:
+        zero: Dict[str, Any] = {f"rank {r}": 0 for r in ranks}
+        out.append({"ph": "C", "name": COUNTER_NAME, "pid": SUMMARY_PID, "tid": 0,
+                    "ts": _us(last_end - base_ns), "args": zero})  # fmt: skip
+    return out
+
+
+def _step_span(
+    step: int, steps: Dict[int, Dict[int, Tuple[int, int]]], rank: int
+) -> Optional[Tuple[int, int]]:
+    """The step's (start, end) on ``rank``, else on the lowest rank that has it."""
+    if step in steps.get(rank, {}):
+        return steps[rank][step]
+    for r in sorted(steps):
+        if step in steps[r]:
+            return steps[r][step]
+    return None
+
+
+__all__ = ["write_summaries", "COUNTER_NAME", "SUMMARY_ARG", "SUMMARY_CAT", "SUMMARY_PID", "is_summary_event", "slice_name",
+           "summary_events"]  # fmt: skip
