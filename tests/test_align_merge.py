@@ -140,12 +140,15 @@ def test_clock_offsets_file_and_info_align(tmp_path):
 
 def _alignment_rows(text: str) -> Dict[int, tuple]:
     """rank -> (host, offset_us) from the table ``info --align`` prints."""
+    from tracefuse_stream.select.ranges import parse_rank_spec
+
     lines = text.splitlines()
     start = next(i for i, ln in enumerate(lines) if ln.split()[:3] == ["rank", "host", "offset_us"])
     rows = {}
     for ln in lines[start + 1 :]:
         cells = ln.split()
-        if not cells or not cells[0].isdigit():
+        if not cells or not cells[0][:1].isdigit():
             break
-        rows[int(cells[0])] = (cells[1], float(cells[2]))
+        for r in parse_rank_spec(cells[0]):  # "4-7": ranks with the same figures share a row
+            rows[r] = (cells[1], float(cells[2]))
     return rows

@@ -191,30 +191,36 @@ def estimate_offsets(
 
 
 def format_alignment_table(alignments: Mapping[int, RankAlignment]) -> str:
-    """A plain-text table (one row per rank) for ``info --align`` and the merge summary."""
+    """A plain-text table for ``info --align`` and the merge summary: one row per run
+    of consecutive ranks with the same figures (``0-7``), not the same line 8 times."""
+    from tracefuse_stream.select.ranges import compress_ranges
+
     header = ("rank", "host", "offset_us", "matched", "spread_us", "applied", "reason")
-    rows = [header]
+    rows: List[Tuple[str, ...]] = [header]
+    runs: List[Tuple[List[int], Tuple[str, ...]]] = []
     for r in sorted(alignments):
         a = alignments[r]
-        rows.append(
-            (
-                str(r),
-                a.host,
-                f"{a.offset_ns / 1000.0:+.3f}",
-                str(a.matched) if a.method == "collectives" else "-",
-                f"{a.spread_us:.3f}" if a.matched else "-",
-                "yes" if a.applied else "no",
-                a.reason,
-            )
+        cells = (
+            a.host,
+            f"{a.offset_ns / 1000.0:+.3f}",
+            str(a.matched) if a.method == "collectives" else "-",
+            f"{a.spread_us:.3f}" if a.matched else "-",
+            "yes" if a.applied else "no",
+            a.reason,
         )
+        if runs and runs[-1][1] == cells and runs[-1][0][-1] == r - 1:
+            runs[-1][0].append(r)
+        else:
+            runs.append(([r], cells))
+    rows += [(compress_ranges(rs),) + cells for rs, cells in runs]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
     lines = []
     for row in rows:
-        cells = [
+        line = [
             row[i].rjust(widths[i]) if i in (0, 2, 3, 4) else row[i].ljust(widths[i])
             for i in range(len(header) - 1)
         ]
-        lines.append("  ".join(cells + [row[-1]]).rstrip())
+        lines.append("  ".join(line + [row[-1]]).rstrip())
     return "\n".join(lines)
 
 
