@@ -71,7 +71,14 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument(
         "--keep-cat", type=_csv, metavar="CATS", help="keep only these categories (comma separated)"
     )
-    m.add_argument("--drop-cat", type=_csv, metavar="CATS", help="drop these categories (comma separated)")
+    m.add_argument(
+        "--drop-cat",
+        type=_csv,
+        metavar="CATS",
+        help="drop these categories (comma separated). The command line keeps Kineto's 'Trace' span "
+        "(the whole-recording 'PyTorch Profiler (0)' slice); TraceLens' TraceFuse and this package's "
+        "TraceFuse API drop it: --drop-cat Trace does the same",
+    )
     m.add_argument("--name", metavar="REGEX", help="keep only events whose name matches REGEX")
     m.add_argument(
         "--args",
