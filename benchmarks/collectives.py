@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""``info --collectives`` at merge speed (issue 20, item 6).
+
+    python benchmarks/collectives.py [--reps 3] [--ranks 8] [--mb 20] [--json out.json]
+
+Generates (once, cached in ``/tmp/tfbench/coll-<ranks>x<mb>``) real-like ranks with
+``benchmarks/generate.py`` (``tracefuse_synth``: NCCL kernels with ``Seq``, steps, python
+stacks), then runs each command in its own subprocess, repetitions interleaved, the
+process tree's RSS sampled (``bench.measure``):
+
+* ``merge-j1``: ``merge DIR -o out.json -j 1 -q`` (the default filter);
+* ``coll-j1`` / ``coll-j2``: ``info --collectives DIR -j 1`` / ``-j 2``;
+* ``all-j1``: ``info --collectives --steps --align DIR -j 1`` (one pass per file for
+  all three sections);
+* ``coll-small``: ``info --collectives -j 1`` on a quarter of the data per rank (memory
+  must not grow with the trace: it holds the collective events only).
+
+Targets: ``coll-j1`` <= 0.5 x ``merge-j1`` (best wall times), ``coll-j1 / coll-j2``
+>= 1.6, peak RSS of ``coll-j1`` about that of ``coll-small``. Prints PASS/FAIL for each,
+whatever the outcome; the numbers depend on the machine's other load (``load1``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Dict, List
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench  # noqa: E402
+
+ROOT = Path("/tmp/tfbench")
+
+
+def ensure(ranks: int, mb: int) -> Path:
+    case = f"coll-{ranks}x{mb}"
+    return bench.ensure_data(ROOT, case, dict(ranks=ranks, mb=mb))
+
+
+def commands(big: Path, small: Path, out: Path) -> Dict[str, List[str]]:
+    m = [bench.PY, "-m", "tracefuse_stream"]
+    return {
+        "merge-j1": m + ["merge", str(big), "-o", str(out), "-j", "1", "-q", "--force"],
+        "coll-j1": m + ["info", "--collectives", str(big), "-j", "1"],
+        "coll-j2": m + ["info", "--collectives", str(big), "-j", "2"],
+        "all-j1": m + ["info", "--collectives", "--steps", "--align", str(big), "-j", "1"],
+        "coll-small": m + ["info", "--collectives", str(small), "-j", "1"],
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--ranks", type=int, default=8)
+    ap.add_argument("--mb", type=int, default=20)
+    ap.add_argument("--json", type=Path, help="write every run here")
+    a = ap.parse_args()
+    os.environ.pop("TRACEFUSE_VERIFY", None)
+    bench.ENV.pop("TRACEFUSE_VERIFY", None)
+    bench.ENV["PYTHONPATH"] = str(bench.REPO)
+    big, small = ensure(a.ranks, a.mb), ensure(a.ranks, max(1, a.mb // 4))
+    out = ROOT / "coll-merge-out.json"
+    cmds = commands(big, small, out)
+    runs: Dict[str, List[bench.Run]] = {k: [] for k in cmds}
+    for rep in range(a.reps):  # interleaved: load changes hit every command alike
+        for name, argv in cmds.items():
+            r = bench.measure(argv, out if name.startswith("merge") else None, name, rep)
+            runs[name].append(r)
+            print(f"  rep {rep} {name:10s} {r.wall_s:7.3f} s  tree RSS {r.peak_tree_rss / 1e6:7.1f} MB  "
+                  f"load1 {r.load1:.2f}  rc {r.rc}", flush=True)  # fmt: skip
+    best = {k: min(r.wall_s for r in v) for k, v in runs.items()}
+    rss = {k: max(r.peak_tree_rss for r in v) for k, v in runs.items()}
+    size = bench.input_bytes(big)
+    print(f"\ninput: {a.ranks} ranks, {size / 1e6:.1f} MB ({big})")
+    print(f"{'command':10s} {'best s':>8s} {'peak tree RSS MB':>17s}")
+    for k in cmds:
+        print(f"{k:10s} {best[k]:8.3f} {rss[k] / 1e6:17.1f}")
+    ratio = best["coll-j1"] / best["merge-j1"]
+    speedup = best["coll-j1"] / best["coll-j2"]
+    mem = rss["coll-j1"] / max(rss["coll-small"], 1)
+    checks = [
+        ("info --collectives -j1 <= 0.5 x merge -j1", ratio, ratio <= 0.5),
+        ("info --collectives -j2 >= 1.6 x faster than -j1", speedup, speedup >= 1.6),
+        ("peak RSS at 4x the data <= 1.25 x (flat)", mem, mem <= 1.25),
+    ]
+    for text, value, ok in checks:
+        print(f"{'PASS' if ok else 'FAIL'}  {text}: {value:.2f}")
+    if a.json:
+        a.json.write_text(json.dumps({k: [vars(r) for r in v] for k, v in runs.items()}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
