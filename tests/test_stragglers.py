@@ -336,3 +336,32 @@ def test_summary_process_first_with_one_slice_per_instance(
         json.loads(plain.read_text(), parse_float=Decimal)["traceEvents"]
     )
     assert not {k: v for k, v in model_import(out).view.error_stats.items() if v}
+
+
+@pytest.mark.parametrize("name", ["ddp8_subgroups_slow", "ddp4_two_stragglers"])
+def test_the_reports_merge_command_shows_the_straggler(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """The last line of the report, run as it is (output renamed): the worst step,
+    the straggler and the reference rank, the straggler last in the summary slices."""
+    import shlex
+
+    coll = _info(capsys, str(RECORDED / name))
+    cmd = shlex.split(_text(capsys, str(RECORDED / name)).rstrip().splitlines()[-1])
+    assert cmd[:2] == ["tracefuse", "merge"] and cmd[-2] == "-o"
+    worst = max(coll["by_step"], key=lambda b: b["held_us"][str(coll["straggler"])])
+    ranks = [int(r) for r in cmd[cmd.index("--ranks") + 1].split(",")]
+    ref = int(cmd[cmd.index("--step-rank") + 1])
+    assert coll["straggler"] in ranks and ref in ranks and len(ranks) == 2
+    assert ref == max(
+        (r for r in map(int, worst["wait_us"]) if r != coll["straggler"]),
+        key=lambda r: worst["wait_us"][str(r)],
+    )
+    assert cmd[cmd.index("--steps") + 1] == f"{worst['step']}:{worst['step']}"
+    out = tmp_path / "look.json"
+    assert main([*cmd[1:-1], str(out), "-q"]) == 0
+    slices = [
+        e for e in json.loads(out.read_text())["traceEvents"] if e.get("pid") == 1 and e.get("ph") == "X"
+    ]
+    assert slices and all(s["args"]["step"] == worst["step"] for s in slices)
+    assert f"last: rank {coll['straggler']} (+" in slices[0]["name"]

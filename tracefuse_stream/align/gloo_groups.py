@@ -21,7 +21,8 @@ decided by the other ranks: for every possible cut of a rank's threads into its
 groups' blocks, the rank's per-group op sequences are compared with the same group's
 sequence on up to :data:`PEERS` other members (:func:`~tracefuse_stream.align.
 sequences.best_shift`: same names, same shapes where recorded, overlapping in time on
-one host), and the cut under which most ops find their counterparts wins. Each rank is
+one host), and the cut under which most ops find their counterparts (and fewest do
+not) wins; a group with no other member among the merged ranks gives no evidence. Each rank is
 re-decided in turn until no cut changes (a few rounds). When two cuts fit equally well
 the evidence does not decide: that rank's gloo ops are not attributed (reported with
 the reason), and the other ranks' are still used.
@@ -185,7 +186,8 @@ def _score(
     hosts: Mapping[int, Optional[str]],
     merged: Sequence[int],
 ) -> int:
-    """Ops of rank ``r`` that find a counterpart on its peers under ``cut``."""
+    """Under ``cut``, per peer sequence compared: the ops of rank ``r`` that find a
+    counterpart minus those that do not (an op put in the wrong group costs twice)."""
     total = 0
     for name, seq in rk.seqs(cut).items():
         g = next(g for g in rk.groups if g.name == name)
@@ -195,7 +197,7 @@ def _score(
         )
         for q in peers[:PEERS]:
             same = (hosts.get(q) or f"rank {q}") == (hosts.get(r) or f"rank {r}")
-            total += best_shift(seq, current[q][name], same)[1]
+            total += 2 * best_shift(seq, current[q][name], same)[1] - len(seq)
     return total
 
 
