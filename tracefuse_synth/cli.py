@@ -11,10 +11,9 @@ from tracefuse_synth.common import KEY_ORDERS
 from tracefuse_synth.run import SAMPLE, write_run
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Command line: ``python -m tracefuse_stream.synth OUT_DIR --ranks 8 --mb-per-rank 64``."""
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m tracefuse_stream.synth",
+        prog="python -m tracefuse_synth",
         description="Write a deterministic synthetic multi-rank Kineto trace run.",
     )
     p.add_argument("out_dir")
@@ -56,6 +55,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         help="write the bundled fixtures/sample_run recipe (ignores size options)",
     )
     p.add_argument("-q", "--quiet", action="store_true")
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Command line: ``python -m tracefuse_synth OUT_DIR --ranks 8 --mb-per-rank 64``."""
+    p = _parser()
     a = p.parse_args(argv)
     t0 = time.perf_counter()
     summaries: List[Dict[str, Any]] = []

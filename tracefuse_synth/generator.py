@@ -36,7 +36,8 @@ Run ``python -m tracefuse_synth --help`` for the command line.
 
 This module is the generator's front door (the names tests, benchmarks and tools
 import); the work is split by job: common.py (constants, time/string rendering),
-templates.py (event templates), model.py (the transformer as templates),
+templates.py (event templates), layers.py (a layer's parts), model.py (the
+transformer assembled from them),
 schedule.py (the rank-independent step schedule), sink.py (plain/gzip/zstd output),
 rankgen.py (one rank's events), ranktrace.py (one rank's file), run.py (a whole run,
 the bundled sample) and cli.py (the command line).

@@ -24,14 +24,10 @@ class _RankGen:
     def __init__(
         self,
         sink: _Sink,
-        *,
         rank: int,
         seed: int,
         model: _Model,
-        cpu_pid: int,
-        main_tid: int,
-        bwd_tid: int,
-        device: int,
+        ids: Tuple[int, int, int, int],
         shift: int,
         kernel_jitter_ns: int,
         world_size: int,
@@ -40,6 +36,7 @@ class _RankGen:
         self.rank = rank
         self.seed = seed
         self.model = model
+        cpu_pid, main_tid, bwd_tid, device = ids  # ranktrace._process_ids
         self.cpu_pid = cpu_pid
         self.device = device
         self.shift = shift  # rank ts_ns = true_abs_ns + shift
@@ -104,163 +101,204 @@ class _RankGen:
         ``ext``/``od``: External id and duration of the innermost enclosing op;
         ``pyp``: Python id of the innermost enclosing python frame (0 = none)."""
         k = n.kind
-        buf = self.buf
         if k == PY:
-            pid_ = self.py
-            self.py += 1
-            self.x_cpu(
-                "python_function",
-                n.name,
-                th,
-                t,
-                d,
-                f'"Python parent id": {pyp if pyp else "null"}, "Python id": {pid_}, "Ev Idx": {self.ev}',
-            )
-            self.ev += 1
-            self.kids(n, t, d, th, ext, od, pid_)
+            self._emit_python(n, t, d, th, ext, od, pyp)
         elif k == OP or k == UA or k == COMM:
-            e = self.ext
-            self.ext += 1
-            seq = n.seq
-            extra = n.static
-            if k == COMM:
-                extra = self.cur_comm[0]
-            flow_s = None
-            flow_f = None
-            if seq is not None:
-                if seq == "fwd":
-                    sn = self.seqno
-                    self.seqno += 1
-                    flow_s = self.flow
-                    self.flow += 1
-                    self.fwd_stack.append((flow_s, sn))
-                    extra = f'"Sequence number": {sn}, "Fwd thread id": 0, ' + extra
-                elif seq == "bwd_root":
-                    self.cur_bwd = self.fwd_stack.pop() if self.fwd_stack else None
-                    if self.cur_bwd is not None:
-                        extra = f'"Sequence number": {self.cur_bwd[1]}, "Fwd thread id": 1, ' + extra
-                elif seq == "bwd" and self.cur_bwd is not None:
-                    flow_f = self.cur_bwd[0]
-                    extra = f'"Sequence number": {self.cur_bwd[1]}, "Fwd thread id": 1, ' + extra
-                    self.cur_bwd = None
-            self.x_cpu(
-                "user_annotation" if k == UA else "cpu_op",
-                n.name,
-                th,
-                t,
-                d,
-                f'"External id": {e},"Record function id": {e}, {extra}"Ev Idx": {self.ev}',
-            )
-            self.ev += 1
-            if flow_s is not None:
-                buf.append(
-                    f'  {{\n    "ph": "s", "id": {flow_s}, {th}, "ts": {_t(t)},\n'
-                    f'    "cat": "fwdbwd", "name": "fwdbwd"\n  }}'
-                )
-                self.count("s", "fwdbwd")
-            if flow_f is not None:
-                buf.append(
-                    f'  {{\n    "ph": "f", "id": {flow_f}, {th}, "ts": {_t(t)},\n'
-                    f'    "cat": "fwdbwd", "name": "fwdbwd", "bp": "e"\n  }}'
-                )
-                self.count("f", "fwdbwd")
-            self.kids(n, t, d, th, e, d, pyp)
+            self._emit_op(n, t, d, th, pyp)
         elif k == RT:
-            c = self.corr
-            self.corr += 1
-            ts = _t(t)
-            buf.append(
-                f'  {{\n    "ph": "X", "cat": "cuda_runtime", "name": {n.name}, {th},\n'
-                f'    "ts": {ts}, "dur": {_t(d)},\n    "args": {{\n      "External id": {ext},'
-                f'      "cbid": {n.cbid}, "correlation": {c}\n    }}\n  }}'
-            )
-            # Kineto links runtime calls without device work by an "f" alone.
-            buf.append(
-                f'  {{\n    "ph": "f", "id": {c}, {th}, "ts": {ts},\n'
-                f'    "cat": "ac2g", "name": "ac2g", "bp": "e"\n  }}'
-            )
-            self.count("X", "cuda_runtime")
-            self.count("f", "ac2g")
+            self._emit_runtime(n, t, d, th, ext)
         elif k == LAUNCH or k == NCCL:
-            c = self.corr
-            self.corr += 1
-            ts = _t(t)
-            rnd = self.rng.random
-            buf.append(
-                f'  {{\n    "ph": "X", "cat": "cuda_runtime", "name": {n.name}, {th},\n'
-                f'    "ts": {ts}, "dur": {_t(d)},\n    "args": {{\n      "External id": {ext},'
-                f'      "cbid": {n.cbid}, "correlation": {c}\n    }}\n  }}'
-            )
-            buf.append(
-                f'  {{\n    "ph": "s", "id": {c}, {th}, "ts": {ts},\n    "cat": "ac2g", "name": "ac2g"\n  }}'
-            )
-            dev = self.device
-            if k == NCCL:
-                _, kname, kargs, end = self.cur_comm
-                stream = COMM_STREAM
-                ks = max(t + 3000 + int(9000 * rnd()), self.free[stream])
-                if end - ks < 1000:  # only with a jitter larger than the kernel
-                    ks = end - 1000
-                kd = end - ks
-                self.free[stream] = end + 1000
-                dargs = (
-                    f'"External id": {ext},      "queued": 0, "device": {dev}, "context": 1,'
-                    f'      "stream": {stream}, "correlation": {c},      {kargs}'
-                )
-                cat = "kernel"
-            else:
-                cat, kname, static, stream, factor = n.dev
-                ks = max(t + 2000 + int(6000 * rnd()), self.free[stream])
-                kd = int(od * factor * (0.5 + 0.4 * rnd())) + 500
-                self.free[stream] = ks + kd + 1500 + int(2000 * rnd())
-                if cat == "kernel":
-                    dargs = (
-                        f'"External id": {ext},      "queued": 0, "device": {dev}, "context": 1,'
-                        f'      "stream": {stream}, "correlation": {c},      {static}'
-                    )
-                else:
-                    nbytes = 32768 if cat == "gpu_memcpy" else 4194304
-                    dargs = (
-                        f'"External id": {ext},      "device": {dev}, "context": 1,      '
-                        f'"stream": {stream}, "correlation": {c},      "bytes": {nbytes}, '
-                        f'"memory bandwidth (GB/s)": {nbytes / kd!r}'
-                    )
-                span = self.kernel_span
-                if span:
-                    span[1] = ks + kd
-                else:
-                    span.extend((ks, ks + kd))
-            kts = _t(ks)
-            buf.append(
-                f'  {{\n    "ph": "X", "cat": "{cat}", "name": {kname}, "pid": {dev}, '
-                f'"tid": {stream},\n    "ts": {kts}, "dur": {_t(kd)},\n    "args": {{\n'
-                f"      {dargs}\n    }}\n  }}"
-            )
-            buf.append(
-                f'  {{\n    "ph": "f", "id": {c}, "pid": {dev}, "tid": {stream}, "ts": {kts},\n'
-                f'    "cat": "ac2g", "name": "ac2g", "bp": "e"\n  }}'
-            )
-            self.count("X", "cuda_runtime")
-            self.count("s", "ac2g")
-            self.count("X", cat)
-            self.count("f", "ac2g")
+            self._emit_launch(n, t, d, th, ext, od)
         elif k == MEM:
-            if n.mem > 0:
-                nbytes = n.mem
-                self.mem_stack.append(nbytes)
-            else:
-                nbytes = -(self.mem_stack.pop() if self.mem_stack else 4096)
-            self.allocated += nbytes
-            self.addr += 0x200000
-            buf.append(
-                f'  {{\n    "ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", '
-                f'{th},\n    "ts": {_t(t)},\n    "args": {{\n      "Total Reserved": '
-                f'{(self.allocated >> 21 << 21) + (1 << 26)}, "Total Allocated": '
-                f'{self.allocated}, "Bytes": {nbytes}, "Addr": {self.addr}, '
-                f'"Device Id": {self.device}, "Device Type": 1, "Ev Idx": {self.ev}\n    }}\n  }}'
+            self._emit_memory(n, t, th)
+
+    def _emit_python(self, n: _Node, t: int, d: int, th: str, ext: int, od: int, pyp: int) -> None:
+        """A ``python_function`` frame (``with_stack``): its own Python id, parent's id."""
+        pid_ = self.py
+        self.py += 1
+        self.x_cpu(
+            "python_function",
+            n.name,
+            th,
+            t,
+            d,
+            f'"Python parent id": {pyp if pyp else "null"}, "Python id": {pid_}, "Ev Idx": {self.ev}',
+        )
+        self.ev += 1
+        self.kids(n, t, d, th, ext, od, pid_)
+
+    def _sequence_args(self, seq: str, extra: str) -> Tuple[str, Optional[int], Optional[int]]:
+        """``Sequence number`` args of a forward op / autograd node and the ``fwdbwd``
+        flow it starts (``s``) or ends (``f``): ``(extra, flow_s, flow_f)``."""
+        flow_s = None
+        flow_f = None
+        if seq == "fwd":
+            sn = self.seqno
+            self.seqno += 1
+            flow_s = self.flow
+            self.flow += 1
+            self.fwd_stack.append((flow_s, sn))
+            extra = f'"Sequence number": {sn}, "Fwd thread id": 0, ' + extra
+        elif seq == "bwd_root":
+            self.cur_bwd = self.fwd_stack.pop() if self.fwd_stack else None
+            if self.cur_bwd is not None:
+                extra = f'"Sequence number": {self.cur_bwd[1]}, "Fwd thread id": 1, ' + extra
+        elif seq == "bwd" and self.cur_bwd is not None:
+            flow_f = self.cur_bwd[0]
+            extra = f'"Sequence number": {self.cur_bwd[1]}, "Fwd thread id": 1, ' + extra
+            self.cur_bwd = None
+        return extra, flow_s, flow_f
+
+    def _emit_op(self, n: _Node, t: int, d: int, th: str, pyp: int) -> None:
+        """An aten op, user annotation or ``record_param_comms`` (cpu_op), with the
+        ``fwdbwd`` flow ends it carries; its children see its External id."""
+        k = n.kind
+        e = self.ext
+        self.ext += 1
+        extra = n.static
+        if k == COMM:
+            extra = self.cur_comm[0]
+        flow_s = None
+        flow_f = None
+        if n.seq is not None:
+            extra, flow_s, flow_f = self._sequence_args(n.seq, extra)
+        self.x_cpu(
+            "user_annotation" if k == UA else "cpu_op",
+            n.name,
+            th,
+            t,
+            d,
+            f'"External id": {e},"Record function id": {e}, {extra}"Ev Idx": {self.ev}',
+        )
+        self.ev += 1
+        if flow_s is not None:
+            self.buf.append(
+                f'  {{\n    "ph": "s", "id": {flow_s}, {th}, "ts": {_t(t)},\n'
+                f'    "cat": "fwdbwd", "name": "fwdbwd"\n  }}'
             )
-            self.ev += 1
-            self.count("i", "cpu_instant_event")
+            self.count("s", "fwdbwd")
+        if flow_f is not None:
+            self.buf.append(
+                f'  {{\n    "ph": "f", "id": {flow_f}, {th}, "ts": {_t(t)},\n'
+                f'    "cat": "fwdbwd", "name": "fwdbwd", "bp": "e"\n  }}'
+            )
+            self.count("f", "fwdbwd")
+        self.kids(n, t, d, th, e, d, pyp)
+
+    def _runtime_call(self, n: _Node, t: int, d: int, th: str, ext: int) -> Tuple[int, str]:
+        """The ``cuda_runtime`` slice of a runtime call; returns (correlation, ts text)."""
+        c = self.corr
+        self.corr += 1
+        ts = _t(t)
+        self.buf.append(
+            f'  {{\n    "ph": "X", "cat": "cuda_runtime", "name": {n.name}, {th},\n'
+            f'    "ts": {ts}, "dur": {_t(d)},\n    "args": {{\n      "External id": {ext},'
+            f'      "cbid": {n.cbid}, "correlation": {c}\n    }}\n  }}'
+        )
+        return c, ts
+
+    def _emit_runtime(self, n: _Node, t: int, d: int, th: str, ext: int) -> None:
+        """A runtime call without device work: Kineto links it by an ``f`` alone."""
+        c, ts = self._runtime_call(n, t, d, th, ext)
+        self.buf.append(
+            f'  {{\n    "ph": "f", "id": {c}, {th}, "ts": {ts},\n'
+            f'    "cat": "ac2g", "name": "ac2g", "bp": "e"\n  }}'
+        )
+        self.count("X", "cuda_runtime")
+        self.count("f", "ac2g")
+
+    def _emit_launch(self, n: _Node, t: int, d: int, th: str, ext: int, od: int) -> None:
+        """A launch (kernel, memcpy, memset or NCCL kernel): the runtime call, its
+        ``ac2g`` flow and the device slice on its stream."""
+        c, ts = self._runtime_call(n, t, d, th, ext)
+        self.buf.append(
+            f'  {{\n    "ph": "s", "id": {c}, {th}, "ts": {ts},\n    "cat": "ac2g", "name": "ac2g"\n  }}'
+        )
+        if n.kind == NCCL:
+            cat, kname, stream, ks, kd, dargs = self._nccl_kernel(t, ext, c)
+        else:
+            cat, kname, stream, ks, kd, dargs = self._device_work(n, t, ext, od, c)
+        dev = self.device
+        kts = _t(ks)
+        self.buf.append(
+            f'  {{\n    "ph": "X", "cat": "{cat}", "name": {kname}, "pid": {dev}, '
+            f'"tid": {stream},\n    "ts": {kts}, "dur": {_t(kd)},\n    "args": {{\n'
+            f"      {dargs}\n    }}\n  }}"
+        )
+        self.buf.append(
+            f'  {{\n    "ph": "f", "id": {c}, "pid": {dev}, "tid": {stream}, "ts": {kts},\n'
+            f'    "cat": "ac2g", "name": "ac2g", "bp": "e"\n  }}'
+        )
+        self.count("X", "cuda_runtime")
+        self.count("s", "ac2g")
+        self.count("X", cat)
+        self.count("f", "ac2g")
+
+    def _nccl_kernel(self, t: int, ext: int, c: int) -> Tuple[str, str, int, int, int, str]:
+        """The current collective's kernel on the comm stream, ending at its (jittered)
+        common end: ``(cat, name, stream, start, duration, args)``."""
+        _, kname, kargs, end = self.cur_comm
+        stream = COMM_STREAM
+        ks = max(t + 3000 + int(9000 * self.rng.random()), self.free[stream])
+        if end - ks < 1000:  # only with a jitter larger than the kernel
+            ks = end - 1000
+        kd = end - ks
+        self.free[stream] = end + 1000
+        dargs = (
+            f'"External id": {ext},      "queued": 0, "device": {self.device}, "context": 1,'
+            f'      "stream": {stream}, "correlation": {c},      {kargs}'
+        )
+        return "kernel", kname, stream, ks, kd, dargs
+
+    def _device_work(
+        self, n: _Node, t: int, ext: int, od: int, c: int
+    ) -> Tuple[str, str, int, int, int, str]:
+        """A compute kernel, memcpy or memset after its launch, sized by the enclosing
+        op's duration ``od``: ``(cat, name, stream, start, duration, args)``."""
+        rnd = self.rng.random
+        dev = self.device
+        cat, kname, static, stream, factor = n.dev
+        ks = max(t + 2000 + int(6000 * rnd()), self.free[stream])
+        kd = int(od * factor * (0.5 + 0.4 * rnd())) + 500
+        self.free[stream] = ks + kd + 1500 + int(2000 * rnd())
+        if cat == "kernel":
+            dargs = (
+                f'"External id": {ext},      "queued": 0, "device": {dev}, "context": 1,'
+                f'      "stream": {stream}, "correlation": {c},      {static}'
+            )
+        else:
+            nbytes = 32768 if cat == "gpu_memcpy" else 4194304
+            dargs = (
+                f'"External id": {ext},      "device": {dev}, "context": 1,      '
+                f'"stream": {stream}, "correlation": {c},      "bytes": {nbytes}, '
+                f'"memory bandwidth (GB/s)": {nbytes / kd!r}'
+            )
+        span = self.kernel_span
+        if span:
+            span[1] = ks + kd
+        else:
+            span.extend((ks, ks + kd))
+        return cat, kname, stream, ks, kd, dargs
+
+    def _emit_memory(self, n: _Node, t: int, th: str) -> None:
+        """A ``[memory]`` instant: an allocation (``n.mem`` > 0) or the free of the
+        latest one."""
+        if n.mem > 0:
+            nbytes = n.mem
+            self.mem_stack.append(nbytes)
+        else:
+            nbytes = -(self.mem_stack.pop() if self.mem_stack else 4096)
+        self.allocated += nbytes
+        self.addr += 0x200000
+        self.buf.append(
+            f'  {{\n    "ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", '
+            f'{th},\n    "ts": {_t(t)},\n    "args": {{\n      "Total Reserved": '
+            f'{(self.allocated >> 21 << 21) + (1 << 26)}, "Total Allocated": '
+            f'{self.allocated}, "Bytes": {nbytes}, "Addr": {self.addr}, '
+            f'"Device Id": {self.device}, "Device Type": 1, "Ev Idx": {self.ev}\n    }}\n  }}'
+        )
+        self.ev += 1
+        self.count("i", "cpu_instant_event")
 
     def kids(self, n: _Node, t: int, d: int, th: str, ext: int, od: int, pyp: int) -> None:
         """Lay the children of ``n`` out sequentially inside [t, t+d): they always nest."""

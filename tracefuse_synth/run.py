@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from tracefuse_synth.common import DEFAULT_BASE_TIME_NS, PathLike
 from tracefuse_synth.ranktrace import _start_offset_ns, write_rank_trace
@@ -67,16 +67,7 @@ def write_run(
     """
     if (mb_per_rank is None) == (steps is None):
         raise ValueError("give exactly one of mb_per_rank and steps")
-    if world_size < 1 or hosts < 1 or world_size % hosts:
-        raise ValueError("world_size must be a positive multiple of hosts")
-    per_host = world_size // hosts
-    if gpus_per_host is None:
-        gpus_per_host = max(8, per_host)
-    if per_host > gpus_per_host:
-        raise ValueError(f"{per_host} ranks per host do not fit on {gpus_per_host} GPUs")
-    offsets = list(host_clock_offsets_ns or [0] * hosts)
-    if len(offsets) != hosts:
-        raise ValueError("host_clock_offsets_ns needs one value per host")
+    per_host, gpus_per_host, offsets = _layout(world_size, hosts, gpus_per_host, host_clock_offsets_ns)
     comps = _per_rank(compress, world_size, "compress")
     orders = _per_rank(list(key_orders) if key_orders else "base_first", world_size, "key_orders")
     firsts = _per_rank(list(first_steps) if first_steps else 0, world_size, "first_steps")
@@ -85,14 +76,19 @@ def write_run(
         if rank_base_times_ns
         else [base_time_ns] * world_size
     )
-    if len(set(bases)) == 1:
-        start_ns = bases[0] + _start_offset_ns(seed)
-    else:
-        # Processes that started on two sides of a base period boundary: the profiled
-        # window comes minutes after the latest base, in every rank's range.
-        start_ns = max(bases) + random.Random(f"{seed}:start").randrange(60, 600) * 10**9
+    start_ns = _run_start_ns(seed, bases)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    common = dict(
+        world_size=world_size,
+        seed=seed,
+        gpus_per_host=gpus_per_host,
+        kernel_jitter_ns=kernel_jitter_ns,
+        same_pid=same_pid,
+        start_ns=start_ns,
+        layers=layers,
+        compresslevel=compresslevel,
+    )
     all_kwargs = []
     for r in range(world_size):
         h, local = divmod(r, per_host)
@@ -105,26 +101,56 @@ def write_run(
             dict(
                 path=out / (name + _EXT[comps[r]]),
                 rank=r,
-                world_size=world_size,
-                seed=seed,
                 key_order=orders[r],
                 base_time_ns=bases[r],
                 clock_offset_ns=offsets[h],
                 host_name=host,
-                gpus_per_host=gpus_per_host,
                 compress=comps[r],
-                kernel_jitter_ns=kernel_jitter_ns,
                 first_step=firsts[r],
-                same_pid=same_pid,
                 cpu_pid=pid,
                 device=local,
-                start_ns=start_ns,
-                layers=layers,
-                compresslevel=compresslevel,
+                **common,
             )
         )
     if len({str(k["path"]) for k in all_kwargs}) != world_size:
         raise ValueError(f"file_pattern {file_pattern!r} gives the same name to two ranks")
+    results = _write_ranks(all_kwargs, mb_per_rank, steps, jobs)
+    if summaries is not None:
+        summaries.extend(results)
+    return [Path(k["path"]) for k in all_kwargs]
+
+
+def _layout(
+    world_size: int, hosts: int, gpus_per_host: Optional[int], host_clock_offsets_ns: Optional[Sequence[int]]
+) -> Tuple[int, int, List[int]]:
+    """``(ranks per host, GPUs per host, clock offset per host)``, checked."""
+    if world_size < 1 or hosts < 1 or world_size % hosts:
+        raise ValueError("world_size must be a positive multiple of hosts")
+    per_host = world_size // hosts
+    if gpus_per_host is None:
+        gpus_per_host = max(8, per_host)
+    if per_host > gpus_per_host:
+        raise ValueError(f"{per_host} ranks per host do not fit on {gpus_per_host} GPUs")
+    offsets = list(host_clock_offsets_ns or [0] * hosts)
+    if len(offsets) != hosts:
+        raise ValueError("host_clock_offsets_ns needs one value per host")
+    return per_host, gpus_per_host, offsets
+
+
+def _run_start_ns(seed: int, bases: List[int]) -> int:
+    """The true start of the run's profiling window (epoch ns), shared by all ranks."""
+    if len(set(bases)) == 1:
+        return bases[0] + _start_offset_ns(seed)
+    # Processes that started on two sides of a base period boundary: the profiled
+    # window comes minutes after the latest base, in every rank's range.
+    return max(bases) + random.Random(f"{seed}:start").randrange(60, 600) * 10**9
+
+
+def _write_ranks(
+    all_kwargs: List[Dict[str, Any]], mb_per_rank: Optional[float], steps: Optional[int], jobs: int
+) -> List[Dict[str, Any]]:
+    """Write every rank (rank 0 first when it sets the step count by size); in
+    ``jobs`` processes when > 1 (same bytes). Returns the ranks' summaries."""
     results: List[Dict[str, Any]] = []
     if mb_per_rank is not None:
         first = write_rank_trace(**all_kwargs[0], target_bytes=int(mb_per_rank * 1_000_000))
@@ -142,9 +168,7 @@ def write_run(
             results.extend(ex.map(_write_one, rest))
     else:
         results.extend(_write_one(k) for k in rest)
-    if summaries is not None:
-        summaries.extend(results)
-    return [Path(k["path"]) for k in all_kwargs]
+    return results
 
 
 #: The bundled sample (``fixtures/sample_run``): 4 ranks on 2 hosts, host 1's clock
