@@ -19,6 +19,7 @@ from typing import Any, BinaryIO, List, Optional, Union
 import zstandard
 
 from tracefuse_stream.errors import ErrorKind, InputError
+from tracefuse_stream.read.zstdblocks import ZstdBudget
 
 _zlib_impl: Any
 try:  # ISA-L inflates 2-3x faster than zlib; optional at run time.
@@ -30,6 +31,8 @@ GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 TRACE_SUFFIXES = (".json", ".json.gz", ".json.zst", ".json.zstd")
 READ_SIZE = 1 << 18
+#: the most one decompression step hands out (see _Inflater): bounded memory for any ratio
+MAX_OUT = 1 << 20
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -76,7 +79,16 @@ SALVAGE_HINT = "use --salvage to merge the complete events before the damage"
 
 class _Inflater:
     """Streaming gzip (multi-member) or zstd (multi-frame) decompression over a raw
-    reader, delivering everything decodable before damage and THEN raising."""
+    reader, delivering everything decodable before damage and THEN raising.
+
+    Each :meth:`read` returns at most about :data:`MAX_OUT` bytes, whatever the
+    compression ratio (a tiny file of repetitive JSON -- a "bomb" -- must not expand
+    into hundreds of MB at once): zlib gets ``max_length`` (the rest of the input waits
+    in ``unconsumed_tail``), zstd gets the input cut before the block that would pass
+    the bound (:class:`~tracefuse_stream.read.zstdblocks.ZstdBudget`), and the
+    tolerant byte-at-a-time feeding stops at the bound too. Raw input not yet fed
+    waits in ``_pending``.
+    """
 
     def __init__(self, raw: RawCounter, compression: str, tolerant: bool = False) -> None:
         self.raw = raw
@@ -85,7 +97,9 @@ class _Inflater:
         # just before damage can be recovered; zstd is fed in small pieces.
         self.tolerant = tolerant
         self._d = self._new()
-        self._pending = b""
+        self._pending = b""  # raw bytes read but not yet fed to the decompressor
+        self._bytewise = False  # tolerant: feeding ``_pending`` a byte at a time
+        self._budget = ZstdBudget() if compression == "zstd" else None
         self._error: Optional[str] = None
         self.error_kind = ErrorKind.CORRUPT_STREAM  # until a clean end proves otherwise
         self._eof = False
@@ -96,78 +110,108 @@ class _Inflater:
             return (zlib if self.tolerant else _zlib_impl).decompressobj(31)
         return zstandard.ZstdDecompressor().decompressobj()
 
-    def _feed(self, data: bytes) -> bytes:
-        out = []
-        while data:
-            self.started = True
-            chunk = self._d.decompress(data)
-            if chunk:
-                out.append(chunk)
-            if self._d.eof:
-                data = self._d.unused_data
-                self._d = self._new()
-                self.started = False
-                if data and self.compression == "gzip" and not data.strip(b"\x00"):
-                    data = b""  # zero padding after the last member
-            else:
-                data = b""
-        return b"".join(out)
+    def _member_end(self) -> None:
+        """The current member/frame ended: what follows starts the next one."""
+        data = self._d.unused_data
+        self._d = self._new()
+        self.started = False
+        if data and self._budget is not None:
+            self._budget = ZstdBudget()  # the walker stops at frame ends: resynchronise
+        if data and self.compression == "gzip" and not data.strip(b"\x00"):
+            data = b""  # zero padding after the last member
+        self._pending = data + self._pending
+
+    def _step(self, data: bytes) -> bytes:
+        """Feed the start of ``data`` (the rest goes back to ``_pending``): at most
+        ``MAX_OUT`` bytes of output (plus one zstd block)."""
+        self.started = True
+        if self.compression == "gzip":
+            out = self._d.decompress(data, MAX_OUT)
+            self._pending = self._d.unconsumed_tail
+        else:
+            n = len(data) if self._budget is None else self._budget.take(data, MAX_OUT)
+            out = self._d.decompress(data[:n])
+            self._pending = data[n:]
+        if self._d.eof:
+            if self.compression == "gzip":
+                self._pending = b""  # all of it is in unused_data (zlib may repeat it in the tail)
+            self._member_end()
+        return out
+
+    def _drain(self) -> bytes:
+        """Output zlib still holds after its input ran out (bounded, like any step)."""
+        if self.compression != "gzip" or self._d.eof:
+            return b""
+        try:
+            out = self._d.decompress(b"", MAX_OUT)
+        except Exception:
+            return b""
+        if self._d.eof:
+            self._member_end()
+        return out
 
     def read(self) -> bytes:
-        """Next decompressed bytes; b"" at a clean end; raises ValueError(problem)
-        once the data before a problem has been delivered."""
+        """Next decompressed bytes (at most about ``MAX_OUT``); b"" at a clean end;
+        raises ValueError(problem) once the data before a problem has been delivered."""
         while True:
             if self._error is not None:
                 raise ValueError(self._error)
-            if self._eof:
-                return b""
-            raw = self.raw.read(READ_SIZE)
-            if not raw:
-                self._eof = True
-                if self.started:
-                    self._error = f"{self.compression} stream ends early (truncated file)"
-                    self.error_kind = ErrorKind.TRUNCATED
-                    rest = b""
-                    if self.compression == "gzip":
-                        try:  # bytes still held in the inflater's window
-                            rest = self._d.flush()
-                        except Exception:
-                            rest = b""
+            if not self._pending:
+                if self._eof:
+                    return b""
+                raw = self.raw.read(READ_SIZE)
+                if not raw:
+                    rest = self._drain() if self.started else b""
                     if rest:
                         return rest
+                    self._eof = True
+                    if self.started:
+                        self._error = f"{self.compression} stream ends early (truncated file)"
+                        self.error_kind = ErrorKind.TRUNCATED
                     continue
-                return b""
+                self._pending = raw
+            data, self._pending = self._pending, b""
             if not self.tolerant:
                 try:
-                    out = self._feed(raw)
+                    out = self._step(data)
                 except Exception as e:  # zlib.error, IsalError, ZstdError, ...
                     self._error = f"{self.compression} stream is corrupt: {e}"
+                    self._pending = b""
                     continue
             else:
-                out = self._feed_tolerant(raw)
+                out = self._step_tolerant(data)
             if out:
                 return out
 
-    def _feed_tolerant(self, raw: bytes) -> bytes:
-        """Feed ``raw``; on damage keep every byte decodable before it, then fail."""
-        if self.compression == "gzip":
+    def _step_tolerant(self, data: bytes) -> bytes:
+        """Feed ``data``; on damage keep every byte decodable before it, then fail."""
+        if self.compression == "gzip" and not self._bytewise:
             saved, started = self._d.copy(), self.started
             try:
-                return self._feed(raw)
+                return self._step(data)
             except Exception:
                 self._d, self.started = saved, started
-            step = 1  # redo this chunk a byte at a time up to the damage
-        else:
-            # zstd state cannot be copied: feed byte by byte so a block that ends
-            # just before the damage is delivered before the damage is seen.
-            step = 1
-        out = []
-        for i in range(0, len(raw), step):
+            # redo these bytes one at a time up to the damage
+        self._bytewise = True
+        out: List[bytes] = []
+        size = 0
+        i = 0
+        while i < len(data) and size < MAX_OUT:
             try:
-                out.append(self._feed(raw[i : i + step]))
+                chunk = self._step(data[i : i + 1])
             except Exception as e:
                 self._error = f"{self.compression} stream is corrupt: {e}"
-                break
+                self._pending = b""
+                return b"".join(out)
+            i += 1
+            if self._pending:  # a member/frame ended inside this byte, or zlib held it back
+                data = data[:i] + self._pending + data[i:]
+                self._pending = b""
+            out.append(chunk)
+            size += len(chunk)
+        self._pending = data[i:]
+        if not self._pending and self.compression == "gzip":
+            self._bytewise = False
         return b"".join(out)
 
 

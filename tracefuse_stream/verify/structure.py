@@ -37,11 +37,11 @@ def gzip_members(path: PathLike) -> Tuple[int, Optional[int], int]:
                         first_end = out
                     members += 1
                     d = zl.decompressobj(31)
-                try:
-                    out += len(d.decompress(data))
+                try:  # at most 1 MB at a time: a tiny file may expand a thousandfold
+                    out += len(d.decompress(data, 1 << 20))
                 except Exception:  # corrupt data: the parse pass reports it
                     return members, first_end, out
-                data = d.unused_data if d.eof else b""
+                data = d.unused_data if d.eof else d.unconsumed_tail
     return members, first_end, out
 
 
