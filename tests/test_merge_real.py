@@ -182,7 +182,7 @@ def test_duplicate_distributed_info_ranks_are_refused(real_dir, tmp_path):
     with pytest.raises(UsageError) as ei:
         merge([a, b], str(tmp_path / "x.json"))
     msg = str(ei.value)
-    assert str(a) in msg and str(b) in msg and "--rank-from order" in msg
+    assert str(a) in msg and str(b) in msg and 'rank_from="order"' in msg  # Python speaks keywords
     assert not (tmp_path / "x.json").exists()
 
 

@@ -895,8 +895,11 @@ static PyObject *kernel_rewrite(PyObject *self, PyObject *args) {
                 n_drop++;
             } else if (!ev.has_pid || !ev.pid_known || !ev.has_tid ||
                        (ev.has_ph && !ev.has_id && ev.ph.n == 1 &&
-                        (ev.ph.p[0] == 's' || ev.ph.p[0] == 't' || ev.ph.p[0] == 'f'))) {
-                r = E_FALL; /* Python appends pid/tid, or names the flow without an id */
+                        (ev.ph.p[0] == 's' || ev.ph.p[0] == 't' || ev.ph.p[0] == 'f')) ||
+                       (cx.window && ev.has_cat && IS(ev.cat, "Trace"))) {
+                /* Python appends pid/tid, names the flow without an id, or decides
+                 * whether Kineto's profiler span fits the window (select/spans.py) */
+                r = E_FALL;
             } else {
                 if ((r = after_kept(&st, &cx, &ev))) break;
                 n_out++;

@@ -31,6 +31,7 @@ from tracefuse_stream.plan.planner import (
     input_warnings,
     plan_inputs,
 )
+from tracefuse_stream.report.listing import by_ranks
 from tracefuse_stream.report.viewer import ViewerCounts, estimate_viewer_bytes, largest
 from tracefuse_stream.select.filters import EventFilter
 from tracefuse_stream.write.codecs import is_archive_name
@@ -149,6 +150,7 @@ def _merge(inputs: InputSpec, output: str, opts: MergeOptions) -> MergeSummary:
     results, sinks = _write_files(plans, groups, names, split, codec, flt, base_ns, opts, n_jobs, links)
     for r in results:
         warnings.extend(r.warnings)
+    notes.extend(by_ranks((r.rank, n) for r in results for n in r.notes))  # "ranks 0-7: ..." once
     if flt.window_ns is not None:
         empty = [r.rank for r in results if r.events_out == r.metadata_out]
         if empty:

@@ -31,6 +31,7 @@ from tracefuse_stream.rewrite.kernel import kernel_for
 from tracefuse_stream.rewrite.labels import rank_metadata
 from tracefuse_stream.rewrite.rules import RankRewriter
 from tracefuse_stream.select.filters import EventFilter
+from tracefuse_stream.select.spans import SPAN_DROPPED_NOTE
 from tracefuse_stream.write.writer import FLUSH_BYTES, Piece, PieceWriter
 
 PROGRESS_EVERY = 1 << 22
@@ -67,6 +68,7 @@ class RankResult:
     seconds: float
     salvage: Optional[Dict[str, Any]] = None
     warnings: List[str] = field(default_factory=list)
+    notes: List[str] = field(default_factory=list)  # facts, not problems (summary "note:" lines)
 
 
 def stream_rank(task: RankTask, progress: Progress = None) -> RankResult:
@@ -278,6 +280,7 @@ def _drive(
         seconds=time.perf_counter() - t0,
         salvage=_salvage_record(plan, reader, sink, strict_error),
         warnings=list(reader.notes) + (linker.warnings(plan.path) if linker is not None else []),
+        notes=[SPAN_DROPPED_NOTE] if rw.spans_dropped else [],
     )
 
 

@@ -26,6 +26,7 @@ from tracefuse_stream.read.events import StepFields, iter_event_batches
 from tracefuse_stream.read.scan import Selection, Tally
 from tracefuse_stream.read.sources import PathLike
 from tracefuse_stream.select.ranges import compress_ranges
+from tracefuse_stream.select.spans import SPAN_DROPPED_NOTE, is_profiler_span, span_fits
 from tracefuse_stream.timeunits import FLOAT_FAST_LIMIT, us_to_ns, us_to_ns_or_none
 
 Number = Union[int, float, Decimal]
@@ -158,4 +159,13 @@ def find_step_window(
     return base + start, base + end
 
 
-__all__ = ["us_to_ns", "window_from_ms", "list_steps", "find_step_window", "FLOAT_FAST_LIMIT"]
+__all__ = [
+    "us_to_ns",
+    "window_from_ms",
+    "list_steps",
+    "find_step_window",
+    "FLOAT_FAST_LIMIT",
+    "is_profiler_span",
+    "span_fits",
+    "SPAN_DROPPED_NOTE",
+]

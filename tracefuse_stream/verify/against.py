@@ -18,6 +18,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Set
 
 from tracefuse_stream.errors import ErrorKind
 from tracefuse_stream.select.filters import EventFilter
+from tracefuse_stream.select.spans import PROFILER_SPAN_CAT, is_profiler_span, span_fits
 from tracefuse_stream.timeunits import us_to_ns_or_none
 from tracefuse_stream.verify.digest import (
     NBUCKETS,
@@ -65,6 +66,7 @@ def input_tuples(ctx: RankInput, batch: Iterable[Any], F: Optional[Findings]) ->
     keep = ctx.filt.keep
     in_window = ctx.filt.in_window
     windowed = ctx.filt.window_ns is not None
+    window = ctx.filt.window_ns
     shift = ctx.shift_ns
     base = ctx.base_ns
     pidmap = ctx.pidmap
@@ -86,8 +88,16 @@ def input_tuples(ctx: RankInput, batch: Iterable[Any], F: Optional[Findings]) ->
         dur_ns = None if dur is None else dur * 1000 if type(dur) is int else to_ns(dur)
         if windowed:
             # as the merge does: absolute start = the rank's base (+ alignment) + ts,
-            # extent only for complete events, events without ts dropped
+            # extent only for complete events, events without ts dropped, and Kineto's
+            # profiler span dropped when it reaches outside the window (select/spans.py)
             if ts_ns is None or not in_window(base + ts_ns, (dur_ns or 0) if ph == "X" else 0):
+                continue
+            if (
+                ev.get("cat") == PROFILER_SPAN_CAT
+                and is_profiler_span(ph, "Trace", ev.get("name"), ev.get("pid"))
+                and window is not None
+                and not span_fits(base + ts_ns, dur_ns or 0, window)
+            ):
                 continue
         pid = hashable(ev.get("pid"))
         out_pid = pidmap.get(pid)
