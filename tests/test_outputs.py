@@ -20,7 +20,7 @@ from typing import List
 import pytest
 from conftest import REPO, decompress_bytes, load_output, run_cli, strict_loads
 
-from tracefuse_stream.write.atomic import TMP_SUFFIX, temp_prefix
+from tracefuse_stream.write.atomic import TMP_SUFFIX, owner_tag, temp_prefix
 
 SAMPLE = REPO / "fixtures" / "sample_run"
 RECORDED_DDP4 = REPO / "tests" / "data" / "recorded" / "ddp4"
@@ -139,7 +139,7 @@ def test_temp_prefix_fits_name_max(tmp_path: Path) -> None:
     for name in ("a.json", "é" * 127 + ".json", "b" * 255):
         total = len(os.fsencode(temp_prefix(name, str(tmp_path)))) + 8 + len(TMP_SUFFIX)
         assert total <= limit
-    assert temp_prefix("a.json", str(tmp_path)) == ".a.json."
+    assert temp_prefix("a.json", str(tmp_path)) == f".a.json.{owner_tag()}."  # owner: PID@HOST
 
 
 def test_symlink_target_stays_a_link(tmp_path: Path) -> None:

@@ -41,7 +41,8 @@ class ErrorKind(enum.Enum):
     TRUNCATED = "truncated"  # the document (or its compressed stream) ends early
     CORRUPT_STREAM = "corrupt_stream"  # gzip/zstd data that cannot be decompressed
     INVALID_UTF8 = "invalid_utf8"
-    BAD_EVENT = "bad_event"  # a well-formed event the rules cannot merge (flow without id, ...)
+    BAD_EVENT = "bad_event"  # a well-formed event the rules cannot merge (flow without id, bad id, ...)
+    BAD_VALUE = "bad_value"  # valid JSON, a header value the merge cannot use (baseTimeNanoseconds, rank)
     CONFLICT = "conflict"  # inputs that contradict each other (duplicate ranks, ...)
     USAGE = "usage"
     OUTPUT = "output"
@@ -127,6 +128,11 @@ class InputError(TraceFuseError):
 
     ``path`` names the file; ``offset`` is a byte offset in the (decompressed)
     stream and ``event_index`` the index of the event in ``traceEvents``, when known.
+
+    ``kind`` left out: :attr:`ErrorKind.BAD_EVENT` for a problem with one event
+    (``event_index`` given: the JSON was read, the event cannot be merged — a bad id,
+    a bad ts), else :attr:`ErrorKind.INVALID_JSON`. Say the kind wherever it is
+    neither (a missing file, a header value).
     """
 
     exit_code = EXIT_INPUT
@@ -139,8 +145,10 @@ class InputError(TraceFuseError):
         offset: Optional[int] = None,
         event_index: Optional[int] = None,
         hint: Optional[str] = None,
-        kind: ErrorKind = ErrorKind.INVALID_JSON,
+        kind: Optional[ErrorKind] = None,
     ) -> None:
+        if kind is None:
+            kind = ErrorKind.BAD_EVENT if event_index is not None else ErrorKind.INVALID_JSON
         self.kind = kind
         self.path = str(path)
         self.problem = problem

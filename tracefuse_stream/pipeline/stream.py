@@ -183,10 +183,12 @@ class _Sink:
                 if type(batch) is bytes:  # the C kernel's output: rewritten and encoded
                     data = batch
                 elif skip_bad:
+                    n_pids = len(self.rw.pid_first_ts)
                     try:
                         kept = feed_batch(batch)
                         data = encode_batch(kept) if kept else b""
                     except (InputError, orjson.JSONEncodeError, TypeError, ValueError) as e:
+                        self._forget_new_processes(n_pids)
                         self._skip(e)
                         continue
                     if not kept:
@@ -209,6 +211,15 @@ class _Sink:
                     self.progress_at.update()
         finally:
             self.first = first
+
+    def _forget_new_processes(self, n_pids: int) -> None:
+        """A skipped batch wrote no event: the processes it was the first to reach
+        (the last entries of the insertion-ordered ``pid_first_ts``) have none yet, so
+        they get no metadata (``labels``) — no empty named track — unless a later kept
+        event reaches them."""
+        first_ts = self.rw.pid_first_ts
+        for pid in list(first_ts)[n_pids:]:
+            del first_ts[pid]
 
     def _skip(self, e: Exception) -> None:
         self.skipped += 1

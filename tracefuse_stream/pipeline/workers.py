@@ -18,10 +18,13 @@ they registered in a shared array (the executor has no public "terminate").
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import os
+import pickle
 import signal
 import sys
+import warnings
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, TypeVar
@@ -42,12 +45,108 @@ CHUNK_WEIGHT = 4 << 20
 _worker_state: Optional[Tuple[Callable[..., Any], Sequence[Any], Any, int]] = None
 
 
-def usable_cores() -> int:
-    """Cores this process may run on (affinity-aware)."""
+CGROUP_ROOT = "/sys/fs/cgroup"
+PROC_CGROUP = "/proc/self/cgroup"
+
+
+def _read(path: str) -> Optional[str]:
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        with open(path, encoding="ascii", errors="replace") as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def _levels(path: str) -> List[str]:
+    """``/a/b`` -> ``["/a/b", "/a", "/"]``: a limit set on any ancestor applies too."""
+    out = []
+    p = "/" + path.strip("/")
+    while True:
+        out.append(p)
+        if p == "/":
+            return out
+        p = os.path.dirname(p)
+
+
+def _quota_v2(root: str, path: str) -> Optional[float]:
+    """The smallest ``cpu.max`` quota/period along the cgroup v2 path (None: no limit)."""
+    best: Optional[float] = None
+    for level in _levels(path):
+        text = _read(os.path.join(root, level.lstrip("/"), "cpu.max"))
+        parts = (text or "").split()
+        if (
+            len(parts) == 2
+            and parts[0] != "max"
+            and parts[0].isdigit()
+            and parts[1].isdigit()
+            and int(parts[1])
+        ):
+            q = int(parts[0]) / int(parts[1])
+            best = q if best is None else min(best, q)
+    return best
+
+
+def _quota_v1(root: str, controllers: str, path: str) -> Optional[float]:
+    """The smallest ``cpu.cfs_quota_us / cpu.cfs_period_us`` along the cgroup v1 path."""
+    best: Optional[float] = None
+    for mount in dict.fromkeys((controllers, "cpu,cpuacct", "cpu")):
+        for level in _levels(path):
+            d = os.path.join(root, mount, level.lstrip("/"))
+            quota, period = (
+                _read(os.path.join(d, "cpu.cfs_quota_us")),
+                _read(os.path.join(d, "cpu.cfs_period_us")),
+            )
+            try:
+                qi, pi = int(quota or ""), int(period or "")
+            except ValueError:
+                continue
+            if qi > 0 and pi > 0:
+                best = qi / pi if best is None else min(best, qi / pi)
+        if best is not None:
+            return best
+    return best
+
+
+def cgroup_cpu_limit(root: str = CGROUP_ROOT, proc_cgroup: str = PROC_CGROUP) -> Optional[float]:
+    """CPUs this process's cgroup may use (quota / period: 2.5 = two and a half), or
+    None without a limit. Containers (Docker ``--cpus``, Kubernetes limits) and Slurm
+    allocations with cgroup CPU limits set a quota but usually leave every core in the
+    affinity mask, so the affinity alone would start one worker per host core, each
+    then getting a sliver of the quota. Reads ``cpu.max`` (cgroup v2) or
+    ``cpu.cfs_quota_us``/``cpu.cfs_period_us`` (v1) at the process's cgroup and each
+    ancestor (inside a cgroup namespace the path is "/", the container's own)."""
+    text = _read(proc_cgroup)
+    if not text:
+        return None
+    limits = []
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, path = parts
+        if controllers == "":
+            q = _quota_v2(root, path)
+        elif "cpu" in controllers.split(","):
+            q = _quota_v1(root, controllers, path)
+        else:
+            continue
+        if q is not None:
+            limits.append(q)
+    return min(limits) if limits else None
+
+
+def usable_cores(root: Optional[str] = None, proc_cgroup: Optional[str] = None) -> int:
+    """Cores this process may use: its CPU affinity (``taskset``, Slurm's binding),
+    capped by its cgroup CPU quota rounded up (:func:`cgroup_cpu_limit`); at least 1.
+    4 CPUs allowed on a 128-core node gives 4."""
+    try:
+        n = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
+        n = os.cpu_count() or 1
+    limit = cgroup_cpu_limit(root or CGROUP_ROOT, proc_cgroup or PROC_CGROUP)
+    if limit is not None:
+        n = min(n, math.ceil(limit))
+    return max(1, n)
 
 
 def resolve_jobs(jobs: Optional[int], n_tasks: int) -> int:
@@ -58,6 +157,17 @@ def resolve_jobs(jobs: Optional[int], n_tasks: int) -> int:
 
 def _context() -> Any:
     return multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+
+
+def _unpicklable(fn: Callable[..., Any], tasks: Sequence[Any]) -> Optional[str]:
+    """Why ``fn`` and ``tasks`` cannot be sent to a spawned worker (None: they can).
+    Under ``spawn`` (macOS', Windows' default) the initializer's arguments are
+    pickled; a lambda or local function as ``filter_fn`` cannot be."""
+    try:
+        pickle.dumps((fn, list(tasks)))
+    except (pickle.PicklingError, AttributeError, TypeError) as e:
+        return str(e) or type(e).__name__
+    return None
 
 
 def _init_worker(
@@ -114,11 +224,22 @@ def run_in_order(
     """Yield ``fn(task, progress)`` for each task, in task order, running up to
     ``jobs`` at once. ``progress`` (called in this process) receives bytes read.
     ``weights`` (a task's input bytes) size the chunks (:func:`task_chunks`)."""
-    if jobs <= 1 or len(tasks) <= 1:
+    ctx = _context() if jobs > 1 and len(tasks) > 1 else None
+    method = ctx.get_start_method() if ctx is not None else "fork"
+    why = _unpicklable(fn, tasks) if method != "fork" else None
+    if why is not None:
+        warnings.warn(
+            f"tracefuse: the merge runs in this process, without workers: its filter_fn cannot be sent to "
+            f"worker processes under the '{method}' start method ({why}); define it at "
+            "module level (a def, not a lambda or nested function) to use workers",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        ctx = None
+    if ctx is None:
         for t in tasks:
             yield fn(t, progress)
         return
-    ctx = _context()
     counters = ctx.Array("q", jobs)
     pids = ctx.Array("i", jobs)
     seen = [0] * jobs

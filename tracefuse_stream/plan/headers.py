@@ -42,18 +42,30 @@ def read_header(path: PathLike) -> Tuple[str, Dict[str, Any], bool]:
         if first[1] == "start_array":
             return "array", header, True
         if first[1] != "start_map":
-            raise InputError(str(path), "not a trace: top level is not a JSON object or array")
+            raise InputError(
+                str(path), "not a trace: top level is not a JSON object or array", kind=ErrorKind.NOT_A_TRACE
+            )
         for _prefix, ev, val in events:
             if ev == "map_key":
                 if val == "traceEvents":
                     nxt = next(events)
                     if nxt[1] != "start_array":
-                        raise InputError(str(path), "traceEvents is not an array", offset=reader.offset)
+                        raise InputError(
+                            str(path),
+                            "traceEvents is not an array",
+                            offset=reader.offset,
+                            kind=ErrorKind.NOT_A_TRACE,
+                        )
                     return "object", header, True
                 header[val] = build_value(events, *next(events))
             elif ev == "end_map":
                 return "object", header, False
-        raise InputError(str(path), "file ends inside the header (truncated)", offset=reader.offset)
+        raise InputError(
+            str(path),
+            "file ends inside the header (truncated)",
+            offset=reader.offset,
+            kind=ErrorKind.TRUNCATED,
+        )
     except (ijson.JSONError, UnicodeDecodeError) as e:
         text = e.args[0] if e.args else type(e).__name__
         if isinstance(text, bytes):

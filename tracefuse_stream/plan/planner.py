@@ -18,7 +18,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from tracefuse_stream.errors import InputError, TraceFuseError, UsageError
+from tracefuse_stream.errors import ErrorKind, InputError, TraceFuseError, UsageError
 from tracefuse_stream.plan.cycles import (
     Cycle,
     CycleChoice,
@@ -123,14 +123,14 @@ def _coerce_base(path: str, value: Any) -> Optional[int]:
     if value is None:
         return None
     if isinstance(value, bool):
-        raise InputError(path, f"baseTimeNanoseconds is not an integer: {value!r}")
+        raise InputError(path, f"baseTimeNanoseconds is not an integer: {value!r}", kind=ErrorKind.BAD_VALUE)
     if isinstance(value, int):
         return value
     if isinstance(value, (float, Decimal)) and value == int(value):
         return int(value)
     if isinstance(value, str) and value.strip().isdigit():
         return int(value.strip())
-    raise InputError(path, f"baseTimeNanoseconds is not an integer: {value!r}")
+    raise InputError(path, f"baseTimeNanoseconds is not an integer: {value!r}", kind=ErrorKind.BAD_VALUE)
 
 
 def complete_trailer(plan: RankPlan, trailer: Optional[Dict[str, Any]]) -> None:
@@ -195,7 +195,9 @@ def _plan_strict(path: PathLike, position: int, head: Optional[Head] = None) -> 
     else:
         layout, header, saw_events = read_header(path)
         if not saw_events:
-            raise InputError(p, "not a trace: the JSON object has no traceEvents key")
+            raise InputError(
+                p, "not a trace: the JSON object has no traceEvents key", kind=ErrorKind.NOT_A_TRACE
+            )
         reader_comp = TraceReader(path)
         comp = reader_comp.compression
         reader_comp.close()
@@ -225,6 +227,7 @@ def load_trailer(plan: RankPlan) -> None:
             "file does not end with a complete trace object (truncated, or damaged at the end)",
             offset=size,
             hint="use --salvage to merge the complete events it has",
+            kind=ErrorKind.TRUNCATED,
         )
     complete_trailer(plan, trailer)
 
@@ -376,7 +379,7 @@ def plan_all(
             reached.claim(path, Path(path))
             found = discover([path])
             if not Path(path).is_file():
-                raise InputError(str(path), "not a regular file")
+                raise InputError(str(path), "not a regular file", kind=ErrorKind.UNREADABLE)
             p = _plan_candidates(found, salvage, False, out)[0]
             p.position, p.rank, p.rank_source = pos, r, "explicit"
             plans.append(p)

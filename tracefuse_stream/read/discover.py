@@ -122,7 +122,9 @@ def _trace_files(folder: Path) -> List[Path]:
     try:
         found = [c for c in folder.iterdir() if c.is_file() and is_trace_name(c.name)]
     except OSError as e:
-        raise InputError(str(folder), f"cannot list directory: {e.strerror or e}") from None
+        raise InputError(
+            str(folder), f"cannot list directory: {e.strerror or e}", kind=ErrorKind.UNREADABLE
+        ) from None
     return sorted(found, key=lambda c: natural_key(c.name))
 
 
@@ -170,7 +172,7 @@ def discover(paths: Sequence[PathLike]) -> Discovery:
                 what = "no *.json, *.json.gz or *.json.zst trace files"
                 if files:
                     what = f"no trace files ({len(files)} JSON file(s), none a trace: {files[0].name}, ...)"
-                raise InputError(str(path), f"directory contains {what}")
+                raise InputError(str(path), f"directory contains {what}", kind=ErrorKind.NOT_A_TRACE)
             for r in runs:
                 out.skip(path / r, "subfolder with traces: not read (folders are not searched recursively)")
         elif path.exists():
@@ -182,7 +184,7 @@ def discover(paths: Sequence[PathLike]) -> Discovery:
                 raise InputError(str(path), f"not a trace: {head.why_not}", kind=ErrorKind.NOT_A_TRACE)
             out.candidates.append(Candidate(path, from_dir=False, head=head))
         else:
-            raise InputError(str(path), "no such file or directory")
+            raise InputError(str(path), "no such file or directory", kind=ErrorKind.MISSING)
     return out
 
 

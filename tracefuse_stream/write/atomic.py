@@ -13,23 +13,42 @@ A socket cannot be opened for writing at all and is refused.
 
 A symlink to a regular file is followed: the temporary file is made beside the file
 it points to and renamed over that file, so the link stays a link.
+
+A merge killed outright (SIGKILL, the OOM killer) cannot remove its temporaries. So
+their names carry their owner — ``.NAME.PID@HOST.XXXXXXXX.tracefuse-tmp`` and
+``.tracefuse-frag-PID@HOST-XXXXXXXX/`` — and the next merge to that output removes
+those whose owner is gone: made on this host (a shared filesystem's other hosts have
+their own pids), by this user, by a pid that no longer exists. A pid reused since, or
+anything not matching the pattern exactly, is left alone.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import socket
 import stat
 import sys
 import tempfile
 from pathlib import Path
-from typing import BinaryIO, Iterable, Optional
+from typing import BinaryIO, Iterable, List, Optional
 
 from tracefuse_stream.errors import OutputError, UsageError
 from tracefuse_stream.write.codecs import ACCEPTED_TEXT
 
 TMP_SUFFIX = ".tracefuse-tmp"
+FRAG_PREFIX = ".tracefuse-frag-"
 _MKSTEMP_RANDOM = 8  # characters of randomness tempfile.mkstemp puts in a name
+_HOST_MAX = 32  # characters of the host name kept in an owner tag
+_OWNER_MAX = 1 + 10 + 1 + _HOST_MAX  # ".PID@HOST": the room kept for any pid and host
+_RANDOM = r"[a-z0-9_]{%d}" % _MKSTEMP_RANDOM  # tempfile's alphabet
+_TMP_NAME = re.compile(
+    r"^\.(?P<stem>.*)\.(?P<pid>[0-9]{1,10})@(?P<host>[A-Za-z0-9-]*)\." + _RANDOM + re.escape(TMP_SUFFIX) + "$"
+)
+_FRAG_NAME = re.compile(
+    "^" + re.escape(FRAG_PREFIX) + r"(?P<pid>[0-9]{1,10})@(?P<host>[A-Za-z0-9-]*)-" + _RANDOM + "$"
+)
 _DEFAULT_NAME_MAX = 255
 _BUFFER = 1 << 20
 
@@ -41,17 +60,82 @@ def _name_max(directory: str) -> int:
         return _DEFAULT_NAME_MAX
 
 
-def temp_prefix(target_name: str, directory: str) -> str:
-    """``mkstemp`` prefix for a temporary file beside ``target_name``:
-    ``.NAME.`` + 8 random characters + ``.tracefuse-tmp``, with NAME cut (by whole
-    characters) so the full temporary name fits the directory's NAME_MAX in bytes: a
-    target name near the 255-byte limit must still be writable. Uniqueness comes from
-    mkstemp's random part, not from the name."""
-    room = _name_max(directory) - len(".") - len(".") - _MKSTEMP_RANDOM - len(TMP_SUFFIX)
+def owner_tag() -> str:
+    """``PID@HOST`` of this process (HOST cut to [A-Za-z0-9-], at most 32 characters):
+    who made a temporary file, so a later merge can tell whether its maker is gone."""
+    host = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname().split(".")[0])[:_HOST_MAX]
+    return f"{os.getpid()}@{host}"
+
+
+def _stem(target_name: str, directory: str) -> str:
+    """NAME cut (by whole characters) so that any temporary name for it fits the
+    directory's NAME_MAX in bytes, whatever the pid and host."""
+    room = (
+        _name_max(directory) - len(".") - len(".") - _OWNER_MAX - len(".") - _MKSTEMP_RANDOM - len(TMP_SUFFIX)
+    )
     stem = target_name
     while stem and len(os.fsencode(stem)) > room:
         stem = stem[:-1]
-    return f".{stem}."
+    return stem
+
+
+def temp_prefix(target_name: str, directory: str) -> str:
+    """``mkstemp`` prefix for a temporary file beside ``target_name``:
+    ``.NAME.PID@HOST.`` + 8 random characters + ``.tracefuse-tmp``, with NAME cut so
+    the full temporary name fits the directory's NAME_MAX in bytes: a target name near
+    the 255-byte limit must still be writable. Uniqueness comes from mkstemp's random
+    part, not from the name; the owner tag lets a later merge clean up after a killed one."""
+    return f".{_stem(target_name, directory)}.{owner_tag()}."
+
+
+def _owner_gone(pid_text: str, host: str, st: os.stat_result) -> bool:
+    """The owner recorded in a temporary name is a process of this host and user
+    that no longer exists (a live pid, even of another user, counts as alive)."""
+    if host != owner_tag().split("@", 1)[1] or st.st_uid != os.getuid():
+        return False
+    pid = int(pid_text)
+    if pid <= 0 or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # EPERM: it exists (another user's process)
+        return False
+    return False
+
+
+def remove_stale_temporaries(target_name: str, directory: str) -> List[str]:
+    """Remove what killed merges to ``directory/target_name`` left: temporary outputs
+    for that name and fragment directories beside it whose owner is gone (see the
+    module docstring). Returns the paths removed; errors are ignored (best effort)."""
+    stem = _stem(target_name, directory)
+    removed: List[str] = []
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return removed
+    for entry in entries:
+        m = _TMP_NAME.match(entry.name)
+        frag = None if m else _FRAG_NAME.match(entry.name)
+        if (m is None or m.group("stem") != stem) and frag is None:
+            continue
+        owner = m or frag
+        assert owner is not None
+        try:
+            st = entry.stat(follow_symlinks=False)
+            if not _owner_gone(owner.group("pid"), owner.group("host"), st):
+                continue
+            if frag is not None and stat.S_ISDIR(st.st_mode):
+                shutil.rmtree(entry.path)
+            elif m is not None and stat.S_ISREG(st.st_mode):
+                os.unlink(entry.path)
+            else:
+                continue
+        except OSError:
+            continue
+        removed.append(entry.path)
+    return removed
 
 
 class AtomicOutput:
@@ -71,6 +155,7 @@ class AtomicOutput:
         self.tmp_path: Optional[str] = None
         self.file: Optional[BinaryIO] = None
         self.frag_parent: Optional[str] = None
+        self.stale_removed: List[str] = []  # temporaries of killed merges removed (see module doc)
         self._final = target
         if self.stdout:
             self.file = sys.stdout.buffer
@@ -92,6 +177,7 @@ class AtomicOutput:
             self._final = os.path.realpath(target)  # write through the link, keep it
         final = Path(self._final)
         parent = str(final.parent) if str(final.parent) else "."
+        self.stale_removed = remove_stale_temporaries(final.name, parent)
         try:
             fd, tmp = tempfile.mkstemp(prefix=temp_prefix(final.name, parent), suffix=TMP_SUFFIX, dir=parent)
         except OSError as e:
@@ -196,7 +282,7 @@ class FragmentDir:
 
     def __init__(self, parent: Optional[str]) -> None:
         try:
-            self.path = tempfile.mkdtemp(prefix=".tracefuse-frag-", dir=parent)
+            self.path = tempfile.mkdtemp(prefix=f"{FRAG_PREFIX}{owner_tag()}-", dir=parent)
         except OSError as e:
             where = parent or tempfile.gettempdir()
             raise OutputError(f"cannot create a temporary directory in {where}: {e}") from None

@@ -77,7 +77,12 @@ class Splicer:
 
     def _copy_in_kernel(self, piece: Piece) -> bool:
         """Splice a fragment file with ``copy_file_range`` (no copy through Python;
-        a reflink on filesystems that have them). False: use the portable path."""
+        a reflink on filesystems that have them). False: use the portable path.
+
+        ``copy_file_range`` may fail after some calls already copied part of the
+        fragment (EINVAL/EXDEV on a later range, a filesystem that gives up midway). The
+        portable path then copies the WHOLE fragment, so the output is first cut back
+        to where this fragment began: no byte is ever written twice."""
         copy = getattr(os, "copy_file_range", None)
         out = self.out
         if (
@@ -95,6 +100,10 @@ class Splicer:
             return False
         try:
             out.flush()
+            start = os.lseek(dst, 0, os.SEEK_CUR)  # where this fragment begins in the output
+        except OSError as e:
+            raise OutputError(f"{self.name}: cannot write output: {e.strerror or e}") from None
+        try:
             with open(piece.path, "rb") as f:
                 src = f.fileno()
                 left = piece.size
@@ -107,11 +116,22 @@ class Splicer:
         except OSError as e:
             if e.errno in (errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG):
                 raise OutputError(f"{self.name}: cannot write output: {e.strerror or e}") from None
-            return False  # EXDEV, EINVAL, ENOSYS...: fall back (nothing copied yet)
+            self._rewind(out, dst, start)
+            return False  # EXDEV, EINVAL, ENOSYS...: fall back from the fragment's start
         if done != piece.size:
             raise OutputError(f"{self.name}: fragment {piece.path} is shorter than written")
         self.size += done
         return True
+
+    def _rewind(self, out: BinaryIO, dst: int, start: int) -> None:
+        """Cut the output back to ``start`` (drop a partly copied fragment) and write
+        on from there: through ``out.seek`` so the buffered writer knows its position."""
+        try:
+            if os.lseek(dst, 0, os.SEEK_CUR) != start:
+                os.ftruncate(dst, start)
+            out.seek(start)
+        except OSError as e:
+            raise OutputError(f"{self.name}: cannot write output: {e.strerror or e}") from None
 
     def finish(self) -> None:
         if self.codec == "gzip":
