@@ -55,6 +55,7 @@ from tracefuse_stream.rewrite.contract import (  # noqa: F401
     rank_of_pid,
 )
 from tracefuse_stream.select.filters import EventFilter
+from tracefuse_stream.select.spans import PROFILER_SPAN_CAT, is_profiler_span, span_fits
 from tracefuse_stream.timeunits import us_to_ns
 
 Event = Dict[str, Any]
@@ -151,6 +152,7 @@ class RankRewriter:
         self.metadata: List[Event] = []
         self.events_out = 0
         self.dropped = 0
+        self.spans_dropped = 0  # profiler spans dropped by the window (select/spans.py)
         self.index = -1
         self._window = flt.window_ns is not None
         # categories dropped outright, checked inline; other rules via flt.keep()
@@ -275,7 +277,10 @@ class RankRewriter:
                     dropped += 1
                     continue
                 ts = get("ts")
-                if window and not self._in_window(ph, ts, get("dur")):
+                if window and (
+                    not self._in_window(ph, ts, get("dur"))
+                    or (cat == PROFILER_SPAN_CAT and self._span_out(ev))
+                ):
                     dropped += 1
                     continue
                 p = get("pid")
@@ -359,6 +364,18 @@ class RankRewriter:
         except (ValueError, TypeError, ArithmeticError) as e:
             why = e if isinstance(e, (ValueError, TypeError)) else f"{ts!r} cannot be shifted exactly"
             raise InputError(self.path, f"bad ts: {why}", event_index=index) from None
+
+    def _span_out(self, ev: Event) -> bool:
+        """Kineto's profiler span reaching outside the window: dropped (select/spans.py)."""
+        get = ev.get
+        if not is_profiler_span(get("ph"), get("cat"), get("name"), get("pid")):
+            return False
+        dur, ts = get("dur"), ev["ts"]
+        start = self.abs_base_ns + us_to_ns(ts)  # ts is not None: _in_window kept the event
+        if span_fits(start, us_to_ns(dur) if dur is not None else 0, self.filter.window_ns):  # type: ignore[arg-type]
+            return False
+        self.spans_dropped += 1
+        return True
 
     def _in_window(self, ph: Any, ts: Any, dur: Any) -> bool:
         if ts is None:
