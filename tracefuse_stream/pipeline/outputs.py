@@ -73,6 +73,7 @@ def rank_header(plan: RankPlan, res: RankResult) -> Dict[str, Any]:
     return {
         "rank": plan.rank,
         "rank_from": plan.rank_source,
+        **({"cycle": plan.cycle} if plan.cycle is not None else {}),  # verify: other cycles left out
         "source": os.path.abspath(plan.path),
         "compression": plan.compression,
         "layout": plan.layout,

@@ -18,6 +18,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Set
 
 from tracefuse_stream.errors import ErrorKind
 from tracefuse_stream.select.filters import EventFilter
+from tracefuse_stream.select.ranges import compress_ranges
 from tracefuse_stream.select.spans import PROFILER_SPAN_CAT, is_profiler_span, span_fits
 from tracefuse_stream.timeunits import us_to_ns_or_none
 from tracefuse_stream.verify.digest import (
@@ -140,6 +141,7 @@ def match_inputs(v: MergedChecker, tf: Dict[str, Any]) -> List[RankInput]:
     base = tf.get("base_time_ns") or 0
     ctxs: List[RankInput] = []
     used: Dict[int, str] = {}
+    unmatched: List[str] = []
     for p in v.against:
         # one file may be the source of several ranks (e.g. --rank-from order over
         # the same file twice): take its ranks in order
@@ -149,8 +151,7 @@ def match_inputs(v: MergedChecker, tf: Dict[str, Any]) -> List[RankInput]:
             cand = same_name if len(same_name) == 1 else []
         r = cand[0] if cand else None
         if r is None:
-            F.add("against_unmatched", None, {"input": p},
-                  message="--against input is not the source of any rank in the header")  # fmt: skip
+            unmatched.append(p)
             continue
         if r in used:
             F.add("against_unmatched", r, {"input": p, "already": used[r]},
@@ -167,7 +168,60 @@ def match_inputs(v: MergedChecker, tf: Dict[str, Any]) -> List[RankInput]:
             shift = (info.get("base_time_ns") or 0) - base
         # the rank's absolute base including any alignment: B + shift_ns
         ctxs.append(RankInput(r, p, info, shift, base + shift, pidmap, filt))
+    for p in unmatched:
+        why = left_out_by_selection(p, v.against, tf, infos, [c.path for c in ctxs])
+        if why is None:
+            F.add("against_unmatched", None, {"input": p},
+                  message="--against input is not the source of any rank in the header")  # fmt: skip
+        else:
+            F.add("against_left_out", None, {"input": p, "why": why},
+                  message="--against inputs the merge left out by its selection (--ranks, --split-ranks, --cycle): not compared")  # fmt: skip
     return ctxs
+
+
+def left_out_by_selection(
+    path: str, inputs: List[str], tf: Dict[str, Any], infos: Dict[int, Dict[str, Any]], matched: List[str]
+) -> Optional[str]:
+    """Why the merge left ``path`` out, by the selection its header records, or None
+    (then ``path`` is simply not an input of this merge: an error).
+
+    Only files beside a matched input count (another folder is another run), with a
+    rank the planner's own rules give (``distributedInfo``, file name, or the position
+    when the merge numbered by position): a rank outside ``ranks_merged`` was left out
+    by ``--ranks`` (or is in another part of ``--split-ranks``); a merged rank whose
+    recorded source is another file of its ``cycle`` is another profiling cycle.
+    """
+    folders = {os.path.dirname(os.path.realpath(m)) for m in matched}
+    if os.path.dirname(os.path.realpath(path)) not in folders:
+        return None
+    rank = input_rank(path, inputs, infos)
+    merged = tf.get("ranks_merged")
+    if rank is None or not isinstance(merged, list):
+        return None
+    if rank not in merged:
+        split = " (or in another file of --split-ranks)" if tf.get("split") else ""
+        return f"rank {rank}: not among the merged ranks {compress_ranges(merged)}{split}"
+    info = infos.get(rank) or {}
+    src, cycle = info.get("source"), info.get("cycle")
+    if cycle is not None and isinstance(src, str) and os.path.realpath(src) != os.path.realpath(path):
+        return f"rank {rank}: another profiling cycle (the merge took cycle {cycle}: {src})"
+    return None
+
+
+def input_rank(path: str, inputs: List[str], infos: Dict[int, Dict[str, Any]]) -> Optional[int]:
+    """The rank the merge's planner would give ``path`` (None when it cannot tell)."""
+    from tracefuse_stream.errors import TraceFuseError
+    from tracefuse_stream.plan.planner import plan_file
+    from tracefuse_stream.plan.ranks import rank_from_name
+
+    if infos and all(i.get("rank_from") == "order" for i in infos.values()):
+        return inputs.index(path)  # numbered by position: the same inputs, the same order
+    try:
+        plan = plan_file(path, 0)
+    except TraceFuseError:
+        return None
+    r = plan.dist_rank
+    return r if r is not None else rank_from_name(path)
 
 
 def check_against(v: MergedChecker, tf: Dict[str, Any]) -> None:
@@ -409,4 +463,12 @@ def _pair_up(F: Findings, rank: int, missing: List[EventTuple], extras: List[Eve
                   message="event present with a pid other than the header's pid map gives")  # fmt: skip
 
 
-__all__ = ["RankInput", "check_against", "compare_header", "explain_mismatch", "input_tuples", "match_inputs"]
+__all__ = [
+    "RankInput",
+    "check_against",
+    "left_out_by_selection",
+    "compare_header",
+    "explain_mismatch",
+    "input_tuples",
+    "match_inputs",
+]

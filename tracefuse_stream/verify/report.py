@@ -52,6 +52,7 @@ CODES: Dict[str, Tuple[str, str]] = {
     "extra_event": ("error", "merged event that no kept input event accounts for"),
     "wrong_time": ("error", "event present with a different time"),
     "against_unmatched": ("error", "--against input matches no rank of the merged file"),
+    "against_left_out": ("warning", "--against input left out by the merge's selection: not compared"),
     "against_input_invalid": ("error", "--against input is not valid JSON"),
     "against_skipped": ("warning", "event comparison skipped"),
     "time_shift": ("warning", "rank was shifted in time by an alignment"),
