@@ -35,7 +35,7 @@ def _csv(s: str) -> List[str]:
     return [x.strip() for x in s.split(",") if x.strip()]
 
 
-def _add_input_args(p: argparse.ArgumentParser) -> None:
+def _add_input_args(p: argparse.ArgumentParser, verb: str = "merge") -> None:
     p.add_argument(
         "inputs", nargs="+", metavar="INPUT", help="trace files and/or directories of *.json[.gz|.zst]"
     )
@@ -43,9 +43,10 @@ def _add_input_args(p: argparse.ArgumentParser) -> None:
         "--rank-from",
         choices=["auto", "order"],
         default="auto",
-        help="auto: distributedInfo.rank, else position in the input list; order: always the position",
+        help="auto (default): distributedInfo.rank, else a rank_N / worker N in the file name, "
+        "else the position (directories in natural order); order: always the position",
     )
-    p.add_argument("--ranks", metavar="SPEC", help="merge only these ranks, e.g. 0,8,16-23,32-63:8")
+    p.add_argument("--ranks", metavar="SPEC", help=f"{verb} only these ranks, e.g. 0,8,16-23,32-63:8")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,7 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
         "-o",
         "--output",
         default="merged_trace.json.gz",
-        help="output file; .json, .json.gz or .json.zst; '-' for stdout (default: %(default)s)",
+        help="output file, compressed by its extension: .json, .json.gz, .json.zst, or a Perfetto "
+        "v58+ archive .perfetto.tar / .perfetto.tar.gz; '-' for JSON on stdout (default: %(default)s)",
     )
     m.add_argument("--force", action="store_true", help="overwrite an existing output (never an input)")
     m.add_argument(
@@ -106,7 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
         help='JSON {"host or rank": microseconds} of known clock offsets to add',
     )
     m.add_argument(
-        "--steps", metavar="A:B", help="keep only ProfilerStep#A..#B (as timed on the reference rank)"
+        "--steps",
+        metavar="A:B",
+        help="keep only ProfilerStep#A..#B (N alone: that one step), as timed on the reference rank; "
+        "Kineto's profiler-span slice, which covers the whole recording, is dropped",
     )
     m.add_argument(
         "--step-rank", type=int, metavar="R", help="reference rank for --steps (default: lowest merged rank)"
@@ -144,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--json-summary", action="store_true", help="summary as JSON on stdout (stderr with -o -)")
 
     i = sub.add_parser("info", help="per-rank facts about the inputs (streams them, writes nothing)")
-    _add_input_args(i)
+    _add_input_args(i, verb="show")
     i.add_argument("--json", action="store_true", help="machine-readable output")
     i.add_argument(
         "--align",
