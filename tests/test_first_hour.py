@@ -307,3 +307,26 @@ def test_readme_first_screen_is_the_job_with_real_output(h, tmp_path, capsys, mo
     assert [ln for ln in lines if ln.startswith("## ")][-1] == "## Development"
     dev = text[text.index("## Development") :]
     assert "TRACEFUSE_TRACE_PROCESSOR" in dev and "../shared/bin" not in text
+
+
+def test_long_listings_in_a_summary_are_bounded():
+    from tracefuse_stream.pipeline.summary import TABLE_ROWS, MergeSummary, RankSummary
+    from tracefuse_stream.plan.planner import SKIPPED_SHOWN, PlanList
+
+    ranks = [RankSummary(r, f"run/rank_{r}.json", 10, 9, 1, 0, 0.1) for r in range(100)]
+    ranks[70].salvage = {"summary": "truncated"}
+    text = MergeSummary("m.json", ranks, 0, 1, 1, 1, 1.0, 1).format_text()
+    rows = [ln for ln in text.splitlines() if ln.lstrip().split(" ")[0].isdigit()]
+    assert [int(r.split()[0]) for r in rows] == list(range(TABLE_ROWS))
+    assert (
+        f"... and {100 - TABLE_ROWS} more ranks (--json-summary lists every rank); salvaged among them: 70"
+        in text
+    )
+    assert "merged 100 ranks:" in text
+    plans = PlanList()
+    plans.skipped = [(f"run/config{i}.json", "not a trace") for i in range(10)]
+    notes = plans.input_notes()
+    assert len(notes) == SKIPPED_SHOWN + 1 and notes[-1].startswith(
+        f"skipped {10 - SKIPPED_SHOWN} more files"
+    )
+    assert len(plans.input_notes(limit=None)) == 10  # info names every one

@@ -11,7 +11,11 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
+from tracefuse_stream.select.ranges import compress_ranges
+
 SIZE_WARN_BYTES = 1 << 30
+#: per-rank rows of the text summary (more: the first ones and "... and N more ranks")
+TABLE_ROWS = 32
 
 
 @dataclass
@@ -92,11 +96,18 @@ class MergeSummary:
         lines = [
             f"{'rank':>6} {'events in':>12} {'events out':>12} {'dropped':>10} {'shift us':>14}  file",
         ]
-        for r in self.ranks:
+        shown = self.ranks if len(self.ranks) <= TABLE_ROWS + 1 else self.ranks[:TABLE_ROWS]
+        for r in shown:
             extra = f"  [salvaged: {r.salvage.get('summary')}]" if r.salvage else ""
             lines.append(
                 f"{r.rank:>6} {r.events_in:>12,} {r.events_out:>12,} {r.dropped:>10,} "
                 f"{r.shift_ns / 1000:>14,.3f}  {r.path}{extra}"
+            )
+        if len(shown) < len(self.ranks):
+            salvaged = [r.rank for r in self.ranks[len(shown) :] if r.salvage]
+            lines.append(
+                f"{'...':>6} and {len(self.ranks) - len(shown):,} more ranks (--json-summary lists every rank)"
+                + (f"; salvaged among them: {compress_ranges(salvaged)}" if salvaged else "")
             )
         verb = "dry run over" if self.dry_run else "merged"
         if self.window_ns:

@@ -282,6 +282,10 @@ def assign_shifts(plans: Sequence[RankPlan]) -> int:
 InputSpec = Union[Sequence[PathLike], Mapping[int, PathLike]]
 
 
+#: skipped files named one by one in a merge's notes (``info`` names all of them)
+SKIPPED_SHOWN = 4
+
+
 class PlanList(List[RankPlan]):
     """The selected plans, sorted by rank, plus what the summary must say about the
     inputs: files skipped in directories, the cycles found, notes and warnings."""
@@ -299,11 +303,16 @@ class PlanList(List[RankPlan]):
         files of two runs (``info``)."""
         return world_size_warnings(self) + far_apart_warning(self) + list(self.cautions)
 
-    def input_notes(self) -> List[str]:
+    def input_notes(self, limit: Optional[int] = SKIPPED_SHOWN) -> List[str]:
         """Facts about the inputs that are not a problem: where ranks came from, empty
-        ranks, the cycle merged, files skipped in directories."""
+        ranks, the cycle merged, files skipped in directories (the first ``limit``;
+        ``info`` names them all)."""
         out = rank_source_note(self) + empty_rank_note(self) + list(self.notes)
-        return out + [f"skipped {path}: {why}" for path, why in self.skipped]
+        skipped = [f"skipped {path}: {why}" for path, why in self.skipped]
+        if limit is not None and len(skipped) > limit + 1:
+            more = f"skipped {len(skipped) - limit} more files (`tracefuse info` names every one)"
+            skipped = skipped[:limit] + [more]
+        return out + skipped
 
 
 def _plan_candidates(found: Discovery, salvage: bool, keep_going: bool, out: PlanList) -> List[RankPlan]:

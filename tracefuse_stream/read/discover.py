@@ -35,6 +35,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 from tracefuse_stream.errors import ErrorKind, InputError, UsageError
 from tracefuse_stream.read.head import Head, scan_head
 from tracefuse_stream.read.sources import TRACE_SUFFIXES
+from tracefuse_stream.report.listing import inline
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -166,7 +167,7 @@ def discover(paths: Sequence[PathLike]) -> Discovery:
             if not kept:
                 if runs:
                     raise UsageError(
-                        f"{path}: no trace files here, but the subfolders {', '.join(runs)} hold traces "
+                        f"{path}: no trace files here, but the subfolders {inline(runs, limit=3)} hold traces "
                         f"(one run each?); pass the run folder to merge, e.g. {path / runs[0]}"
                     )
                 what = "no *.json, *.json.gz or *.json.zst trace files"
