@@ -91,18 +91,14 @@ class MergedChecker:
         return i
 
     def handle(self, batch: Iterable[Any]) -> None:
-        """Check one batch of events (the hot loop: state bound to locals once per batch)."""
+        """Check one batch of events. The hot loop: the common case (an int pid and
+        tid of a known process and thread) stays inline with the state bound to locals
+        once per batch; every problem and every first sighting goes to a helper."""
         F = self.F
         pids = self.pids
         threads = self.threads
         ranks = self.ranks
         want_digest = self.want_digest
-        sorter = self.sorter
-        sbuf = sorter.buf
-        schunk = sorter.chunk
-        pack = sorter.REC.pack
-        OFF = sorter.OFF
-        names_get = self.names.get
         to_ns = us_to_ns_or_none
         idx = self.idx
         try:
@@ -116,108 +112,39 @@ class MergedChecker:
                 args: Any = ev.get("args")
                 rank: Any = args.get("rank") if type(args) is dict else None
                 if type(rank) is not int and not is_summary_event(ev):  # "Collectives" belongs to no rank
-                    F.add("rank_missing", None, {"event": idx, "ph": ph, "name": ev.get("name"), "pid": pid})
-                    rank = rank_of_pid(pid) if type(pid) is int and pid >= PID_STRIDE else None
+                    rank = self._rank_missing(ev, ph, pid, idx)
                 st = ranks.get(rank) or self.rank_stats(rank)
                 st["events"] += 1
                 meta = ph == "M"
-                # pid
                 tp = type(pid)
-                if tp is int:
-                    if pid < 0 or pid > U32_MAX:
-                        F.add("pid_out_of_range", rank, {"event": idx, "pid": pid, "name": ev.get("name")})
-                    elif pid == 0 and not meta:
-                        F.add("zero_pid", rank, {"event": idx, "name": ev.get("name"), "ph": ph})
-                elif tp is str:
-                    F.add("string_pid", rank, {"event": idx, "pid": pid, "name": ev.get("name")})
-                else:
-                    F.add(
-                        "pid_invalid",
-                        rank,
-                        {"event": idx, "pid": short_json(pid, 60), "name": ev.get("name")},
-                    )
-                    pid = hashable(pid)
+                if tp is not int or pid <= 0 or pid > U32_MAX:
+                    pid = self._odd_pid(ev, ph, pid, rank, meta, idx)
                 pinfo = pids.get(pid)
-                if pinfo is None:
-                    pinfo = pids[pid] = [rank, 0, 0, None]
-                    if tp is int and rank is not None and rank_of_pid(pid) != rank:
-                        F.add("pid_rank_mismatch", rank, {"pid": pid, "rank": rank})
-                elif pinfo[0] != rank:
-                    if pinfo[3] is None:
-                        pinfo[3] = set()
-                    if rank not in pinfo[3]:
-                        pinfo[3].add(rank)
-                        F.add("process_multi_rank", pinfo[0],
-                              {"pid": pid, "ranks": [pinfo[0], rank], "event": idx, "name": ev.get("name")})  # fmt: skip
+                if pinfo is None or pinfo[0] != rank:
+                    pinfo = self._process_seen(ev, pid, tp is int, rank, pinfo, idx)
                 if meta:
-                    st["metadata"] += 1
-                    name = ev.get("name")
-                    if name == "process_name":
-                        pinfo[1] += 1
-                    elif name == "process_sort_index" or name == "thread_sort_index":
-                        si = args.get("sort_index") if type(args) is dict else None
-                        if type(si) is not int or not I32_MIN <= si <= I32_MAX:
-                            F.add("sort_index_not_int32", rank,
-                                  {"event": idx, "name": name, "pid": pid, "sort_index": si})  # fmt: skip
+                    self._metadata(ev, args, pid, pinfo, rank, st, idx)
                     continue
                 pinfo[2] += 1
-                # tid
                 tid: Any = ev.get("tid")
-                tt = type(tid)
-                if tt is int:
-                    if tid < 0 or tid > U32_MAX:
-                        F.add(
-                            "tid_out_of_range",
-                            rank,
-                            {"event": idx, "pid": pid, "tid": tid, "name": ev.get("name")},
-                        )
-                    elif tid == 0 and tp is int:
-                        tid = pid  # what Perfetto does with tid 0
-                elif tt is str:
-                    F.add("string_tid", rank, {"event": idx, "pid": pid, "tid": tid})
-                elif tid is None:
-                    F.add("tid_missing", rank, {"event": idx, "pid": pid, "name": ev.get("name")})
-                else:
-                    F.add("tid_out_of_range", rank, {"event": idx, "pid": pid, "tid": short_json(tid, 60)})
-                    tid = hashable(tid)
-                tkey = (pid, tid)
-                tinfo = threads.get(tkey)
+                if type(tid) is not int or tid <= 0 or tid > U32_MAX:
+                    tid = self._odd_tid(ev, pid, tid, tp is int, rank, idx)
+                tinfo = threads.get((pid, tid))
                 if tinfo is None:
-                    tinfo = threads[tkey] = [len(self.thread_list), rank, pid, tid, 0, 0]
+                    tinfo = threads[(pid, tid)] = [len(self.thread_list), rank, pid, tid, 0, 0]
                     self.thread_list.append(tinfo)
                 tinfo[4] += 1
                 ts: Any = ev.get("ts")
                 ts_ns = ts * 1000 if type(ts) is int else to_ns(ts)
                 if ts_ns is not None:
-                    lo = st["ts_min_ns"]
+                    lo, hi = st["ts_min_ns"], st["ts_max_ns"]
                     if lo is None or ts_ns < lo:
                         st["ts_min_ns"] = ts_ns
-                    hi = st["ts_max_ns"]
                     if hi is None or ts_ns > hi:
                         st["ts_max_ns"] = ts_ns
                 dur_ns = None
                 if ph == "X":
-                    st["complete"] += 1
-                    dur: Any = ev.get("dur")
-                    dur_ns = dur * 1000 if type(dur) is int else to_ns(dur)
-                    if dur_ns is None or dur_ns < 0:
-                        F.add(
-                            "x_negative_dur",
-                            rank,
-                            {"event": idx, "name": ev.get("name"), "dur": short_json(dur, 40)},
-                        )
-                    elif ts_ns is not None and -OFF <= ts_ns and ts_ns + dur_ns < OFF:
-                        name = ev.get("name")
-                        try:
-                            nid = names_get(name)
-                        except TypeError:
-                            nid = None
-                        if nid is None:
-                            nid = self._name_id(name)
-                        sbuf.append(pack(tinfo[0], ts_ns + OFF, MASK64 - (ts_ns + dur_ns + OFF), idx, nid))
-                        if len(sbuf) >= schunk:
-                            sorter.spill()
-                            sbuf = sorter.buf
+                    dur_ns = self._complete(ev, rank, st, tinfo[0], ts_ns, idx)
                 elif ph in FLOW_PHASES:
                     self._flow(ev, ph, rank, st, idx)
                     if want_digest and is_collective_link(ev.get("cat"), ev.get("name"), ev.get("id"), rank):
@@ -227,15 +154,123 @@ class MergedChecker:
                 elif ph == "C":
                     st["counters"] += 1
                 if want_digest:
-                    if ph != "X":
-                        dur = ev.get("dur")
-                        dur_ns = to_ns(dur) if dur is not None else None
-                    d = self.digests.get(rank)
-                    if d is None:
-                        d = self.digests[rank] = Digest()
-                    d.add(*tuple_hashes((ph, ev.get("cat"), ev.get("name"), ts_ns, dur_ns, pid)))
+                    self._digest(ev, ph, rank, ts_ns, dur_ns, pid)
         finally:
             self.idx = idx
+
+    def _rank_missing(self, ev: dict, ph: Any, pid: Any, idx: int) -> Optional[int]:
+        """An event without ``args.rank``: reported; the pid rule's rank, if any."""
+        self.F.add("rank_missing", None, {"event": idx, "ph": ph, "name": ev.get("name"), "pid": pid})
+        return rank_of_pid(pid) if type(pid) is int and pid >= PID_STRIDE else None
+
+    def _odd_pid(self, ev: dict, ph: Any, pid: Any, rank: Any, meta: bool, idx: int) -> Any:
+        """A pid that is not a positive uint32: reported (pid 0 only on a non-metadata
+        event); returns the key the process tables use."""
+        F = self.F
+        tp = type(pid)
+        if tp is int:
+            if pid < 0 or pid > U32_MAX:
+                F.add("pid_out_of_range", rank, {"event": idx, "pid": pid, "name": ev.get("name")})
+            elif pid == 0 and not meta:
+                F.add("zero_pid", rank, {"event": idx, "name": ev.get("name"), "ph": ph})
+        elif tp is str:
+            F.add("string_pid", rank, {"event": idx, "pid": pid, "name": ev.get("name")})
+        else:
+            F.add("pid_invalid", rank, {"event": idx, "pid": short_json(pid, 60), "name": ev.get("name")})
+            pid = hashable(pid)
+        return pid
+
+    def _process_seen(
+        self, ev: dict, pid: Any, int_pid: bool, rank: Any, pinfo: Optional[list], idx: int
+    ) -> list:
+        """A process's first event (its pid must carry its rank), or an event of
+        another rank in a process already seen (reported once per rank)."""
+        if pinfo is None:
+            pinfo = self.pids[pid] = [rank, 0, 0, None]
+            if int_pid and rank is not None and rank_of_pid(pid) != rank:
+                self.F.add("pid_rank_mismatch", rank, {"pid": pid, "rank": rank})
+            return pinfo
+        if pinfo[3] is None:
+            pinfo[3] = set()
+        if rank not in pinfo[3]:
+            pinfo[3].add(rank)
+            self.F.add("process_multi_rank", pinfo[0],
+                       {"pid": pid, "ranks": [pinfo[0], rank], "event": idx, "name": ev.get("name")})  # fmt: skip
+        return pinfo
+
+    def _metadata(self, ev: dict, args: Any, pid: Any, pinfo: list, rank: Any, st: dict, idx: int) -> None:
+        """A metadata event: process names counted, sort indexes must be int32."""
+        st["metadata"] += 1
+        name = ev.get("name")
+        if name == "process_name":
+            pinfo[1] += 1
+        elif name == "process_sort_index" or name == "thread_sort_index":
+            si = args.get("sort_index") if type(args) is dict else None
+            if type(si) is not int or not I32_MIN <= si <= I32_MAX:
+                self.F.add(
+                    "sort_index_not_int32", rank, {"event": idx, "name": name, "pid": pid, "sort_index": si}
+                )
+
+    def _odd_tid(self, ev: dict, pid: Any, tid: Any, int_pid: bool, rank: Any, idx: int) -> Any:
+        """A tid that is not a positive uint32: tid 0 of an int pid is the pid (what
+        Perfetto does), anything else is reported; returns the key the thread table uses."""
+        F = self.F
+        tt = type(tid)
+        if tt is int:
+            if tid < 0 or tid > U32_MAX:
+                F.add(
+                    "tid_out_of_range", rank, {"event": idx, "pid": pid, "tid": tid, "name": ev.get("name")}
+                )
+            elif tid == 0 and int_pid:
+                tid = pid
+        elif tt is str:
+            F.add("string_tid", rank, {"event": idx, "pid": pid, "tid": tid})
+        elif tid is None:
+            F.add("tid_missing", rank, {"event": idx, "pid": pid, "name": ev.get("name")})
+        else:
+            F.add("tid_out_of_range", rank, {"event": idx, "pid": pid, "tid": short_json(tid, 60)})
+            tid = hashable(tid)
+        return tid
+
+    def _complete(
+        self, ev: dict, rank: Any, st: dict, thread: int, ts_ns: Optional[int], idx: int
+    ) -> Optional[int]:
+        """An X event: its duration must not be negative; a record for the overlap sort
+        (thread, start, end, index, name). Returns the duration in ns (None: unusable)."""
+        st["complete"] += 1
+        dur: Any = ev.get("dur")
+        dur_ns = dur * 1000 if type(dur) is int else us_to_ns_or_none(dur)
+        if dur_ns is None or dur_ns < 0:
+            self.F.add(
+                "x_negative_dur", rank, {"event": idx, "name": ev.get("name"), "dur": short_json(dur, 40)}
+            )
+            return dur_ns
+        sorter = self.sorter
+        off = sorter.OFF
+        if ts_ns is not None and -off <= ts_ns and ts_ns + dur_ns < off:
+            name = ev.get("name")
+            try:
+                nid = self.names.get(name)
+            except TypeError:
+                nid = None
+            if nid is None:
+                nid = self._name_id(name)
+            sorter.buf.append(sorter.REC.pack(thread, ts_ns + off, MASK64 - (ts_ns + dur_ns + off), idx, nid))
+            if len(sorter.buf) >= sorter.chunk:
+                sorter.spill()
+        return dur_ns
+
+    def _digest(
+        self, ev: dict, ph: Any, rank: Any, ts_ns: Optional[int], dur_ns: Optional[int], pid: Any
+    ) -> None:
+        """The event's identity (ph, cat, name, ts, dur, pid) into its rank's digest."""
+        if ph != "X":
+            dur = ev.get("dur")
+            dur_ns = us_to_ns_or_none(dur) if dur is not None else None
+        d = self.digests.get(rank)
+        if d is None:
+            d = self.digests[rank] = Digest()
+        d.add(*tuple_hashes((ph, ev.get("cat"), ev.get("name"), ts_ns, dur_ns, pid)))
 
     def _flow(self, ev: dict, ph: str, rank: Any, st: dict, idx: int) -> None:
         fid: Any = ev.get("id")
