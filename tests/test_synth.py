@@ -515,3 +515,75 @@ def test_parallel_jobs_write_the_same_bytes(tmp_path: Path) -> None:
     for a, b in zip(serial, parallel):
         assert a.name == b.name and a.read_bytes() == b.read_bytes()
     test_slices_nest_on_every_thread([_load(p) for p in serial])
+
+
+# --------------------------------------------------------------------------- pinned bytes
+#: sha256 of plain-JSON runs that take other paths than the committed sample (same pid,
+#: first step numbers, a size target, jitter, the distinfo_after order, two bases and a
+#: name pattern, host offsets). Recorded from the generator before its split into
+#: modules (issue 22): the split, and any later tidying, must not change one byte.
+PINNED = {
+    "same_pid_first_steps": (
+        dict(world_size=2, steps=2, layers=2, seed=7, same_pid=True, first_steps=[5, 9]),
+        {
+            "node0_542.0.pt.trace.json": "6dd694e20ae45afbfbbaa7bf05224acd5c69b7d7c27ff689df8c004d3e0310df",
+            "node0_542.1.pt.trace.json": "7aebaa32d6cff2ddd2465e035ecf32cc2f77b9dbc84b76c10b96e625fedb2940",
+        },
+    ),
+    "by_size_jitter_distinfo_after": (
+        dict(world_size=3, mb_per_rank=0.6, seed=3, key_orders=["distinfo_after"], kernel_jitter_ns=20000),
+        {
+            "node0_11777.0.pt.trace.json": "8627ed32bce56a919d86fa7900e92154357af0c246f3cec225b241653f76dc7c",
+            "node0_11778.1.pt.trace.json": "b96bfc8926c6143912e0d6bb3e7f2624ddf22887208be4b207e6012e704302dc",
+            "node0_11779.2.pt.trace.json": "14bdac35963c19a76c6749beac2791b8acfe53c1a52c480de5eb4e929510124d",
+        },
+    ),
+    "two_bases_pattern": (
+        dict(
+            world_size=2,
+            steps=1,
+            layers=1,
+            seed=1,
+            rank_base_times_ns=[DEFAULT_BASE_TIME_NS, DEFAULT_BASE_TIME_NS + PERIOD_NS],
+            file_pattern="worker{local_rank}.{time_ns}.pt.trace.json",
+            hosts=2,
+            host_clock_offsets_ns=[0, 2_500_000],
+            key_orders=["base_after", "base_first"],
+        ),
+        {
+            "worker0.1798746743919023757.pt.trace.json": "b2270d624560ecec901d2f8bd97d3edafd4a10c4e07f033d7338e9a6ad4526b6",
+            "worker0.1798746751838047514.pt.trace.json": "9b5e9e6b8671c753067497816025918088923cc3df42a2f12613a233edb39744",
+        },
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PINNED))
+def test_pinned_runs_are_byte_identical(tmp_path, name):
+    import hashlib
+
+    cfg, want = PINNED[name]
+    paths = write_run(tmp_path, **cfg)
+    assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in paths} == want
+
+
+def test_generator_modules_have_readable_sizes():
+    """Issue 22: no module over 500 lines, no function over 80 lines of code (its
+    signature and docstring not counted)."""
+    import ast
+
+    too_big = []
+    for p in sorted((REPO / "tracefuse_synth").glob("*.py")):
+        text = p.read_text(encoding="utf-8")
+        if len(text.splitlines()) > 500:
+            too_big.append(f"{p.name}: {len(text.splitlines())} lines")
+        for n in ast.walk(ast.parse(text)):
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                first = n.body[0]
+                has_doc = isinstance(first, ast.Expr) and isinstance(
+                    getattr(first, "value", None), ast.Constant
+                )
+                start = n.body[1].lineno if has_doc and len(n.body) > 1 else first.lineno
+                if n.end_lineno is not None and n.end_lineno - start + 1 > 80:
+                    too_big.append(f"{p.name}:{n.lineno} {n.name}: {n.end_lineno - start + 1} lines")
+    assert too_big == []
