@@ -175,6 +175,23 @@ def test_verify_follows_a_chosen_cycle_and_split_parts(h, tmp_path, capsys):
         assert rc == 0, text
 
 
+def test_verify_says_how_many_inputs_it_compared(h, tmp_path, capsys):
+    run = h.recorded("ddp8_straggler")
+    out = tmp_path / "m.json"
+    assert cli(capsys, "merge", run, "--ranks", "2,5", "-o", out, "-j", "1", "-q")[0] == 0
+    rc, text, _ = cli(capsys, "verify", out, "--against", run)
+    assert rc == 0
+    assert "  checked against 2 of 8 inputs (6 left out by the merge's selection: not compared)" in text
+
+
+def test_rank_from_order_does_not_claim_the_files_lack_a_rank(h, tmp_path, capsys):
+    files = sorted(h.recorded("ddp4").iterdir())
+    rc, out, _ = cli(capsys, "merge", *files, "--rank-from", "order", "-o", tmp_path / "o.json", "-j", "1")
+    assert rc == 0
+    assert "note: rank numbers taken from order: 0-3 (--rank-from order: the position among the inputs" in out
+    assert "no distributedInfo.rank" not in out  # they have one: it was the option
+
+
 def test_verify_against_another_run_still_fails(h, tmp_path, capsys):
     out = tmp_path / "m.json"
     assert (

@@ -105,8 +105,10 @@ def rank_source_note(plans: Sequence[RankPlan]) -> List[str]:
     from tracefuse_stream.select.ranges import compress_ranges
 
     parts = [f"{src}: {compress_ranges(sorted(rs))}" for src, rs in sorted(by.items())]
-    return [
-        "rank numbers taken from "
-        + "; ".join(parts)
-        + " (no distributedInfo.rank in those files; 'order' = natural order of the file names)"
-    ]
+    if all(p.rank_source == "order" for p in plans) and any(
+        p.dist_rank is not None or rank_from_name(p.path) is not None for p in plans
+    ):  # --rank-from order: the files may well say their rank; the position was asked for
+        why = "--rank-from order: the position among the inputs, whatever the files say"
+    else:
+        why = "no distributedInfo.rank in those files; 'order' = natural order of the file names"
+    return ["rank numbers taken from " + "; ".join(parts) + f" ({why})"]

@@ -127,7 +127,14 @@ class VerifyReport:
             f"({t.get('mb_per_s', 0):.1f} MB/s)\n"
         )
         if self.against:
-            out.write(f"  checked against {len(self.against)} input(s)\n")
+            left = sum(f.count for f in self.find("against_left_out"))
+            compared = len(self.against) - left
+            out.write(
+                f"  checked against {len(self.against)} input(s)\n"
+                if not left
+                else f"  checked against {compared} of {len(self.against)} inputs "
+                f"({left} left out by the merge's selection: not compared)\n"
+            )
         out.write(self._table())
         for title, items in (("errors", self.errors), ("warnings", self.warnings)):
             if not items:
