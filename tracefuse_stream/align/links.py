@@ -97,8 +97,8 @@ class LinkPlan:
         if skipped:
             text += "; not linked: " + ", ".join(skipped)
         if self.instances:
-            text += ("; the 'Collectives' process (sorted first) has one slice per linked instance and "
-                     "each rank's wait per step")  # fmt: skip
+            text += ("; JSON outputs get a 'Collectives' process (sorted first): one slice per linked "
+                     "instance, each rank's wait per step")  # fmt: skip
         return [text] + ([f"collective links: {n}" for n in t.notes] if t is not None else [])
 
 
