@@ -365,3 +365,22 @@ def test_the_reports_merge_command_shows_the_straggler(
     ]
     assert slices and all(s["args"]["step"] == worst["step"] for s in slices)
     assert f"last: rank {coll['straggler']} (+" in slices[0]["name"]
+
+
+@pytest.mark.parametrize(
+    ("name", "ranks", "straggler"),
+    [
+        ("ddp8_subgroups_slow", "5,7", 5),  # rank 5's sub-group [4,5] has no other merged member
+        ("ddp8_subgroups_slow", "4,5", 5),  # world and sub-group, both on two ranks
+        ("ddp8_subgroups_slow", "1,3", None),
+        ("ddp4_two_stragglers", "1,3", 1),  # rank 3 waits for rank 1 only
+        ("ddp4_two_stragglers", "0,3", 3),
+    ],
+)
+def test_two_ranks_merged(name: str, ranks: str, straggler: Any, capsys: pytest.CaptureFixture) -> None:
+    """Two ranks only (the report's merge command): every instance they share is
+    matched, and a rank late at the same collective every step is still told from noise."""
+    coll = _info(capsys, str(RECORDED / name), "--ranks", ranks)
+    assert coll["unmatched"]["total"] == 0 and coll["instances"]
+    assert all(i["ranks"] == [int(r) for r in ranks.split(",")] for i in coll["instances"])
+    assert coll["straggler"] == straggler

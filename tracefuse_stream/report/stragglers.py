@@ -17,12 +17,14 @@ the stragglers. Whether a rank *stands out* in a step is judged against a thresh
 derived from the run itself, never a fixed number:
 
 * **noise** ``sigma``: the larger of two robust estimates of how far apart ranks that
-  are not held up arrive: (a) the median over instances of the arrival spread of the
-  instance's *earliest half* of ranks (the gap itself in groups of two) -- stragglers
-  arrive late, so the earliest half leaves them out; (b) the median over ranks of the
-  median absolute deviation, over its instances, of a rank's arrival relative to the
-  instance's median arrival -- a rank that is always late by the same amount varies
-  little. Medians ignore the minority of steps where something was slow.
+  are not held up arrive: (a) the median over instances of 3 ranks or more of the
+  arrival spread of the instance's *earliest half* of ranks -- stragglers arrive late,
+  so the earliest half leaves them out (in a group of two the gap is all there is, so
+  such instances are not used here); (b) the median, over ranks and over a group's k-th
+  collective of a step, of the median absolute deviation from step to step of the
+  rank's arrival relative to the instance's median arrival -- a rank always late by
+  the same amount at the same collective varies little. Medians ignore the minority of
+  steps where something was slow.
 * **busy step** ``D``: the median over ranks and steps of the step's duration minus the
   time the rank spent waiting in collectives in it -- the step time without waiting,
   which a straggler does not inflate.
@@ -43,7 +45,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from tracefuse_stream.align.collectives import CollectiveTable, Instance
 
@@ -72,29 +74,36 @@ def _median(values: Sequence[int]) -> int:
 
 def noise_ns(instances: Sequence[Instance]) -> int:
     """Arrival noise: the larger of two robust estimates (module docstring)."""
-    return max(_early_spread(instances), _deviation_mad(instances))
+    early = _early_spread(instances)
+    mad = _deviation_mad(instances)
+    return mad if early is None else max(early, mad)
 
 
-def _early_spread(instances: Sequence[Instance]) -> int:
-    """The median arrival spread of the earliest half of each instance's ranks."""
+def _early_spread(instances: Sequence[Instance]) -> Optional[int]:
+    """The median arrival spread of the earliest half of each instance's ranks, over
+    instances of 3 ranks or more (in a group of two the gap is all there is, straggler
+    or not); None without such instances."""
     spreads = []
     for inst in instances:
         a = sorted(e.start_ns for e in inst.entries.values())
-        if len(a) == 2:
-            spreads.append(a[1] - a[0])
-        elif len(a) > 2:
+        if len(a) > 2:
             spreads.append(a[(len(a) + 1) // 2 - 1] - a[0])
-    return _median(spreads)
+    return _median(spreads) if spreads else None
 
 
 def _deviation_mad(instances: Sequence[Instance]) -> int:
-    """The median over ranks of how much a rank's arrival relative to its instances'
-    median arrival varies (median absolute deviation over its instances)."""
-    dev: Dict[int, List[int]] = {}
-    for inst in instances:
+    """The median, over ranks and over a group's k-th collective of a step, of how much
+    the rank's arrival relative to the instance's median arrival varies from step to
+    step (median absolute deviation): the same collective of every step, so that a
+    rank always late at one of them and never at another still varies little."""
+    dev: Dict[Tuple[int, str, int], List[int]] = {}
+    kth: Dict[Tuple[str, Optional[int]], int] = {}
+    for inst in sorted(instances, key=lambda i: i.first_arrival_ns):
+        k = kth.get((inst.group, inst.step), 0)
+        kth[(inst.group, inst.step)] = k + 1
         mid = _median([e.start_ns for e in inst.entries.values()])
         for r, e in inst.entries.items():
-            dev.setdefault(r, []).append(e.start_ns - mid)
+            dev.setdefault((r, inst.group, k), []).append(e.start_ns - mid)
     mads = []
     for values in dev.values():
         m = _median(values)
