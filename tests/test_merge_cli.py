@@ -184,7 +184,7 @@ def test_jobs_2_is_byte_identical_to_jobs_1(codec_outputs, name):
 def test_stdout_output_is_pure_json_and_summary_goes_to_stderr(codec_outputs, h):
     _, runs, p = codec_outputs
     assert runs[("-", 2)] == runs[("m.json", 1)]
-    assert "merged 4 rank(s)" in p.stderr_text
+    assert "merged 4 ranks: " in p.stderr_text
 
 
 def _copy_inputs(ddp4_files, d: Path):
