@@ -15,6 +15,10 @@ process tree's RSS sampled (``bench.measure``):
 * ``coll-small``: ``info --collectives -j 1`` on a quarter of the data per rank (memory
   must not grow with the trace: it holds the collective events only).
 
+``--gloo-scale``: instead, time the gloo matching alone (group attribution and per-group
+matching, in process) on synthetic scans of 8-64 ranks in the world group and pairs of
+sub-groups, 3 collectives a step on two runloop threads per group, rank 5 late.
+
 Targets: ``coll-j1`` <= 0.5 x ``merge-j1`` (best wall times), ``coll-j1 / coll-j2``
 >= 1.6, peak RSS of ``coll-j1`` about that of ``coll-small``. Prints PASS/FAIL for each,
 whatever the outcome; the numbers depend on the machine's other load (``load1``).
@@ -51,13 +55,57 @@ def commands(big: Path, small: Path, out: Path) -> Dict[str, List[str]]:
     }
 
 
+def _gloo_scans(ranks: int, steps: int) -> tuple:
+    """Synthetic gloo scans: world + pair sub-groups, two runloop threads per group."""
+    import random
+
+    sys.path.insert(0, str(bench.REPO))
+    from tracefuse_stream.align.collectives import CollectiveEvent, RankScan
+
+    rnd = random.Random(1)
+    scans, cfgs = {}, {}
+    for r in range(ranks):
+        sc = RankScan(r, 0)
+        world, sub = [1000 * r + 1, 1000 * r + 2], [1000 * r + 11, 1000 * r + 12]
+        for s in range(steps):
+            t0, late = s * 100_000_000, (50_000_000 if r == 5 else 0)
+            for k, (tids, dur) in enumerate([(world, 60_000_000), (sub, 5_000_000), (world, 5_000_000)]):
+                at = t0 + k * 30_000_000 + (late if k == 0 else 0)
+                start, end = at + rnd.randint(0, 2_000_000), at + dur + 3_000_000
+                ev = CollectiveEvent(len(sc.events), "gloo", "gloo:all_reduce", start, end - start,
+                                     tids[s % 2], (), None, None, None, True)  # fmt: skip
+                sc.events.append(ev)
+            sc.steps[s] = (t0, t0 + 99_000_000)
+        scans[r] = sc
+        cfgs[r] = [("0", tuple(range(ranks))), (str(r // 2 + 1), (r - r % 2, r - r % 2 + 1))]
+    return scans, cfgs
+
+
+def gloo_scale() -> int:
+    import time
+
+    from tracefuse_stream.align.collectives import match_instances
+
+    for ranks, steps in ((8, 100), (32, 100), (64, 200)):
+        scans, cfgs = _gloo_scans(ranks, steps)
+        t = time.perf_counter()
+        table = match_instances(scans, cfgs, {r: "host" for r in scans})
+        want = 2 * steps + ranks // 2 * steps
+        print(f"{ranks:3d} ranks x {3 * steps} gloo ops: {len(table.instances)} instances (want {want}), "
+              f"{table.unmatched_total} unmatched, {time.perf_counter() - t:.2f} s")  # fmt: skip
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--ranks", type=int, default=8)
     ap.add_argument("--mb", type=int, default=20)
     ap.add_argument("--json", type=Path, help="write every run here")
+    ap.add_argument("--gloo-scale", action="store_true", help="time the gloo matching alone (in process)")
     a = ap.parse_args()
+    if a.gloo_scale:
+        return gloo_scale()
     os.environ.pop("TRACEFUSE_VERIFY", None)
     bench.ENV.pop("TRACEFUSE_VERIFY", None)
     bench.ENV["PYTHONPATH"] = str(bench.REPO)

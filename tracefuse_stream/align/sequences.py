@@ -27,6 +27,7 @@ on all its ranks), then to the smallest shift.
 from __future__ import annotations
 
 from collections import Counter
+from functools import lru_cache
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 MAX_SHIFT = 3
@@ -35,6 +36,7 @@ _SYMMETRIC = ("allreduce", "all_reduce", "allgather", "all_gather", "reducescatt
               "alltoall", "all_to_all", "barrier")  # fmt: skip
 
 
+@lru_cache(maxsize=256)
 def is_symmetric(name: str) -> bool:
     """True for a collective no rank can leave before every rank has arrived."""
     low = name.lower()
@@ -59,20 +61,35 @@ def compatible(a: Any, b: Any, same_clock: bool) -> bool:
 
 
 def pair_fit(a: Sequence[Any], b: Sequence[Any], shift: int, same_clock: bool) -> Tuple[int, int]:
-    """(compatible pairs, -median |end difference| in ns) when b[i + shift] pairs a[i]."""
+    """(compatible pairs, -median |end difference| in ns) when b[i + shift] pairs a[i]
+    (:func:`compatible`, inlined: this is the inner loop of group attribution)."""
     n = 0
     gaps: List[int] = []
-    for i, x in enumerate(a):
-        j = i + shift
-        if 0 <= j < len(b) and compatible(x, b[j], same_clock):
-            n += 1
-            gaps.append(abs(x.end_ns - b[j].end_ns))
+    tol = OVERLAP_TOLERANCE_NS
+    for i in range(max(0, -shift), min(len(a), len(b) - shift)):
+        x, y = a[i], b[i + shift]
+        ex, ey = x.event, y.event
+        if ex.name != ey.name:
+            continue
+        if ex.signature is not None and ey.signature is not None and ex.signature != ey.signature:
+            continue
+        if same_clock and is_symmetric(ex.name):
+            if (x.start_ns if x.start_ns > y.start_ns else y.start_ns) > (
+                x.end_ns if x.end_ns < y.end_ns else y.end_ns
+            ) + tol:
+                continue
+        n += 1
+        gaps.append(abs(x.end_ns - y.end_ns))
     gaps.sort()
     return n, -(gaps[len(gaps) // 2] if gaps else 0)
 
 
 def best_shift(a: Sequence[Any], b: Sequence[Any], same_clock: bool) -> Tuple[int, int]:
     """(shift, compatible pairs) of the best alignment of ``b`` against ``a``."""
+    if len(a) == len(b):  # the common case: every op pairs at shift 0, no other shift can
+        n0 = pair_fit(a, b, 0, same_clock)[0]
+        if n0 == len(a):
+            return 0, n0
     limit = min(MAX_SHIFT, max(len(a), len(b)))
     best: Optional[Tuple[Tuple[int, int, int], int]] = None
     for d in range(-limit, limit + 1):
