@@ -384,3 +384,29 @@ def test_two_ranks_merged(name: str, ranks: str, straggler: Any, capsys: pytest.
     assert coll["unmatched"]["total"] == 0 and coll["instances"]
     assert all(i["ranks"] == [int(r) for r in ranks.split(",")] for i in coll["instances"])
     assert coll["straggler"] == straggler
+
+
+def test_undecided_thread_cut_is_reported_not_guessed(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Rank 0 of ddp4_subgroups keeps its 4 gloo ops, the others lose theirs: nothing
+    tells rank 0's world threads from its sub-group's, so its ops are reported."""
+
+    def drop(rank: int, trace: Dict[str, Any]) -> None:
+        if rank:
+            trace["traceEvents"] = [
+                e for e in trace["traceEvents"] if not str(e.get("name")).startswith("gloo:")
+            ]
+
+    coll = _info(capsys, str(_rewritten(RECORDED / "ddp4_subgroups", tmp_path / "d", drop)))
+    assert coll["instances"] == [] and coll["straggler"] is None
+    assert coll["unmatched"]["by_reason"] == [
+        {
+            "kind": "gloo",
+            "name": "gloo:all_reduce",
+            "group": "?",
+            "reason": "process group unknown",
+            "instances": 4,
+        }
+    ]
+    assert any(
+        n.startswith("rank 0: 4 gloo op(s) not attributed") and "equally well" in n for n in coll["notes"]
+    )
