@@ -69,6 +69,11 @@ class ServerThread:
         return self.result
 
 
+# No proxy, whatever http_proxy/no_proxy say: the server under test is on loopback, and
+# urlopen() would send the request to a configured proxy (which cannot reach it).
+DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
 def request(
     url: str, method: str = "GET", headers: Optional[Dict[str, str]] = None
 ) -> Tuple[int, Dict[str, str], bytes]:
@@ -76,7 +81,7 @@ def request(
     assert url.startswith("http://127.0.0.1:")
     req = urllib.request.Request(url, method=method, headers=headers or {})
     try:
-        with urllib.request.urlopen(req, timeout=WAIT_S) as resp:
+        with DIRECT.open(req, timeout=WAIT_S) as resp:
             return resp.status, {k.lower(): v for k, v in resp.headers.items()}, resp.read()
     except urllib.error.HTTPError as e:
         with e:
