@@ -112,7 +112,7 @@ def rank_trace(draw: Any, rank: int, world: int) -> Dict[str, Any]:
             st.integers(1_600_000_000 * 10**9, 1_800_000_000 * 10**9),  # any ns
         )
     )
-    epoch0 = draw(st.integers(1_600_000_000 * 10**15, 1_800_000_000 * 10**15))  # abs ns
+    epoch0 = draw(st.integers(1_600_000_000 * 10**9, 1_800_000_000 * 10**9))  # abs ns (2020-2027)
     events: List[str] = []
     facts: List[Dict[str, Any]] = []  # per non-metadata event, in file order
 

@@ -422,6 +422,16 @@ static int num_scaled(const Num *num, int decimals, Py_ssize_t max_int, __int128
  * (sub-ns rounding: Python's call) */
 static int num_to_ns(const Num *num, __int128 *ns) { return num_scaled(num, 3, 24, ns); }
 
+/* a ts/dur Python refuses as beyond any clock (timeunits.time_problem: int64 ns, for a
+ * ts also once added to the rank's base): such events go back to Python, which names
+ * them (or --salvage drops them) */
+static int beyond_clock(const Num *num, __int128 base) {
+    __int128 ns;
+    if (!num_to_ns(num, &ns)) return num->ip.n > 15; /* sub-ns digits: only large ones can be */
+    const __int128 lim = (__int128)1 << 63;
+    return ns >= lim || ns < -lim || ns + base >= lim || ns + base < -lim;
+}
+
 static int is_gpu_cat(Span c) {
     return IS(c, "kernel") || IS(c, "gpu_memcpy") || IS(c, "gpu_memset") || IS(c, "gpu_user_annotation") ||
            IS(c, "Kernel") || IS(c, "Memcpy") || IS(c, "Memset");
@@ -594,13 +604,12 @@ static int rewrite_event(St *st, const Ctx *cx, PidCache *pc, Ev *ev) {
             ev->has_tid = 1;
         } else if (IS(k, "ts")) {
             if (c == 'n') {
-                if ((r = literal(st, "null", 4))) return r;
-                ev->ts_null = 1;
+                return E_FALL; /* a null ts is malformed: Python names the event */
             } else {
                 Num num;
                 Py_ssize_t start = st->i;
                 if ((r = scan_number(st, &num))) return r;
-                if (!number_is_canonical(&num)) return E_FALL;
+                if (!number_is_canonical(&num) || beyond_clock(&num, cx->abs_base_ns)) return E_FALL;
                 ev->ts_ns_ok = num_to_ns(&num, &ev->ts_ns);
                 if (cx->window && !ev->ts_ns_ok) return E_FALL;
                 ev->ts_out_start = st->olen;
@@ -611,17 +620,18 @@ static int rewrite_event(St *st, const Ctx *cx, PidCache *pc, Ev *ev) {
                 if (r) return r;
                 ev->ts_out_end = st->olen;
             }
-        } else if (IS(k, "dur") && cx->window) {
-            if (c == 'n') {
-                if ((r = literal(st, "null", 4))) return r;
-            } else {
-                Num num;
-                Py_ssize_t start = st->i;
-                if ((r = scan_number(st, &num))) return r;
+        } else if (IS(k, "dur")) {
+            /* null, strings, booleans (scan_number refuses them) and times beyond any
+             * clock are malformed: Python names the event */
+            Num num;
+            Py_ssize_t start = st->i;
+            if ((r = scan_number(st, &num))) return r;
+            if (beyond_clock(&num, 0)) return E_FALL;
+            if (cx->window) {
                 if (!number_is_canonical(&num) || !num_to_ns(&num, &ev->dur_ns)) return E_FALL;
-                if ((r = put(st, st->s + start, st->i - start))) return r;
                 ev->dur_state = 1;
             }
+            if ((r = put(st, st->s + start, st->i - start))) return r;
         } else if (IS(k, "id") || IS(k, "bind_id")) {
             long long v;
             Span text;
@@ -1014,7 +1024,7 @@ static int scan_event(St *st, const Sel *sel, ScanEv *ev) {
                 __int128 v;
                 if ((r = scan_number(st, &num))) return r;
                 if ((r = put(st, st->s + start, st->i - start))) return r;
-                if (!num_to_nano_us(&num, &v)) return E_FALL;
+                if (!num_to_nano_us(&num, &v) || beyond_clock(&num, 0)) return E_FALL; /* Python judges */
                 if (IS(k, "ts")) ts = v, ts_ok = 1;
                 else dur = v, dur_ok = 1;
             } else {

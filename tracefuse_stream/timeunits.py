@@ -48,3 +48,66 @@ def us_to_ns_or_none(value: Any) -> Optional[int]:
         return us_to_ns(value)
     except (TypeError, ValueError):
         return None
+
+
+#: Every clock a trace can come from -- and Perfetto, which keeps int64 nanoseconds --
+#: fits in int64 nanoseconds: a time beyond that is no time at all.
+CLOCK_NS = 2**63
+_ABSENT = object()
+
+
+def time_problem(value: Any, key: str, base_ns: int = 0) -> Optional[str]:
+    """Why ``value``, the JSON value of an event's ``key`` (``"ts"`` or ``"dur"``), is
+    no usable time, or None when it is one.
+
+    One rule for every reader, filter and option (issue 21): a time is a JSON number
+    (an int, a finite float or Decimal; not a bool, string or null) whose nanoseconds
+    fit int64 -- for ``ts`` also once added to the rank's ``base_ns``, the absolute
+    time. Anything else is malformed: the merge names the event, ``--salvage`` drops it.
+    """
+    if value is None:
+        return f"{key} is null"
+    if isinstance(value, bool):
+        return f"{key} is {'true' if value else 'false'}, not a number"
+    if isinstance(value, str):
+        return f"{key} is a string ({value[:40]!r}), not a number"
+    if not isinstance(value, (int, float, Decimal)):
+        return f"{key} is not a number ({type(value).__name__})"
+    try:
+        ns = us_to_ns(value)
+    except (TypeError, ValueError, ArithmeticError):
+        return f"{key} is {value}, not a finite number"
+    if not -CLOCK_NS <= ns < CLOCK_NS or (key == "ts" and not -CLOCK_NS <= ns + base_ns < CLOCK_NS):
+        return f"{key} {value} is beyond any clock (int64 nanoseconds)"
+    return None
+
+
+class TimeCheck:
+    """The fast form of :func:`time_problem` for a rank's events: ``check(event)`` is
+    None when its ``ts`` and ``dur`` (where present) are usable times, else the
+    problem. The common case -- Decimal or int values well inside the range -- costs a
+    few comparisons; anything else goes through :func:`time_problem`."""
+
+    def __init__(self, base_ns: int) -> None:
+        self.base_ns = base_ns
+        # whole microseconds safely inside the clock, as an offset and from base_ns
+        margin = CLOCK_NS // 1000 - 1
+        self._ts_lo = max(-margin, (-CLOCK_NS - base_ns) // 1000 + 1)
+        self._ts_hi = min(margin, (CLOCK_NS - base_ns) // 1000 - 1)
+        self._dur_hi = margin
+
+    def __call__(self, ev: Any) -> Optional[str]:
+        get, absent, dec = ev.get, _ABSENT, Decimal
+        ts = get("ts", absent)
+        if ts is not absent:
+            t = type(ts)
+            if not ((t is dec and ts.is_finite() or t is int) and self._ts_lo <= ts <= self._ts_hi):
+                problem = time_problem(ts, "ts", self.base_ns)
+                if problem is not None:
+                    return problem
+        dur = get("dur", absent)
+        if dur is not absent:
+            t = type(dur)
+            if not ((t is dec and dur.is_finite() or t is int) and -self._dur_hi <= dur <= self._dur_hi):
+                return time_problem(dur, "dur")
+        return None

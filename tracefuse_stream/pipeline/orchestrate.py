@@ -135,7 +135,7 @@ def _merge(inputs: InputSpec, output: str, opts: MergeOptions) -> MergeSummary:
         warnings.extend(f"{p.path}: {note}" for note in p.problems)
     n_jobs = resolve_jobs(ex.jobs, len(plans))
     plans, notes = apply_alignment(plans, opts.alignment, n_jobs, salvage=ex.salvage)
-    flt = _event_filter(opts, resolve_window(plans, opts.window, n_jobs))
+    flt = _event_filter(opts, resolve_window(plans, opts.window, n_jobs, salvage=ex.salvage))
     base_ns = min(((p.base_time_ns or 0) + p.align_offset_ns - p.shift_ns for p in plans), default=0)
     plans, base_ns = clamp_output_base(plans, base_ns)
     groups = rank_groups(plans, out_opts.split_ranks)

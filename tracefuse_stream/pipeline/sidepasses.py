@@ -69,12 +69,14 @@ def apply_alignment(
 
 
 def _first_event_ns(plan: RankPlan) -> Optional[int]:
-    from tracefuse_stream.report.info import scan_rank
+    from tracefuse_stream.plan.starts import first_event_ns
 
-    return scan_rank(plan).first_ns
+    return first_event_ns(plan)  # a damaged rank: where its salvaged merge starts
 
 
-def resolve_window(plans: Sequence[RankPlan], window: TimeWindow, jobs: int) -> Optional[Window]:
+def resolve_window(
+    plans: Sequence[RankPlan], window: TimeWindow, jobs: int, salvage: bool = False
+) -> Optional[Window]:
     """The absolute (aligned) ns window to keep, from ``--steps`` or ``--window``."""
     if window.steps is not None:
         from tracefuse_stream.select.window import find_step_window
@@ -87,7 +89,9 @@ def resolve_window(plans: Sequence[RankPlan], window: TimeWindow, jobs: int) -> 
                 f"--step-rank {ref_rank} is not among the merged ranks ({shown}{'...' if len(plans) > 10 else ''})"
             )
         first, last = window.steps
-        lo, hi = find_step_window(ref.path, ref.base_time_ns, first, last, rank=ref.rank)
+        lo, hi = find_step_window(
+            ref.path, ref.base_time_ns, first, last, rank=ref.rank, salvage=salvage or ref.needs_salvage
+        )
         return lo + ref.align_offset_ns, hi + ref.align_offset_ns
     if window.window_ms is not None:
         from tracefuse_stream.select.window import window_from_ms

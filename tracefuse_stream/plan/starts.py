@@ -11,14 +11,14 @@ for all three and costs only the start of each file: the read stops there.
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import TYPE_CHECKING, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, List, Optional, Sequence
 
 import ijson
 
 from tracefuse_stream.errors import TraceFuseError
 from tracefuse_stream.read.head import Head
 from tracefuse_stream.read.sources import TraceReader
-from tracefuse_stream.timeunits import us_to_ns_or_none
+from tracefuse_stream.timeunits import TimeCheck, us_to_ns, us_to_ns_or_none
 
 if TYPE_CHECKING:  # pragma: no cover
     from tracefuse_stream.plan.planner import RankPlan
@@ -93,3 +93,37 @@ def empty_rank_note(plans: Sequence[RankPlan]) -> List[str]:
     from tracefuse_stream.select.ranges import compress_ranges
 
     return [f"rank(s) {compress_ranges(empty)} have no timed events (ignored for the output base)"]
+
+
+def first_event_ns(plan: RankPlan) -> Optional[int]:
+    """Absolute ns of the rank's earliest timed event (not just its first in the file),
+    from a full pass: the fast counting scan, or -- when that cannot read the file and
+    salvage could -- the salvage reader, keeping only usable times (timeunits'
+    malformed-number rule), so a damaged rank starts where its salvaged merge does."""
+    from tracefuse_stream.report.info import scan_rank
+
+    if not plan.needs_salvage:
+        try:
+            return scan_rank(plan).first_ns
+        except TraceFuseError as e:
+            if not e.salvageable:
+                raise
+    return _salvaged_first_ns(plan)
+
+
+def _salvaged_first_ns(plan: RankPlan) -> Optional[int]:
+    from tracefuse_stream.read.readers import SalvageReader
+
+    base = plan.base_time_ns or 0
+    check = TimeCheck(base)
+    reader = SalvageReader(plan.path, plan.size_bytes, exact=True)
+    lo: Any = None
+    try:
+        for batch in reader.batches():
+            for ev in batch:
+                if type(ev) is dict and ev.get("ph") != "M" and "ts" in ev and check(ev) is None:
+                    if lo is None or ev["ts"] < lo:
+                        lo = ev["ts"]
+    finally:
+        reader.close()
+    return None if lo is None else base + us_to_ns(lo)

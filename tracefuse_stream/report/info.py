@@ -22,7 +22,7 @@ from tracefuse_stream.plan.cycles import describe_cycles
 from tracefuse_stream.plan.planner import InputSpec, PlanList, RankPlan, plan_all
 from tracefuse_stream.read.events import KernelFields, TimedFields, iter_event_batches
 from tracefuse_stream.read.scan import Selection, Tally
-from tracefuse_stream.timeunits import us_to_ns
+from tracefuse_stream.timeunits import TimeCheck, us_to_ns
 
 _EXACT_NUMBERS = (int, Decimal)  # what the readers give for numbers (never bool or float)
 
@@ -70,6 +70,7 @@ def scan_rank(
     lo: Any = None
     hi: Any = None
     tally = Tally()  # the events the compiled kernel counted and timed itself
+    check = TimeCheck(base)
     for batch in iter_event_batches(
         plan.path,
         compression=plan.compression,
@@ -89,6 +90,8 @@ def scan_rank(
             kind = type(ts)
             if kind is not int and (kind is not Decimal or not ts.is_finite()):
                 continue  # no usable time
+            if check(ev) is not None:
+                continue  # malformed (timeunits.time_problem): the merge drops or refuses it
             dur: Any = ev.get("dur")
             end = ts + dur if type(dur) in _EXACT_NUMBERS and dur > 0 else ts
             if lo is None or ts < lo:

@@ -47,7 +47,7 @@ class _Context:
         self.decimal = Decimal
         # --window/--steps: the filter's absolute ns window, on the unshifted ts
         self.window = rw._window
-        self.abs_base_ns = rw.abs_base_ns if rw._window else 0
+        self.abs_base_ns = rw.abs_base_ns  # the window, and ts beyond any clock once based
         lo, hi = rw.filter.window_ns if rw._window else (0, 0)  # type: ignore[misc]
         self.win_lo, self.win_hi = lo, hi
 
@@ -80,9 +80,11 @@ def kernel_for(rw: RankRewriter) -> Optional[KernelRewriter]:
     if not rw._simple_filter:
         return None
     int64 = 2**63
+    if not -int64 < rw.abs_base_ns < int64:
+        return None
     if rw._window:
         lo, hi = rw.filter.window_ns  # type: ignore[misc]
-        if not all(-int64 < v < int64 for v in (lo, hi, rw.abs_base_ns)):
+        if not all(-int64 < v < int64 for v in (lo, hi)):
             return None
     if not all(type(c) is str for c in rw._drop_cats):
         return None

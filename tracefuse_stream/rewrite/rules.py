@@ -56,10 +56,11 @@ from tracefuse_stream.rewrite.contract import (  # noqa: F401
 )
 from tracefuse_stream.select.filters import EventFilter
 from tracefuse_stream.select.spans import PROFILER_SPAN_CAT, is_profiler_span, span_fits
-from tracefuse_stream.timeunits import us_to_ns
+from tracefuse_stream.timeunits import TimeCheck, us_to_ns
 
 Event = Dict[str, Any]
 
+BAD_TIME_HINT = "use --salvage to drop such events"
 FLOAT_EXACT_LIMIT = float(2**43)  # |ts| below this: a double keeps every ns digit
 
 
@@ -139,6 +140,7 @@ class RankRewriter:
         self._shifting = not self.shift.identity
         self._add, self._dshift = self.shift._add, self.shift._dshift
         self.abs_base_ns = base_time_ns
+        self.time_problem = TimeCheck(base_time_ns)  # malformed ts/dur: one rule (timeunits)
         self.pid_base = (rank + 1) * PID_STRIDE
         self.id_off = rank << ID_BITS
         self.pids: Dict[Any, int] = {}
@@ -258,12 +260,16 @@ class RankRewriter:
         gpu_like: Set[Any] = self.pid_gpu_like
         keep_args = self.keep_args
         no_rare_links, rare_links = _RARE_LINK_KEYS.isdisjoint, _RARE_LINK_KEYS.intersection
+        time_problem = self.time_problem
         try:
             for ev in events:
                 index += 1
                 if type(ev) is not dict:
                     raise InputError(path, f"event is not a JSON object: {ev!r:.60}", event_index=index)
                 get = ev.get
+                bad_time = time_problem(ev)  # before any filter: the same answer for every option
+                if bad_time is not None:
+                    raise InputError(path, f"bad {bad_time}", event_index=index, hint=BAD_TIME_HINT)
                 ph = get("ph")
                 if ph == "M":
                     if shifting and get("ts") is not None:

@@ -17,21 +17,23 @@ with three decimals, converted by :func:`us_to_ns` without float rounding errors
 
 from __future__ import annotations
 
+import os
 import re
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
-from typing import Dict, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
-from tracefuse_stream.errors import InputError, UsageError
+from tracefuse_stream.errors import ErrorKind, InputError, UsageError
 from tracefuse_stream.read.events import StepFields, iter_event_batches
 from tracefuse_stream.read.scan import Selection, Tally
 from tracefuse_stream.read.sources import PathLike
 from tracefuse_stream.select.ranges import compress_ranges
 from tracefuse_stream.select.spans import SPAN_DROPPED_NOTE, is_profiler_span, span_fits
-from tracefuse_stream.timeunits import FLOAT_FAST_LIMIT, us_to_ns, us_to_ns_or_none
+from tracefuse_stream.timeunits import FLOAT_FAST_LIMIT, TimeCheck, us_to_ns
 
 Number = Union[int, float, Decimal]
 
 
+BAD_TIME_HINT = "use --salvage to drop such events"
 _STEP_NAME_RE = re.compile(r"ProfilerStep#([0-9]+)", re.ASCII)
 _THOUSAND = Decimal(1000)
 _MILLION = Decimal(1_000_000)
@@ -65,24 +67,40 @@ def window_from_ms(first_event_abs_ns: int, start_ms: Number, end_ms: Number) ->
     return first_event_abs_ns + start_ns, first_event_abs_ns + end_ns
 
 
-def _step_table(path: PathLike, *, strict: bool = True) -> Dict[int, Tuple[int, int]]:
+def _step_table(
+    path: PathLike,
+    *,
+    strict: bool = True,
+    salvage: bool = False,
+    bad: Optional[Dict[int, str]] = None,
+    base_ns: int = 0,
+) -> Dict[int, Tuple[int, int]]:
     """Stream ``path`` once; return ``{step: (start_ns, end_ns)}`` relative to the
     file's own time base (i.e. ``ts`` x 1000). Only the table is kept in memory.
 
     Events come from :func:`~tracefuse_stream.read.events.iter_event_batches`, so both
     layouts and exact numbers (uint64 ``Comms Id``) read as in the merge. A JSON error
     raises InputError; with ``strict=False`` the pass stops there and the steps seen
-    so far are returned (for truncated files of killed jobs).
+    so far are returned (for truncated files of killed jobs); with ``salvage`` the
+    salvage reader goes on after damage, as the merge's does.
+
+    A step whose ``ts``/``dur`` is malformed (timeunits.time_problem) is left out, as
+    ``--salvage`` drops it from the merge; ``bad`` gets ``{step: problem}`` for it.
     """
     table: Dict[int, Tuple[int, int]] = {}
     steps = Selection(ph="X", name_prefix="ProfilerStep#")  # the kernel skips the rest unread
-    for batch in iter_event_batches(
-        path,
-        strict=strict,
-        what="looking for ProfilerStep events",
-        fields=StepFields,
-        select=steps,
-        tally=Tally(),
+    check = TimeCheck(base_ns)
+    for batch in (
+        _salvaged_batches(path)
+        if salvage
+        else iter_event_batches(
+            path,
+            strict=strict,
+            what="looking for ProfilerStep events",
+            fields=StepFields,
+            select=steps,
+            tally=Tally(),
+        )
     ):
         for ev in batch:
             if type(ev) is not dict or ev.get("ph") != "X":
@@ -93,18 +111,33 @@ def _step_table(path: PathLike, *, strict: bool = True) -> Dict[int, Tuple[int, 
             m = _STEP_NAME_RE.fullmatch(name)
             if m is None:
                 continue
-            start = us_to_ns_or_none(ev.get("ts"))
-            dur = ev.get("dur", 0)
-            dur_ns = us_to_ns_or_none(dur) if dur is not None else 0
-            if start is None or dur_ns is None:
-                continue  # a step without a usable time cannot bound a window
-            end = start + max(dur_ns, 0)
             step = int(m.group(1))
+            problem = check(ev)
+            if problem is not None:
+                if bad is not None:
+                    bad.setdefault(step, problem)
+                continue
+            if ev.get("ts") is None:
+                continue  # a step without a time cannot bound a window
+            start = us_to_ns(ev["ts"])
+            dur = ev.get("dur")
+            end = start + max(us_to_ns(dur) if dur is not None else 0, 0)
             old = table.get(step)
             if old is not None:
                 start, end = min(start, old[0]), max(end, old[1])
             table[step] = (start, end)
     return table
+
+
+def _salvaged_batches(path: PathLike) -> Iterator[List[Any]]:
+    """The events the salvage reader keeps, as the merge's ``--salvage`` reads them."""
+    from tracefuse_stream.read.readers import SalvageReader
+
+    reader = SalvageReader(str(path), os.path.getsize(path), exact=True)
+    try:
+        yield from reader.batches()
+    finally:
+        reader.close()
 
 
 def list_steps(path: PathLike, *, strict: bool = True) -> Dict[int, Tuple[float, float]]:
@@ -123,6 +156,7 @@ def find_step_window(
     *,
     rank: Optional[int] = None,
     strict: bool = True,
+    salvage: bool = False,
 ) -> Tuple[int, int]:
     """Absolute epoch ns ``(start, end)`` from the start of ``ProfilerStep#first_step``
     to the end (ts + dur) of ``ProfilerStep#last_step`` in the trace at ``path``,
@@ -132,7 +166,8 @@ def find_step_window(
     ``rank`` only improves the error message. Raises UsageError when
     ``first_step > last_step``, a step is negative, or a step is missing (the message
     lists the steps present, e.g. ``steps present: 2-4``); InputError when the file
-    cannot be read or parsed.
+    cannot be read or parsed, or (without ``salvage``, which drops such events) when a
+    step it needs has a malformed ``ts``/``dur``.
     """
     for s in (first_step, last_step):
         if isinstance(s, bool) or not isinstance(s, int):
@@ -142,8 +177,14 @@ def find_step_window(
     if first_step > last_step:
         raise UsageError(f"--steps {first_step}:{last_step}: first step is after last step")
     base = int(base_time_ns or 0)
-    table = _step_table(path, strict=strict)
+    bad: Dict[int, str] = {}
+    table = _step_table(path, strict=strict, salvage=salvage, bad=bad, base_ns=base)
     missing = [s for s in dict.fromkeys((first_step, last_step)) if s not in table]
+    for s in missing:
+        if s in bad and not salvage:
+            raise InputError(
+                str(path), f"bad {bad[s]} (ProfilerStep#{s})", hint=BAD_TIME_HINT, kind=ErrorKind.BAD_EVENT
+            )
     if missing:
         where = f"on rank {rank} ({path})" if rank is not None else f"in {path}"
         present = compress_ranges(table) if table else "none (no ProfilerStep#N events)"
