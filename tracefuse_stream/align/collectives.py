@@ -171,9 +171,7 @@ class CollectiveCollector:
                 self.scan.steps[step[0]] = (lo, hi)
             return
         cat = event.get("cat")
-        if cat == "kernel":
-            if "nccl" not in name and "rccl" not in name and "Collective name" not in str(event.get("args")):
-                return
+        if cat == "kernel":  # args may still be raw JSON (projected events): decoded to judge
             event["args"] = decode_args(event)
             if not is_collective_kernel(event):
                 return
