@@ -410,3 +410,23 @@ def test_undecided_thread_cut_is_reported_not_guessed(tmp_path: Path, capsys: py
     assert any(
         n.startswith("rank 0: 4 gloo op(s) not attributed") and "equally well" in n for n in coll["notes"]
     )
+
+
+def test_kernel_known_by_its_collective_args_only(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A collective kernel whose name does not say NCCL (args ``Collective name`` and
+    ``Seq`` do) is found by info's single pass as by the merge's."""
+    src = Path(__file__).resolve().parents[1] / "fixtures" / "sample_run"
+    want = _info(capsys, str(src))
+    d = tmp_path / "renamed"
+    d.mkdir()
+    for f in sorted(src.iterdir()):
+        raw = f.read_bytes()
+        trace = json.loads(gzip.decompress(raw) if f.name.endswith(".gz") else raw)
+        for e in trace["traceEvents"]:
+            if e.get("cat") == "kernel" and "Collective name" in (e.get("args") or {}):
+                e["name"] = "vendor_allreduce_kernel"
+        (d / f.name.replace(".gz", "")).write_text(json.dumps(trace))
+    coll = _info(capsys, str(d))
+    assert len(coll["instances"]) == len(want["instances"]) == 6
+    assert [i["arrival_ns"] for i in coll["instances"]] == [i["arrival_ns"] for i in want["instances"]]
+    assert {i["match"] for i in coll["instances"]} == {"seq"}
