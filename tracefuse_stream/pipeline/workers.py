@@ -269,10 +269,15 @@ def run_in_order(
                     poll()
             poll()
             yield from chunk
-    except BaseException:
+    except BaseException as e:
         for f in futures:
             f.cancel()
-        _stop_workers(pids)
+        if not isinstance(e, Exception):
+            # an interruption: stop the workers mid-rank. Not on a task's error: a worker
+            # killed while it holds the result queue's lock would leave its siblings and
+            # this shutdown waiting for that lock forever (seen as a hung -j2 merge of a
+            # bad input); the others finish their chunk and stop at the sentinel.
+            _stop_workers(pids)
         pool.shutdown(wait=True, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
