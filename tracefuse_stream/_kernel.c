@@ -375,10 +375,7 @@ static int put_shifted_ts(St *st, const Ctx *cx, const Num *num) {
     if (!num->has_frac && cx->shift_exp == 0) {
         /* int + whole-microsecond shift: a Python int */
         __int128 r = v + cx->shift_coef;
-        if (r < 0) {
-            if (putc1(st, '-')) return E_NOMEM;
-            return put_u128(st, (unsigned __int128)(-r), 1);
-        }
+        if (r < 0) return E_FALL; /* before the output base: Python notes it (rules._early) */
         return put_u128(st, (unsigned __int128)r, 1);
     }
     /* Decimal addition: exact, exponent = min of the two exponents */
@@ -387,7 +384,8 @@ static int put_shifted_ts(St *st, const Ctx *cx, const Num *num) {
     for (int k = f; k < e; k++) a *= 10;
     for (int k = -cx->shift_exp; k < e; k++) b *= 10;
     __int128 r = a + b;
-    unsigned __int128 m = r < 0 ? (unsigned __int128)(-r) : (unsigned __int128)r;
+    if (r < 0) return E_FALL; /* before the output base: Python notes it (rules._early) */
+    unsigned __int128 m = (unsigned __int128)r;
     if (m > (unsigned __int128)UINT64_MAX) return E_FALL; /* beyond any real trace: Python's call */
     unsigned long long m64 = (unsigned long long)m, t = m64, p10 = 1;
     /* Decimal's str() switches to scientific notation below an adjusted exponent of -6 */
@@ -437,8 +435,29 @@ static int is_gpu_cat(Span c) {
            IS(c, "Kernel") || IS(c, "Memcpy") || IS(c, "Memset");
 }
 
+/* a string token's content (as scan_string accepts it: ASCII, escapes \" \\ \n \r \t
+ * \b \f only) as the Python str it decodes to: sets of categories and arg keys hold
+ * decoded text, so "my\tcat" must be looked up with its tab, not its backslash */
+static PyObject *span_text(Span k) {
+    if (!memchr(k.p, '\\', k.n)) return PyUnicode_DecodeASCII((const char *)k.p, k.n, NULL);
+    char *d = PyMem_Malloc(k.n ? k.n : 1);
+    if (!d) return PyErr_NoMemory();
+    Py_ssize_t m = 0;
+    for (Py_ssize_t j = 0; j < k.n; j++) {
+        unsigned char c = k.p[j];
+        if (c == '\\' && j + 1 < k.n) {
+            c = k.p[++j];
+            c = c == 'n' ? '\n' : c == 'r' ? '\r' : c == 't' ? '\t' : c == 'b' ? '\b' : c == 'f' ? '\f' : c;
+        }
+        d[m++] = (char)c;
+    }
+    PyObject *u = PyUnicode_DecodeASCII(d, m, NULL);
+    PyMem_Free(d);
+    return u;
+}
+
 static int set_has_text(PyObject *set, Span k, int *has) {
-    PyObject *u = PyUnicode_DecodeASCII((const char *)k.p, k.n, NULL);
+    PyObject *u = span_text(k);
     if (!u) return E_NOMEM;
     int c = PySet_Contains(set, u);
     Py_DECREF(u);
@@ -483,11 +502,7 @@ static int rewrite_args(St *st, const Ctx *cx) {
         if ((r = member_key(st, keys, &nkeys, &k))) return r;
         if (IS(k, "rank")) return E_FALL; /* Python overwrites it in place */
         int keep = 1;
-        if (cx->keep_args != Py_None) {
-            for (Py_ssize_t j = 0; j < k.n; j++)
-                if (k.p[j] == '\\') return E_FALL;
-            if ((r = set_has_text(cx->keep_args, k, &keep))) return r;
-        }
+        if (cx->keep_args != Py_None && (r = set_has_text(cx->keep_args, k, &keep))) return r;
         if (IS(k, "correlation") || IS(k, "External id"))
             r = link_value(st, cx, 1, 1);
         else if (IS(k, "external id"))
@@ -613,6 +628,7 @@ static int rewrite_event(St *st, const Ctx *cx, PidCache *pc, Ev *ev) {
                 ev->ts_ns_ok = num_to_ns(&num, &ev->ts_ns);
                 if (cx->window && !ev->ts_ns_ok) return E_FALL;
                 ev->ts_out_start = st->olen;
+                if (!cx->shifting && num.neg) return E_FALL; /* below the base: rules._early */
                 if (cx->shifting)
                     r = put_shifted_ts(st, cx, &num);
                 else
