@@ -21,8 +21,16 @@ from types import SimpleNamespace
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 REPO = Path(__file__).resolve().parents[1]
+
+# Random tests are random where they run (hypothesis keeps what failed in its database,
+# .hypothesis/, and replays it first); under CI they are derandomized, so a CI run
+# replays the examples of the last one and fails only for a change in the code.
+hypothesis_settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+if os.environ.get("CI"):
+    hypothesis_settings.load_profile("ci")
 
 # Every merge the suite makes is checked by ``verify --against`` its inputs: with
 # TRACEFUSE_VERIFY=1, a merge not told ``verify=`` is verified. The package never reads
