@@ -430,3 +430,14 @@ def test_kernel_known_by_its_collective_args_only(tmp_path: Path, capsys: pytest
     assert len(coll["instances"]) == len(want["instances"]) == 6
     assert [i["arrival_ns"] for i in coll["instances"]] == [i["arrival_ns"] for i in want["instances"]]
     assert {i["match"] for i in coll["instances"]} == {"seq"}
+
+
+def test_collectives_with_other_sections(capsys: pytest.CaptureFixture) -> None:
+    d = str(RECORDED / "ddp4_intermittent")
+    text = _text(capsys, "--steps", d)
+    lines = text.rstrip().splitlines()
+    assert lines[:4] == [f"rank {r}: ProfilerSteps 2-4" for r in range(4)]
+    assert lines[-1].strip().startswith("tracefuse merge ")
+    assert main(["info", "--collectives", "--steps", "--json", "-j", "1", d]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["steps"] == {str(r): [2, 3, 4] for r in range(4)} and out["collectives"]["straggler"] == 2

@@ -258,10 +258,7 @@ def cmd_info(a: argparse.Namespace) -> int:
         sections=sections,
         scans_out=scans,
     )
-    if a.collectives:
-        from tracefuse_stream.report.collectives import info_collectives
-
-        return info_collectives(plans, a.json, into=out, inputs=a.inputs, scans=scans)
+    sections_from = len(text)  # with --collectives, only the sections follow its report
     if a.steps:
         from tracefuse_stream.report.onepass import steps_us
 
@@ -281,6 +278,12 @@ def cmd_info(a: argparse.Namespace) -> int:
         out["align"] = {str(r): a_.to_header() for r, a_ in al.items()}
         text.append("clock alignment from collectives (not applied; merge --align collectives does):")
         text.append(format_alignment_table(al))
+    if a.collectives:
+        from tracefuse_stream.report.collectives import info_collectives
+
+        return info_collectives(
+            plans, a.json, into=out, inputs=a.inputs, scans=scans, extra=text[sections_from:]
+        )
     if a.json:
         print(json.dumps(out, indent=2, default=str))  # one shape: report/info.py INFO_JSON_KEYS
     else:

@@ -295,14 +295,17 @@ def info_collectives(
     inputs: Sequence[str] = (),
     scans: Optional[Sequence[RankScan]] = None,
     jobs: int = 1,
+    extra: Sequence[str] = (),
 ) -> int:
     """``info --collectives [--json]``: print the report (per profiling cycle when the
-    inputs hold several: instances never span cycles); exit 1 when a file is broken.
+        inputs hold several: instances never span cycles); exit 1 when a file is broken.
 
-    ``scans``: the plans' collective scans from info's single pass (report/onepass.py),
-    else each file is read here. ``into``: the ``info --json`` object to fill
-    (``collectives``, ``collectives_by_cycle``) and print; without it the JSON is
-    ``{"collectives": ..., "cycles": ..., "broken": ...}``.
+        ``scans``: the plans' collective scans from info's single pass (report/onepass.py),
+        else each file is read here. ``into``: the ``info --json`` object to fill
+        (``collectives``, ``collectives_by_cycle``) and print; without it the JSON is
+        ``{"collectives": ..., "cycles": ..., "broken": ...}``. ``extra``: text lines of the
+        other sections asked for (``--steps``, ``--align``), printed before the report (which
+    ends with its merge command).
     """
     import json
 
@@ -320,7 +323,7 @@ def info_collectives(
             tables[c] = collect_table(ps, jobs)
     latest, by_cycle, text = collectives_output(plans, tables, inputs)
     broken = list(getattr(plans, "broken", []))
-    text += [f"BROKEN {path}: {why}" for path, why in broken]
+    text = list(extra) + text + [f"BROKEN {path}: {why}" for path, why in broken]
     if into is not None:
         out = into
         out["collectives"], out["collectives_by_cycle"] = latest, by_cycle
