@@ -274,18 +274,24 @@ def _ranks(ranks: Sequence[int]) -> str:
     return compress_ranges(list(ranks))
 
 
-def collectives_output(
-    plans: Any, tables: Dict[Optional[int], CollectiveTable], inputs: Sequence[str]
-) -> Tuple[Dict[str, Any], Optional[Dict[str, Any]], List[str]]:
-    """(``collectives``, ``collectives_by_cycle`` or None, text parts) for per-cycle
-    tables: ``collectives`` is the latest cycle's."""
+def collectives_json(
+    tables: Dict[Optional[int], CollectiveTable],
+) -> Tuple[Dict[str, Any], Optional[Dict[str, Any]]]:
+    """(``collectives``, ``collectives_by_cycle`` or None) for per-cycle tables:
+    ``collectives`` is the latest cycle's."""
     if len(tables) <= 1:
         table = next(iter(tables.values())) if tables else CollectiveTable([], [], Counter(), [])
-        return to_json(table)["collectives"], None, [format_text(table, inputs)]
+        return to_json(table)["collectives"], None
     per = {str(c): to_json(t)["collectives"] for c, t in tables.items()}
-    latest = per[str(max(c for c in tables if c is not None))]
-    text = [f"cycle {c}: " + format_text(t, inputs, c) for c, t in tables.items()]
-    return latest, per, text
+    return per[str(max(c for c in tables if c is not None))], per
+
+
+def collectives_text(tables: Dict[Optional[int], CollectiveTable], inputs: Sequence[str]) -> List[str]:
+    """The human report, one part per cycle."""
+    if len(tables) <= 1:
+        table = next(iter(tables.values())) if tables else CollectiveTable([], [], Counter(), [])
+        return [format_text(table, inputs)]
+    return [f"cycle {c}: " + format_text(t, inputs, c) for c, t in tables.items()]
 
 
 def info_collectives(
@@ -298,13 +304,13 @@ def info_collectives(
     extra: Sequence[str] = (),
 ) -> int:
     """``info --collectives [--json]``: print the report (per profiling cycle when the
-        inputs hold several: instances never span cycles); exit 1 when a file is broken.
+    inputs hold several: instances never span cycles); exit 1 when a file is broken.
 
-        ``scans``: the plans' collective scans from info's single pass (report/onepass.py),
-        else each file is read here. ``into``: the ``info --json`` object to fill
-        (``collectives``, ``collectives_by_cycle``) and print; without it the JSON is
-        ``{"collectives": ..., "cycles": ..., "broken": ...}``. ``extra``: text lines of the
-        other sections asked for (``--steps``, ``--align``), printed before the report (which
+    ``scans``: the plans' collective scans from info's single pass (report/onepass.py),
+    else each file is read here. ``into``: the ``info --json`` object to fill
+    (``collectives``, ``collectives_by_cycle``) and print; without it the JSON is
+    ``{"collectives": ..., "cycles": ..., "broken": ...}``. ``extra``: text lines of the
+    other sections asked for (``--steps``, ``--align``), printed before the report (which
     ends with its merge command).
     """
     import json
@@ -321,9 +327,12 @@ def info_collectives(
             tables[c] = table_from_scans(ps, [sc for _, sc in pairs])  # type: ignore[misc]
         else:
             tables[c] = collect_table(ps, jobs)
-    latest, by_cycle, text = collectives_output(plans, tables, inputs)
     broken = list(getattr(plans, "broken", []))
-    text = list(extra) + text + [f"BROKEN {path}: {why}" for path, why in broken]
+    if not as_json:
+        text = list(extra) + collectives_text(tables, inputs)
+        print("\n".join(text + [f"BROKEN {path}: {why}" for path, why in broken]))
+        return EXIT_INPUT if broken else EXIT_OK
+    latest, by_cycle = collectives_json(tables)
     if into is not None:
         out = into
         out["collectives"], out["collectives_by_cycle"] = latest, by_cycle
@@ -333,14 +342,15 @@ def info_collectives(
             out["cycles"] = by_cycle
         if broken:
             out["broken"] = [{"path": str(path), "broken": str(why)} for path, why in broken]
-    print(json.dumps(out, indent=2, default=str) if as_json else "\n".join(text))
+    print(json.dumps(out, indent=2, default=str))
     return EXIT_INPUT if broken else EXIT_OK
 
 
 __all__ = [
     "RankStats",
     "collect_table",
-    "collectives_output",
+    "collectives_json",
+    "collectives_text",
     "format_text",
     "info_collectives",
     "merge_command",
