@@ -326,6 +326,34 @@ def test_kernel_and_workers_write_the_same_bytes(
     hypothesis.event(outcome)
 
 
+def test_the_kernel_writes_in_such_jobs(
+    kernel_built: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The random jobs' events, without the forms the kernel hands back (``\\u``,
+    non-ASCII, exponents): most of them are the kernel's to write, so the comparison
+    above compares two writers, not the Python path with itself."""
+    texts = [t for t in TEXTS if t.isascii() and "\x00" not in t]  # (JSON spells NUL \\u0000)
+    tab_key = spell_string("a\tb", 0)
+    events = _steps_frame(0)
+    for i in range(60):
+        cat, name = spell_string(texts[i % len(texts)], 0), spell_string(texts[(i * 7) % len(texts)], 0)
+        dur = spell_number(1000 + i * 37, 3, 0)
+        events.append(
+            f'{{"ph": "X", "cat": {cat}, "name": {name}, "pid": 77, "tid": 7, "ts": {1000 + i}.{i:03d},'
+            f' "dur": {dur}, "args": {{"External id": {i}, {tab_key}: "x"}}}}'
+        )
+    inputs = write_job(tmp_path, {"ranks": [(0, events), (1357, events), (-2_000_001, events)], "cut": None})
+    for opts in ({}, {"drop_cat": frozenset({"my\tcat"}), "args": "slim"}, {"window_ms": (0.5, 1.5)}):
+        counted = _Written(monkeypatch)
+        with_kernel, err = run_merge(inputs, tmp_path / "k.json", opts, 1, True, monkeypatch)
+        assert err is None
+        assert run_merge(inputs, tmp_path / "p.json", opts, 1, False, monkeypatch) == (with_kernel, None)
+        # of 63 events a rank, the kernel judges all but the first kept (which registers
+        # the pid in Python); the window keeps a third of them
+        assert counted.events + counted.dropped >= 3 * 61, opts
+        assert counted.events >= 3 * 15, opts
+
+
 def _drop_cat_job(tmp: Path, style: int) -> List[str]:
     ok = '{"ph": "X", "cat": "ok", "name": "a", "pid": 77, "tid": 77, "ts": 5, "dur": 1}'
     tab = spell_string("my\tcat", style)
