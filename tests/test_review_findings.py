@@ -388,3 +388,18 @@ def test_default_workers_honour_the_affinity(tmp_path: Path, monkeypatch: pytest
 def test_usable_cores_here_is_sane() -> None:
     n = workers.usable_cores()
     assert 1 <= n <= (os.cpu_count() or 1)
+
+
+def test_killed_stdout_merge_fragments_are_removed_from_the_temp_dir(tmp_path: Path) -> None:
+    """``-o -`` keeps its fragments in the system temp directory (TMPDIR): a killed
+    merge's directory there is removed by the next merge that makes one."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {"TMPDIR": str(tmp), "TRACEFUSE_TEST_SIGNAL_AFTER_BYTES": "SIGKILL:1"}
+    p = run_cli("merge", SAMPLE, "-o", "-", "-q", "-j", "1", env=env)
+    assert p.returncode == -signal.SIGKILL
+    left = _leftovers(tmp)
+    assert len(left) == 1 and left[0].startswith(atomic.FRAG_PREFIX), left
+    p = run_cli("merge", SAMPLE, "-o", "-", "-q", "-j", "1", env={"TMPDIR": str(tmp)})
+    assert p.returncode == 0 and json.loads(p.stdout)["traceEvents"]
+    assert _leftovers(tmp) == []

@@ -105,18 +105,20 @@ def _owner_gone(pid_text: str, host: str, st: os.stat_result) -> bool:
     return False
 
 
-def remove_stale_temporaries(target_name: str, directory: str) -> List[str]:
+def remove_stale_temporaries(target_name: Optional[str], directory: str) -> List[str]:
     """Remove what killed merges to ``directory/target_name`` left: temporary outputs
     for that name and fragment directories beside it whose owner is gone (see the
-    module docstring). Returns the paths removed; errors are ignored (best effort)."""
-    stem = _stem(target_name, directory)
+    module docstring); ``target_name`` None: fragment directories only (the system
+    temp directory, where fragments of ``-o -`` and device outputs go). Returns the
+    paths removed; errors are ignored (best effort)."""
+    stem = None if target_name is None else _stem(target_name, directory)
     removed: List[str] = []
     try:
         entries = list(os.scandir(directory))
     except OSError:
         return removed
     for entry in entries:
-        m = _TMP_NAME.match(entry.name)
+        m = _TMP_NAME.match(entry.name) if stem is not None else None
         frag = None if m else _FRAG_NAME.match(entry.name)
         if (m is None or m.group("stem") != stem) and frag is None:
             continue
@@ -281,6 +283,8 @@ class FragmentDir:
     """A private temporary directory for rank fragments, removed on close."""
 
     def __init__(self, parent: Optional[str]) -> None:
+        if parent is None:  # beside an output, AtomicOutput already removed stale ones
+            remove_stale_temporaries(None, tempfile.gettempdir())
         try:
             self.path = tempfile.mkdtemp(prefix=f"{FRAG_PREFIX}{owner_tag()}-", dir=parent)
         except OSError as e:
