@@ -403,3 +403,23 @@ def test_killed_stdout_merge_fragments_are_removed_from_the_temp_dir(tmp_path: P
     p = run_cli("merge", SAMPLE, "-o", "-", "-q", "-j", "1", env={"TMPDIR": str(tmp)})
     assert p.returncode == 0 and json.loads(p.stdout)["traceEvents"]
     assert _leftovers(tmp) == []
+
+
+def test_function_of_an_interactive_session_is_not_sent_to_spawned_workers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Jupyter on macOS: a filter defined in a cell pickles (by name) but a spawned
+    worker cannot import the notebook's ``__main__`` to find it — in-process instead."""
+    fake_main = type(sys)("__main__")  # an interactive session's __main__: no __file__
+
+    def in_a_cell(ev: Dict[str, Any]) -> bool:
+        return True
+
+    in_a_cell.__module__ = "__main__"
+    in_a_cell.__qualname__ = "in_a_cell"
+    fake_main.in_a_cell = in_a_cell
+    monkeypatch.setitem(sys.modules, "__main__", fake_main)
+    why = workers._unpicklable(len, [(in_a_cell,)])
+    assert why is not None and "in_a_cell" in why and "interactive session" in why
+    fake_main.__file__ = "/work/script.py"  # a script: spawn re-imports it
+    assert workers._unpicklable(len, [(in_a_cell,)]) is None

@@ -18,6 +18,7 @@ they registered in a shared array (the executor has no public "terminate").
 
 from __future__ import annotations
 
+import io
 import math
 import multiprocessing
 import os
@@ -159,14 +160,34 @@ def _context() -> Any:
     return multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
 
 
+class _MainRefs(pickle.Pickler):
+    """A pickler that notes the functions and classes it pickles by reference to
+    ``__main__`` (only by name: the worker must find them there)."""
+
+    def __init__(self, file: Any) -> None:
+        super().__init__(file)
+        self.main_refs: List[str] = []
+
+    def reducer_override(self, obj: Any) -> Any:
+        if callable(obj) and getattr(obj, "__module__", None) == "__main__":
+            self.main_refs.append(str(getattr(obj, "__qualname__", obj)))
+        return NotImplemented  # pickle it as usual
+
+
 def _unpicklable(fn: Callable[..., Any], tasks: Sequence[Any]) -> Optional[str]:
     """Why ``fn`` and ``tasks`` cannot be sent to a spawned worker (None: they can).
     Under ``spawn`` (macOS', Windows' default) the initializer's arguments are
-    pickled; a lambda or local function as ``filter_fn`` cannot be."""
+    pickled; a lambda or local function as ``filter_fn`` cannot be. A function of an
+    interactive session (Jupyter, the REPL: a ``__main__`` without a file) pickles, by
+    name, but a spawned worker cannot import ``__main__`` to find it."""
+    p = _MainRefs(io.BytesIO())
     try:
-        pickle.dumps((fn, list(tasks)))
+        p.dump((fn, list(tasks)))
     except (pickle.PicklingError, AttributeError, TypeError) as e:
         return str(e) or type(e).__name__
+    main = sys.modules.get("__main__")
+    if p.main_refs and not getattr(main, "__file__", None):
+        return f"{p.main_refs[0]} is defined in an interactive session, which worker processes cannot import"
     return None
 
 
