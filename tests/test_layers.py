@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1] / PKG
 #: (read < plan < select/rewrite < write < ... < cli) adjusted to what the code is:
 #: the pipeline runs alignment, reports and verification, so those sit below it.
 LAYERS: List[Tuple[str, FrozenSet[str]]] = [
-    ("base", frozenset({"errors", "timeunits", "exactjson", "native", "_kernel", "_version"})),
+    ("base", frozenset({"errors", "timeunits", "exactjson", "native", "_kernel", "_version", "workers"})),
     ("read", frozenset({"read"})),
     ("plan", frozenset({"plan"})),
     ("select/rewrite", frozenset({"select", "rewrite"})),
@@ -74,7 +74,6 @@ ALLOWED_CYCLES: List[FrozenSet[str]] = [
 #: report.listing, read using plan.headers and rewrite.rules: issue 22, items 1-2.
 ALLOWED_UPWARD: FrozenSet[Tuple[str, str]] = frozenset(
     {
-        ("align.links", "pipeline.workers"),
         ("plan.cycles", "pipeline.outputs"),
         ("plan.cycles", "report.listing"),
         ("plan.planner", "report.listing"),
@@ -86,8 +85,6 @@ ALLOWED_UPWARD: FrozenSet[Tuple[str, str]] = frozenset(
         ("read.readers", "plan.headers"),
         ("read.readers", "rewrite.rules"),
         ("read.salvage", "rewrite.rules"),
-        ("report.collectives", "pipeline.workers"),
-        ("report.onepass", "pipeline.workers"),
     }
 )
 

@@ -28,9 +28,8 @@ from typing import Any, Dict, List, Tuple
 import pytest
 from conftest import REPO, load_output, run_cli
 
-from tracefuse_stream import merge, native
+from tracefuse_stream import merge, native, workers
 from tracefuse_stream.errors import ErrorKind, InputError
-from tracefuse_stream.pipeline import workers
 from tracefuse_stream.write import atomic, splice
 
 SAMPLE = REPO / "fixtures" / "sample_run"

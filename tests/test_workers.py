@@ -1,4 +1,4 @@
-"""Workers take consecutive ranks in chunks (pipeline/workers.py): one pool round trip
+"""Workers take consecutive ranks in chunks (tracefuse_stream/workers.py): one pool round trip
 per chunk. The chunks cover every task once, in order, within their limits; a merge of
 many small ranks with two workers writes the bytes of one worker; a rank that fails in
 the middle of a chunk fails the merge with that rank's own error and leaves nothing."""
@@ -14,7 +14,7 @@ import pytest
 
 from tracefuse_stream import merge
 from tracefuse_stream.errors import TraceFuseError
-from tracefuse_stream.pipeline.workers import CHUNK_TASKS, CHUNK_WEIGHT, task_chunks
+from tracefuse_stream.workers import CHUNK_TASKS, CHUNK_WEIGHT, task_chunks
 
 
 @pytest.mark.parametrize(

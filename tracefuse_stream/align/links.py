@@ -42,6 +42,7 @@ from tracefuse_stream.align.collectives import (
 from tracefuse_stream.plan.planner import RankPlan
 from tracefuse_stream.select.filters import EventFilter
 from tracefuse_stream.timeunits import us_to_ns_or_none
+from tracefuse_stream.workers import parallel_map
 
 LINK_CAT = "collective"
 LINK_NAME = "collective"
@@ -113,8 +114,6 @@ def plan_links(
     plans: Sequence[RankPlan], flt: EventFilter, groups: Sequence[Sequence[RankPlan]], jobs: int
 ) -> LinkPlan:
     """Match the instances of ``plans`` (aligned times) and decide every link."""
-    from tracefuse_stream.pipeline.workers import parallel_map
-
     scans = parallel_map(
         _scan_kept, [(p.path, p.rank, p.base_time_ns, p.align_offset_ns, flt) for p in plans], jobs
     )

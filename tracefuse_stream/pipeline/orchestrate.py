@@ -21,7 +21,7 @@ from tracefuse_stream.pipeline.progress import Progress
 from tracefuse_stream.pipeline.sidepasses import apply_alignment, resolve_window
 from tracefuse_stream.pipeline.stream import RankResult, RankTask, stream_rank
 from tracefuse_stream.pipeline.summary import MergeSummary, RankSummary, size_warning
-from tracefuse_stream.pipeline.workers import resolve_jobs, run_in_order, usable_cores
+from tracefuse_stream.workers import resolve_jobs, run_in_order, usable_cores
 from tracefuse_stream.plan.cycles import merge_each_cycle
 from tracefuse_stream.plan.planner import (
     InputSpec,

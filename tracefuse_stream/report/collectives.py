@@ -27,6 +27,7 @@ from tracefuse_stream.align.collectives import (
 )
 from tracefuse_stream.plan.planner import RankPlan
 from tracefuse_stream.report.stragglers import Verdict, held_by_rank, judge, rule_text
+from tracefuse_stream.workers import parallel_map
 
 WORST_PER_RANK = 3
 INSTANCES_SHOWN = 10
@@ -69,8 +70,6 @@ def table_from_scans(plans: Sequence[RankPlan], scans: Sequence[RankScan]) -> Co
 def collect_table(plans: Sequence[RankPlan], jobs: int = 1) -> CollectiveTable:
     """The instance table of ``plans`` (one collective-only pass per rank, in workers
     when ``jobs`` > 1), on the ranks' own clocks (no alignment)."""
-    from tracefuse_stream.pipeline.workers import parallel_map
-
     scans = parallel_map(_scan, [(p.path, p.rank, p.base_time_ns) for p in plans], jobs)
     return table_from_scans(plans, scans)
 

@@ -22,6 +22,7 @@ from tracefuse_stream.align.ends import DEFAULT_CAP, RankCollectives
 from tracefuse_stream.errors import TraceFuseError
 from tracefuse_stream.plan.planner import RankPlan
 from tracefuse_stream.report.info import RankInfo, broken_text, scan_rank
+from tracefuse_stream.workers import parallel_map, resolve_jobs
 
 SECTIONS = ("steps", "collectives", "align")
 INFO_SELECTION = dataclasses.replace(COLLECTIVE_SELECTION, extremes=True)
@@ -55,8 +56,6 @@ def scan_file(plan: RankPlan, sections: Tuple[str, ...]) -> FileScan:
 
 def scan_files(plans: Sequence[RankPlan], jobs: int, sections: Sequence[str]) -> List[FileScan]:
     """:func:`scan_file` for every plan, in ``jobs`` worker processes."""
-    from tracefuse_stream.pipeline.workers import parallel_map, resolve_jobs
-
     unknown = set(sections) - set(SECTIONS)
     if unknown:
         raise ValueError(f"unknown info sections: {sorted(unknown)}")
