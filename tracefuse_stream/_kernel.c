@@ -20,6 +20,12 @@
  *   \t \b \f, any non-ASCII byte, numbers with an exponent, "-0", decimals Python's
  *   Decimal prints in scientific notation, times it cannot shift or place exactly.
  *   Invalid JSON is never diagnosed here: it is handed back and Python reports it.
+ *   Whatever it compares with the user's text (categories for --drop-cat, arg keys
+ *   for --args) it compares decoded (span_text): "my\tcat" is my<TAB>cat, as in Python.
+ *   The escapes it keeps spell one text each, so raw bytes may be compared with raw
+ *   bytes (duplicate keys, the category memo) and with plain literals ("M", "X", the
+ *   GPU categories, key names: these escapes spell only quotes, backslashes and
+ *   control characters, which none of them holds).
  *
  * scan(sel, buf, pos, need_sep, at_start) -> (selected, pos, status, skip_to,
  *     need_sep, n_judged, lo, hi)
