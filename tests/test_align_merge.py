@@ -140,7 +140,7 @@ def test_clock_offsets_file_and_info_align(tmp_path):
 
 def _alignment_rows(text: str) -> Dict[int, tuple]:
     """rank -> (host, offset_us) from the table ``info --align`` prints."""
-    from tracefuse_stream.select.ranges import parse_rank_spec
+    from tracefuse_stream.rankset import parse_rank_spec
 
     lines = text.splitlines()
     start = next(i for i, ln in enumerate(lines) if ln.split()[:3] == ["rank", "host", "offset_us"])

@@ -40,7 +40,22 @@ ROOT = Path(__file__).resolve().parents[1] / PKG
 #: (read < plan < select/rewrite < write < ... < cli) adjusted to what the code is:
 #: the pipeline runs alignment, reports and verification, so those sit below it.
 LAYERS: List[Tuple[str, FrozenSet[str]]] = [
-    ("base", frozenset({"errors", "timeunits", "exactjson", "native", "_kernel", "_version", "workers"})),
+    (
+        "base",
+        frozenset(
+            {
+                "errors",
+                "timeunits",
+                "exactjson",
+                "native",
+                "_kernel",
+                "_version",
+                "workers",
+                "rankset",
+                "listing",
+            }
+        ),
+    ),
     ("read", frozenset({"read"})),
     ("plan", frozenset({"plan"})),
     ("select/rewrite", frozenset({"select", "rewrite"})),
@@ -69,19 +84,11 @@ ALLOWED_CYCLES: List[FrozenSet[str]] = [
     ),
 ]
 
-#: Edges from a lower stage to a higher one, as they are: (importer, imported). The
-#: worker pool in pipeline/ used by align and report, plan using select.ranges and
-#: report.listing, read using plan.headers and rewrite.rules: issue 22, items 1-2.
+#: Edges from a lower stage to a higher one, as they are: (importer, imported).
 ALLOWED_UPWARD: FrozenSet[Tuple[str, str]] = frozenset(
     {
         ("plan.cycles", "pipeline.outputs"),
-        ("plan.cycles", "report.listing"),
-        ("plan.planner", "report.listing"),
-        ("plan.planner", "select.ranges"),
-        ("plan.ranks", "select.ranges"),
         ("plan.starts", "report.info"),  # 698a0ad, after this list was recorded
-        ("plan.starts", "select.ranges"),
-        ("read.discover", "report.listing"),  # 09334c1, after this list was recorded
         ("read.readers", "plan.headers"),
         ("read.readers", "rewrite.rules"),
         ("read.salvage", "rewrite.rules"),
@@ -106,8 +113,8 @@ def _module_names() -> Dict[str, Path]:
         if parts[-1] == "__init__":
             parts = parts[:-1]
         out[".".join(parts)] = p
-    for ext in ROOT.glob("_kernel*.so"):  # the compiled kernel: a leaf
-        out["_kernel"] = ext
+    # the compiled kernel: a leaf, whether or not it is built here (its source stands in)
+    out["_kernel"] = next(ROOT.glob("_kernel*.so"), ROOT / "_kernel.c")
     return out
 
 

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tracefuse_stream.errors import EXIT_USAGE, UsageError
-from tracefuse_stream.select.ranges import (
+from tracefuse_stream.rankset import (
     MAX_RANKS,
     compress_ranges,
     parse_rank_spec,

@@ -15,7 +15,7 @@ from conftest import abs_ns, kept, load_input, load_output, non_meta, run_cli, t
 
 from tracefuse_stream import merge
 from tracefuse_stream.errors import UsageError
-from tracefuse_stream.select.ranges import parse_rank_spec
+from tracefuse_stream.rankset import parse_rank_spec
 
 
 @pytest.fixture(scope="module")

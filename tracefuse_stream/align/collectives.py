@@ -472,7 +472,7 @@ def match_instances(
 
 
 def _ranks_text(ranks: Any) -> str:
-    from tracefuse_stream.select.ranges import compress_ranges
+    from tracefuse_stream.rankset import compress_ranges
 
     return compress_ranges(sorted(ranks))
 

@@ -88,7 +88,7 @@ def offsets_from_file(
     unknown = [key for r, (key, _) in rank_entries.items() if r not in hosts]
     unknown += [key for h, (key, _) in host_entries.items() if h not in known_hosts]
     if unknown:
-        from tracefuse_stream.select.ranges import compress_ranges
+        from tracefuse_stream.rankset import compress_ranges
 
         raise UsageError(
             f"--clock-offsets: {', '.join(repr(k) for k in unknown)} name(s) no merged rank or host "

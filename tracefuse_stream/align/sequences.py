@@ -161,7 +161,7 @@ def match_group(
 
 
 def _ranks_text(ranks: Sequence[int]) -> str:
-    from tracefuse_stream.select.ranges import compress_ranges
+    from tracefuse_stream.rankset import compress_ranges
 
     return compress_ranges(sorted(ranks))
 

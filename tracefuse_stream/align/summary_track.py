@@ -72,7 +72,7 @@ def _meta(name: str, tid: int, args: Dict[str, Any], ts: Any) -> Dict[str, Any]:
 
 
 def _ranks_text(ranks: Sequence[int]) -> str:
-    from tracefuse_stream.select.ranges import compress_ranges
+    from tracefuse_stream.rankset import compress_ranges
 
     return compress_ranges(sorted(ranks))
 

@@ -183,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _ranks(spec: Optional[str]) -> Optional[List[int]]:
     if spec is None:
         return None
-    from tracefuse_stream.select.ranges import parse_rank_spec
+    from tracefuse_stream.rankset import parse_rank_spec
 
     return parse_rank_spec(spec)
 
@@ -199,7 +199,7 @@ def merge_options(a: argparse.Namespace) -> MergeOptions:
         Selection,
         TimeWindow,
     )
-    from tracefuse_stream.select.ranges import parse_steps, parse_window_ms
+    from tracefuse_stream.rankset import parse_steps, parse_window_ms
 
     ranks = _ranks(a.ranks)
     return MergeOptions(
@@ -292,7 +292,7 @@ def cmd_info(a: argparse.Namespace) -> int:
 
 
 def _ranges(nums: List[int]) -> str:
-    from tracefuse_stream.select.ranges import compress_ranges
+    from tracefuse_stream.rankset import compress_ranges
 
     return compress_ranges(nums)
 

@@ -15,13 +15,13 @@ import time
 from typing import Any, Callable, Dict, List, Optional, ParamSpec
 
 from tracefuse_stream.errors import Interrupted, TerminateSignal, VerifyFailed
+from tracefuse_stream.listing import by_ranks
 from tracefuse_stream.options import MergeOptions
 from tracefuse_stream.pipeline.outputs import file_meta, head, output_names, rank_groups, tail
 from tracefuse_stream.pipeline.progress import Progress
 from tracefuse_stream.pipeline.sidepasses import apply_alignment, resolve_window
 from tracefuse_stream.pipeline.stream import RankResult, RankTask, stream_rank
 from tracefuse_stream.pipeline.summary import MergeSummary, RankSummary, size_warning
-from tracefuse_stream.workers import resolve_jobs, run_in_order, usable_cores
 from tracefuse_stream.plan.cycles import merge_each_cycle
 from tracefuse_stream.plan.planner import (
     InputSpec,
@@ -31,9 +31,9 @@ from tracefuse_stream.plan.planner import (
     input_warnings,
     plan_inputs,
 )
-from tracefuse_stream.report.listing import by_ranks
 from tracefuse_stream.report.viewer import ViewerCounts, estimate_viewer_bytes, largest
 from tracefuse_stream.select.filters import EventFilter
+from tracefuse_stream.workers import resolve_jobs, run_in_order, usable_cores
 from tracefuse_stream.write.codecs import is_archive_name
 from tracefuse_stream.write.sinks import MergeSink, abort_all, sink_for
 from tracefuse_stream.write.writer import FragmentDir, codec_for, is_special_file
@@ -154,7 +154,7 @@ def _merge(inputs: InputSpec, output: str, opts: MergeOptions) -> MergeSummary:
     if flt.window_ns is not None:
         empty = [r.rank for r in results if r.events_out == r.metadata_out]
         if empty:
-            from tracefuse_stream.select.ranges import compress_ranges
+            from tracefuse_stream.rankset import compress_ranges
 
             what = "--steps" if opts.window.steps is not None else "--window"
             warnings.append(

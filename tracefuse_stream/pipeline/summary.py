@@ -11,7 +11,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from tracefuse_stream.select.ranges import compress_ranges
+from tracefuse_stream.rankset import compress_ranges
 
 SIZE_WARN_BYTES = 1 << 30
 #: per-rank rows of the text summary (more: the first ones and "... and N more ranks")

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, Hashable, List, Optional, Sequence, Union
 
 from tracefuse_stream.errors import UsageError
+from tracefuse_stream.listing import SHOWN, bounded, inline
 from tracefuse_stream.plan.ranks import tensorboard_parts
-from tracefuse_stream.report.listing import SHOWN, bounded, inline
 
 if TYPE_CHECKING:  # pragma: no cover
     from tracefuse_stream.plan.planner import RankPlan

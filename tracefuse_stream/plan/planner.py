@@ -37,10 +37,10 @@ from tracefuse_stream.plan.headers import (  # noqa: F401  (re-exported: stream,
 )
 from tracefuse_stream.plan.ranks import assign_ranks, identity, rank_source_note
 from tracefuse_stream.plan.starts import empty_rank_note, far_apart_warning, peek_first_ts, set_start
+from tracefuse_stream.rankset import compress_ranges
 from tracefuse_stream.read.discover import OWN_OUTPUT_PROBLEM, Discovery, discover, is_own_output
 from tracefuse_stream.read.head import Head
 from tracefuse_stream.read.sources import TraceReader, detect_compression, input_size
-from tracefuse_stream.select.ranges import compress_ranges
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -449,7 +449,7 @@ def _where(inputs: InputSpec) -> str:
     """The inputs as the user wrote them, for a message (the first few)."""
     if isinstance(inputs, Mapping):
         return "the inputs"
-    from tracefuse_stream.report.listing import inline
+    from tracefuse_stream.listing import inline
 
     return inline([str(i) for i in inputs], limit=3)
 

@@ -102,7 +102,7 @@ def rank_source_note(plans: Sequence[RankPlan]) -> List[str]:
         by.setdefault(p.rank_source, []).append(p.rank)
     if set(by) <= {"distributedInfo", "explicit"}:
         return []
-    from tracefuse_stream.select.ranges import compress_ranges
+    from tracefuse_stream.rankset import compress_ranges
 
     parts = [f"{src}: {compress_ranges(sorted(rs))}" for src, rs in sorted(by.items())]
     if all(p.rank_source == "order" for p in plans) and any(

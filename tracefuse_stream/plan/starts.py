@@ -73,7 +73,7 @@ def far_apart_warning(plans: Sequence[RankPlan], limit_ns: int = FAR_APART_NS) -
             clusters.append([])
         clusters[-1].append(t)
     from tracefuse_stream.plan.cycles import iso_utc
-    from tracefuse_stream.select.ranges import compress_ranges
+    from tracefuse_stream.rankset import compress_ranges
 
     desc = "; ".join(
         f"rank(s) {compress_ranges(sorted(r for _, r in c))} start {iso_utc(c[0][0])}" for c in clusters
@@ -90,7 +90,7 @@ def empty_rank_note(plans: Sequence[RankPlan]) -> List[str]:
     empty = sorted(p.rank for p in plans if p.empty)
     if not empty:
         return []
-    from tracefuse_stream.select.ranges import compress_ranges
+    from tracefuse_stream.rankset import compress_ranges
 
     return [f"rank(s) {compress_ranges(empty)} have no timed events (ignored for the output base)"]
 

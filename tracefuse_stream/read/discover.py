@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from tracefuse_stream.errors import ErrorKind, InputError, UsageError
+from tracefuse_stream.listing import inline
 from tracefuse_stream.read.head import Head, scan_head
 from tracefuse_stream.read.sources import TRACE_SUFFIXES
-from tracefuse_stream.report.listing import inline
 
 PathLike = Union[str, "os.PathLike[str]"]
 

@@ -268,7 +268,7 @@ def format_text(table: CollectiveTable, inputs: Sequence[str] = (), cycle: Optio
 
 
 def _ranks(ranks: Sequence[int]) -> str:
-    from tracefuse_stream.select.ranges import compress_ranges
+    from tracefuse_stream.rankset import compress_ranges
 
     return compress_ranges(list(ranks))
 

@@ -23,10 +23,10 @@ from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 from tracefuse_stream.errors import ErrorKind, InputError, UsageError
+from tracefuse_stream.rankset import compress_ranges
 from tracefuse_stream.read.events import StepFields, iter_event_batches
 from tracefuse_stream.read.scan import Selection, Tally
 from tracefuse_stream.read.sources import PathLike
-from tracefuse_stream.select.ranges import compress_ranges
 from tracefuse_stream.select.spans import SPAN_DROPPED_NOTE, is_profiler_span, span_fits
 from tracefuse_stream.timeunits import FLOAT_FAST_LIMIT, TimeCheck, us_to_ns
 

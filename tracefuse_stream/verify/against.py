@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Set
 
 from tracefuse_stream.errors import ErrorKind
+from tracefuse_stream.rankset import compress_ranges
 from tracefuse_stream.select.filters import EventFilter
-from tracefuse_stream.select.ranges import compress_ranges
 from tracefuse_stream.select.spans import PROFILER_SPAN_CAT, is_profiler_span, span_fits
 from tracefuse_stream.timeunits import us_to_ns_or_none
 from tracefuse_stream.verify.digest import (

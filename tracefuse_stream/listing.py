@@ -35,7 +35,7 @@ def inline(items: Sequence[str], limit: int = 2) -> str:
 
 def rank_label(ranks: Iterable[int]) -> str:
     """``rank 3`` or ``ranks 0-7`` (compressed ranges)."""
-    from tracefuse_stream.select.ranges import compress_ranges
+    from tracefuse_stream.rankset import compress_ranges
 
     rs = sorted(set(ranks))
     return f"rank {rs[0]}" if len(rs) == 1 else f"ranks {compress_ranges(rs)}"
