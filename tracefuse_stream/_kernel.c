@@ -648,9 +648,9 @@ static int rewrite_event(St *st, const Ctx *cx, PidCache *pc, Ev *ev) {
             Num num;
             Py_ssize_t start = st->i;
             if ((r = scan_number(st, &num))) return r;
-            if (beyond_clock(&num, 0)) return E_FALL;
+            if (beyond_clock(&num, 0) || !number_is_canonical(&num)) return E_FALL; /* "-0": Python writes 0 */
             if (cx->window) {
-                if (!number_is_canonical(&num) || !num_to_ns(&num, &ev->dur_ns)) return E_FALL;
+                if (!num_to_ns(&num, &ev->dur_ns)) return E_FALL;
                 ev->dur_state = 1;
             }
             if ((r = put(st, st->s + start, st->i - start))) return r;
