@@ -116,6 +116,18 @@ def strings(draw: Any, pool: List[str]) -> str:
 
 _ODD_IDS = ["4294967296", "18446744073709551616", '"0x1f"', '"zz"', "-1", "null", "true", "1.5"]
 _ODD_TIDS = ['"main"', "-5", "4294967296", "18446744073709551616", "7.0", "null"]
+# epoch microseconds (old traces), int64 ns and beyond, NaN's neighbours in JSON
+_ODD_TS = [
+    '"5"',
+    "null",
+    "true",
+    "1e400",
+    "-1E3",
+    "1700000000000000.123",
+    "9223372036854775807",
+    "1" + "0" * 30,
+]
+_ODD_DUR = ["-0", "1E2", "-0.0", "0.0000001", "-5", "1e30", '"1"', "null", "123456789012345678901234.5"]
 _ODD_PIDS = ['"77"', "123456789", "77.0", "7.7E1", "-0", "99999999999999999999999"]
 
 
@@ -157,10 +169,7 @@ def event(draw: Any, odd: bool) -> str:
     tid = draw(st.sampled_from(["77", "7", "0"]) | (st.sampled_from(_ODD_TIDS) if odd else st.nothing()))
     m += [("pid", pid), ("tid", tid)]
     # ts: around 1000 us from the rank's base, to 3 decimals (and an odd huge one)
-    ts = draw(
-        numbers(0, 4_000_000, 3)
-        | (st.sampled_from(['"5"', "null", "1e400", "-1E3"]) if odd else st.nothing())
-    )
+    ts = draw(numbers(0, 4_000_000, 3) | (st.sampled_from(_ODD_TS) if odd else st.nothing()))
     m.append(("ts", ts))
     if ph == "M":
         m.append(("name", spell_string(draw(st.sampled_from(["process_name", "thread_name"])), 0)))
@@ -172,7 +181,7 @@ def event(draw: Any, odd: bool) -> str:
             m.append(
                 (
                     "dur",
-                    draw(numbers(0, 900_000, 3) | (st.sampled_from(["-0", "1E2"]) if odd else st.nothing())),
+                    draw(numbers(0, 900_000, 3) | (st.sampled_from(_ODD_DUR) if odd else st.nothing())),
                 )
             )
         if ph in "sf":
@@ -182,8 +191,13 @@ def event(draw: Any, odd: bool) -> str:
                 m.append(("bp", '"e"'))
         if draw(st.booleans()):
             m.append(("args", draw(args_object(odd))))
+    if odd and draw(st.integers(0, 9)) == 0:  # a repeated key: the last value counts
+        m.append(draw(st.sampled_from(m)))
     order = draw(st.permutations(range(len(m))))
-    return "{" + ", ".join(f'"{m[j][0]}": {m[j][1]}' for j in order) + "}"
+    # keys spelled every way too ("t\\u0073" is "ts"), and white space where JSON allows it
+    keys = [spell_string(m[j][0], draw(st.sampled_from([0, 0, 0, 2]))) for j in order]
+    colon, comma = draw(st.sampled_from([(": ", ", "), (":", ","), (" :\n ", "\n,\t")]))
+    return "{" + comma.join(f"{k}{colon}{m[j][1]}" for k, j in zip(keys, order)) + "}"
 
 
 def _steps_frame(rank_off_us: int) -> List[str]:
