@@ -3,12 +3,15 @@
 A merge must write the same bytes with the C kernel and without it
 (``TRACEFUSE_KERNEL=0``), and with ``jobs=1`` and ``jobs=2`` — or fail with the same
 error. tests/test_kernel.py aims at each rule of the kernel; this test throws whole
-random jobs at the contract: several ranks whose events spell every string field
-(cat, name, ph, arg keys and values, metadata names) with escapes, ``\\u`` escapes,
-``\\/`` and raw non-ASCII, every JSON number form (exponents, ``-0``, trailing zeros,
-huge integers) in ts, dur, id, pid and tid, and every selection option (``--keep-cat``,
-``--drop-cat``, ``--name``, ``--window``, ``--steps``, ``--ranks``, ``--args``,
-``--include-pyfunc``) with and without ``--salvage`` (broken events and a cut file).
+random jobs at the contract: 2-3 ranks with their own base times (shifts of every
+Decimal exponent) whose events spell every string (keys, cat, name, ph, arg keys and
+values, metadata names) with short escapes, ``\\u`` escapes, ``\\/`` and raw
+non-ASCII, every JSON number form (exponents, ``-0``, trailing zeros, epoch and huge
+integers) in ts, dur, id, pid, tid and link args, repeated keys and any white space;
+and every selection option (``--keep-cat``, ``--drop-cat``, ``--name``, ``--window``,
+``--steps``, ``--ranks``, ``--args``, ``--include-pyfunc``) with and without
+``--salvage`` (then with malformed events and a cut file). The answer compared is the
+output's bytes, or the error's kind and text.
 
 The options compare *decoded* text: a ``--drop-cat`` of ``my<TAB>cat`` drops the
 category however the file spells it (``"my\\tcat"``, ``"my\\u0009cat"``); the drop-cat
