@@ -436,6 +436,13 @@ static int beyond_clock(const Num *num, __int128 base) {
     return ns >= lim || ns < -lim || ns + base >= lim || ns + base < -lim;
 }
 
+/* a time info's span leaves to Python: one that could be beyond the clock once the
+ * rank's base (any within 2**62 ns of the epoch) is added; Python knows the base */
+static int time_unsure(const Num *num) {
+    const __int128 far = (__int128)1 << 62;
+    return beyond_clock(num, far) || beyond_clock(num, -far);
+}
+
 static int is_gpu_cat(Span c) {
     return IS(c, "kernel") || IS(c, "gpu_memcpy") || IS(c, "gpu_memset") || IS(c, "gpu_user_annotation") ||
            IS(c, "Kernel") || IS(c, "Memcpy") || IS(c, "Memset");
@@ -1046,10 +1053,12 @@ static int scan_event(St *st, const Sel *sel, ScanEv *ev) {
                 __int128 v;
                 if ((r = scan_number(st, &num))) return r;
                 if ((r = put(st, st->s + start, st->i - start))) return r;
-                if (!num_to_nano_us(&num, &v) || beyond_clock(&num, 0)) return E_FALL; /* Python judges */
+                if (!num_to_nano_us(&num, &v) || beyond_clock(&num, 0) || (sel->extremes && time_unsure(&num)))
+                    return E_FALL; /* Python judges */
                 if (IS(k, "ts")) ts = v, ts_ok = 1;
                 else dur = v, dur_ok = 1;
             } else {
+                if (sel->extremes && IS(k, "dur")) return E_FALL; /* malformed: Python leaves it out of the span */
                 if ((r = copy_value(st, 1))) return r;
             }
             int more;
@@ -1323,6 +1332,173 @@ static int skim_event(St *st, const Sel *sel, const Needles *nd, ScanEv *ev) {
     return scan_event(st, sel, ev); /* a candidate: the validating scan judges it (and its text decodes) */
 }
 
+/* ---- walk: the skim with times (info's single pass) --------------------------------
+ * info counts every event, finds the first ts and last ts + dur, and keeps a few (the
+ * collectives, the steps): the validating scan read every byte of every event for that,
+ * about as much work as the merge. The walk reads an event's top level token by token
+ * (keys, strings, numbers, literals, separators; ts and dur exactly as the scan reads
+ * them) and only delimits what is nested (args), with the skim's blocks. Its selection
+ * is the scan's, on the same ph, cat and name; a text_contains spelled as a JSON string
+ * ("Collective name" in quotes) is compared where strings start (in text without
+ * escapes it can start nowhere else), any other is searched for in the event's text.
+ * An escape in a top-level string, a repeated ph/cat/name/ts/dur key, or anything it
+ * does not expect: the validating scan judges that event, so odd events go where they
+ * went before (a selected one goes through it too, for its text to decode exactly).
+ * Not checked: the text nested in an event (the merge validates it). */
+
+/* what the walk found in one event */
+typedef struct {
+    Span f[3]; /* ph, cat, name */
+    unsigned seen; /* keys met: ph 1, cat 2, name 4, ts 8, dur 16 */
+    int escaped, found, ts_ok, dur_ok;
+    __int128 ts, dur;
+} Walk;
+
+/* the walk's needle: text_contains when it is a quoted string without quotes or
+ * backslashes inside (0: it is searched for in the event's text instead) */
+static int walk_needle(const Sel *sel, Needles *nd) {
+    memset(nd, 0, sizeof(*nd));
+    if (sel->text_contains == Py_None) return 0;
+    Span t = bytes_span(sel->text_contains);
+    if (t.n < 2 || t.p[0] != '"' || t.p[t.n - 1] != '"') return 0;
+    for (Py_ssize_t j = 1; j + 1 < t.n; j++)
+        if (t.p[j] == '"' || t.p[j] == '\\') return 0;
+    nd->all[0] = t;
+    nd->n_all = 1;
+    return 1;
+}
+
+/* a string without escapes at s[*i] == '"' (E_FALL: it has one); the needle's
+ * content compared with it */
+static int walk_string(const unsigned char *s, Py_ssize_t n, Py_ssize_t *i, Span *v, const Needles *nd, Walk *w) {
+    Py_ssize_t j = *i + 1, e = j;
+    while (e < n && !SKIM_INSIDE[s[e]]) e++;
+    if (e >= n) return E_MORE;
+    if (s[e] == '\\') return E_FALL;
+    v->p = s + j;
+    v->n = e - j;
+    if (nd->n_all && v->n == nd->all[0].n - 2 && memcmp(v->p, nd->all[0].p + 1, (size_t)v->n) == 0) w->found = 1;
+    *i = e + 1;
+    return OK;
+}
+
+static inline Py_ssize_t walk_ws(const unsigned char *s, Py_ssize_t i, Py_ssize_t n) {
+    while (i < n && (s[i] == ' ' || s[i] == '\n' || s[i] == '\r' || s[i] == '\t')) i++;
+    return i;
+}
+
+/* one member's value at s[*i] (bit: which of ph 1, cat 2, name 4, ts 8, dur 16 it is) */
+static int walk_value(St *st, Py_ssize_t *i, int bit, const Needles *nd, Walk *w) {
+    const unsigned char *s = st->s;
+    Py_ssize_t n = st->len;
+    unsigned char c = s[*i];
+    Span v;
+    if (bit == 16 && c != '-' && (c < '0' || c > '9')) return E_FALL; /* a dur not a number: malformed */
+    if (c == '"') {
+        int r = walk_string(s, n, i, &v, nd, w);
+        if (r == OK && (bit & 7)) w->f[bit >> 1] = v;
+        return r;
+    }
+    if (bit & 7) return E_FALL; /* ph, cat or name not a string: the scan decides */
+    if (c == '{' || c == '[') {
+        Skim k = {*i, 0, 0, 0, 0};
+        int done = 0;
+#ifdef __SSE2__
+        done = skim_blocks(s, n, nd, &k);
+#endif
+        if (!done && !skim_bytes(s, n, nd, &k)) return E_MORE;
+        w->escaped |= k.escaped;
+        w->found |= k.found != 0;
+        *i = k.i;
+        return OK;
+    }
+    if (c == '-' || (c >= '0' && c <= '9')) {
+        Num num;
+        st->i = *i;
+        int r = scan_number(st, &num);
+        if (r) return r;
+        *i = st->i;
+        if (bit & 24) {
+            if (!num_to_nano_us(&num, bit == 8 ? &w->ts : &w->dur) || time_unsure(&num)) return E_FALL;
+            *(bit == 8 ? &w->ts_ok : &w->dur_ok) = 1;
+        }
+        return OK;
+    }
+    const char *word = c == 't' ? "true" : c == 'f' ? "false" : c == 'n' ? "null" : NULL;
+    if (!word) return E_FALL;
+    Py_ssize_t wn = (Py_ssize_t)strlen(word);
+    if (n - *i < wn) return memcmp(s + *i, word, (size_t)(n - *i)) ? E_FALL : E_MORE;
+    if (memcmp(s + *i, word, (size_t)wn)) return E_FALL;
+    *i += wn;
+    return OK;
+}
+
+/* the scan's selection (scan_event) on a walked event */
+static int walk_selects(const Sel *sel, const Walk *w, Span text, int quoted) {
+    int match = 1;
+    if (sel->ph != Py_None) match = match && (w->seen & 1) && bytes_match(sel->ph, w->f[0], 0);
+    if (sel->cat != Py_None) match = match && (w->seen & 2) && bytes_match(sel->cat, w->f[1], 0);
+    if (sel->name_prefix != Py_None) match = match && (w->seen & 4) && bytes_match(sel->name_prefix, w->f[2], 1);
+    if (sel->ph == Py_None && sel->cat == Py_None && sel->name_prefix == Py_None) match = 0;
+    if (!match || (sel->name_contains == Py_None && sel->text_contains == Py_None)) return match;
+    if (sel->name_contains != Py_None && (w->seen & 4))
+        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(sel->name_contains); j++)
+            if (holds(w->f[2], bytes_span(PyTuple_GET_ITEM(sel->name_contains, j)))) return 1;
+    if (sel->text_contains == Py_None) return 0;
+    return w->escaped || (quoted ? w->found : holds(text, bytes_span(sel->text_contains)));
+}
+
+static int walk_event(St *st, const Sel *sel, const Needles *nd, ScanEv *ev) {
+    const unsigned char *s = st->s;
+    Py_ssize_t n = st->len, start = st->i, i = st->i;
+    Walk w;
+    int r = OK;
+    memset(&w, 0, sizeof(w));
+    memset(ev, 0, sizeof(*ev));
+    if (i >= n) return E_MORE;
+    if (s[i] != '{') return E_FALL;
+    i = walk_ws(s, i + 1, n);
+    if (i >= n) return E_MORE;
+    if (s[i] == '}') i++;
+    else
+        for (;;) {
+            Span k;
+            if (s[i] != '"') goto judge;
+            if ((r = walk_string(s, n, &i, &k, nd, &w))) goto fail;
+            i = walk_ws(s, i, n);
+            if (i >= n) return E_MORE;
+            if (s[i] != ':') goto judge;
+            i = walk_ws(s, i + 1, n);
+            if (i >= n) return E_MORE;
+            int bit = IS(k, "ph") ? 1 : IS(k, "cat") ? 2 : IS(k, "name") ? 4 : IS(k, "ts") ? 8 : IS(k, "dur") ? 16 : 0;
+            if (w.seen & (unsigned)bit) goto judge; /* repeated: the scan refuses it */
+            w.seen |= (unsigned)bit;
+            if ((r = walk_value(st, &i, bit, nd, &w))) goto fail;
+            i = walk_ws(s, i, n);
+            if (i >= n) return E_MORE;
+            unsigned char c = s[i++];
+            if (c == '}') break;
+            if (c != ',') goto judge;
+            i = walk_ws(s, i, n);
+            if (i >= n) return E_MORE;
+        }
+    Span text = {s + start, i - start};
+    if (walk_selects(sel, &w, text, nd->n_all)) goto judge; /* selected: its text decodes as in the scan */
+    st->i = i;
+    ev->sure = 1;
+    if (sel->extremes && !((w.seen & 1) && IS(w.f[0], "M")) && w.ts_ok) {
+        ev->timed = 1;
+        ev->ts = w.ts;
+        ev->end = (w.dur_ok && w.dur > 0) ? w.ts + w.dur : w.ts;
+    }
+    return OK;
+fail:
+    if (r != E_FALL) return r;
+judge:
+    st->i = start;
+    return scan_event(st, sel, ev);
+}
+
 static PyObject *kernel_scan(PyObject *self, PyObject *args) {
     PyObject *sel_obj;
     Py_buffer buf;
@@ -1353,10 +1529,11 @@ static PyObject *kernel_scan(PyObject *self, PyObject *args) {
     sel.extremes = ex ? PyObject_IsTrue(ex) : 0;
     Py_XDECREF(ex);
     PyObject *va = PyObject_GetAttrString(sel_obj, "validate");
-    int skim = va ? !PyObject_IsTrue(va) && !sel.extremes : 0; /* timing needs the numbers read */
+    int skim = va ? !PyObject_IsTrue(va) : 0, walk = skim && sel.extremes; /* timing: the walk reads the numbers */
     Py_XDECREF(va);
     Needles nd;
-    if (skim && !skim_needles(&sel, &nd)) skim = 0;
+    if (walk) walk_needle(&sel, &nd); /* the walk's own needle, when it has one */
+    else if (skim && !skim_needles(&sel, &nd)) skim = 0;
     if (PyErr_Occurred()) {
         for (int j = 0; j < NSEL; j++) Py_DECREF(held[j]);
         PyBuffer_Release(&buf);
@@ -1377,7 +1554,7 @@ static PyObject *kernel_scan(PyObject *self, PyObject *args) {
     while (r == OK && next_event(&st, &need_sep, &at_start, &consumed, &status, &skip_to)) {
         Py_ssize_t ev_start = st.i, out_start = st.olen;
         ScanEv ev;
-        int e = skim ? skim_event(&st, &sel, &nd, &ev) : scan_event(&st, &sel, &ev);
+        int e = walk ? walk_event(&st, &sel, &nd, &ev) : skim ? skim_event(&st, &sel, &nd, &ev) : scan_event(&st, &sel, &ev);
         if (e == E_NOMEM) {
             r = e;
             break;

@@ -33,8 +33,10 @@ class Selection:
     is not: anything the kernel cannot judge exactly (escapes) is selected.
     ``extremes``: time the others. ``validate=False``: the pass's input is validated
     by the merge right after (a strict merge fails on invalid JSON whatever the pass
-    found), so the kernel only delimits the events (the skim in ``_kernel.c``),
-    several times faster; not with ``extremes``, which reads the numbers anyway."""
+    found), or the pass reports facts, not a file's validity (``info``), so the kernel
+    only delimits the events (the skim in ``_kernel.c``), several times faster; with
+    ``extremes``, the walk: each event's top level read token by token (``ts`` and
+    ``dur`` exactly), what is nested only delimited."""
 
     ph: Optional[str] = None
     cat: Optional[str] = None

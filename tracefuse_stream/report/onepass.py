@@ -25,7 +25,7 @@ from tracefuse_stream.report.info import RankInfo, broken_text, scan_rank
 from tracefuse_stream.workers import parallel_map, resolve_jobs
 
 SECTIONS = ("steps", "collectives", "align")
-INFO_SELECTION = dataclasses.replace(COLLECTIVE_SELECTION, extremes=True)
+INFO_SELECTION = dataclasses.replace(COLLECTIVE_SELECTION, extremes=True, validate=False)
 
 
 @dataclass
