@@ -13,7 +13,19 @@ process tree's RSS sampled (``bench.measure``):
 * ``all-j1``: ``info --collectives --steps --align DIR -j 1`` (one pass per file for
   all three sections);
 * ``coll-small``: ``info --collectives -j 1`` on a quarter of the data per rank (memory
-  must not grow with the trace: it holds the collective events only).
+  must not grow with the trace: it holds the collective events only);
+* ``start``: ``python -c "import tracefuse_stream.cli.app"``, the interpreter and the
+  package's imports that every command pays before reading a byte;
+* ``burn-j1`` / ``burn-j2``: the control for ``-j``: 8 equal pure-Python CPU tasks in
+  one process / in 2 forked workers (the pool ``-j`` uses). Their ratio is the speedup
+  the machine gives 2 processes at that moment: on a loaded machine with the kernel's
+  autogroup scheduling (``/proc/sys/kernel/sched_autogroup_enabled``), all processes
+  of one session share one slice, and even this ideal task gets ~1.0x.
+
+Bytecode: the measured commands write and reuse compiled bytecode under
+``/tmp/tfbench/pycache`` (``PYTHONPYCACHEPREFIX``), as an installed package has it;
+with ``PYTHONDONTWRITEBYTECODE`` every command would compile the package from source
+first (~0.1-0.2 s here), the same for each command, which flattens every ratio.
 
 ``--gloo-scale``: instead, time the gloo matching alone (group attribution and per-group
 matching, in process) on synthetic scans of 8-64 ranks in the world group and pairs of
@@ -21,7 +33,10 @@ sub-groups, 3 collectives a step on two runloop threads per group, rank 5 late.
 
 Targets: ``coll-j1`` <= 0.5 x ``merge-j1`` (best wall times), ``coll-j1 / coll-j2``
 >= 1.6, peak RSS of ``coll-j1`` about that of ``coll-small``. Prints PASS/FAIL for each,
-whatever the outcome; the numbers depend on the machine's other load (``load1``).
+whatever the outcome; the numbers depend on the machine's other load (``load1``). Also
+printed: the same ratios on CPU time, the ratio of the work after start-up (``start``
+subtracted from both), the most ``-j2`` could give with 2 free cores when only the
+start-up is serial (Amdahl), and the control's speedup.
 """
 
 from __future__ import annotations
@@ -29,6 +44,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 from pathlib import Path
 from typing import Dict, List
@@ -44,6 +60,15 @@ def ensure(ranks: int, mb: int) -> Path:
     return bench.ensure_data(ROOT, case, dict(ranks=ranks, mb=mb))
 
 
+BURN = (
+    "import multiprocessing as m, sys\n"
+    "def f(_):\n    x = 0\n    for i in range(2_000_000): x += i\n    return x\n"
+    "j = int(sys.argv[1])\n"
+    "if j == 1: [f(i) for i in range(8)]\n"
+    "else:\n    with m.get_context('fork').Pool(j) as p: p.map(f, range(8), chunksize=1)\n"
+)
+
+
 def commands(big: Path, small: Path, out: Path) -> Dict[str, List[str]]:
     m = [bench.PY, "-m", "tracefuse_stream"]
     return {
@@ -52,6 +77,9 @@ def commands(big: Path, small: Path, out: Path) -> Dict[str, List[str]]:
         "coll-j2": m + ["info", "--collectives", str(big), "-j", "2"],
         "all-j1": m + ["info", "--collectives", "--steps", "--align", str(big), "-j", "1"],
         "coll-small": m + ["info", "--collectives", str(small), "-j", "1"],
+        "start": [bench.PY, "-c", "import tracefuse_stream.cli.app"],
+        "burn-j1": [bench.PY, "-c", BURN, "1"],
+        "burn-j2": [bench.PY, "-c", BURN, "2"],
     }
 
 
@@ -108,24 +136,30 @@ def main() -> int:
         return gloo_scale()
     os.environ.pop("TRACEFUSE_VERIFY", None)
     bench.ENV.pop("TRACEFUSE_VERIFY", None)
+    bench.ENV.pop("PYTHONDONTWRITEBYTECODE", None)  # bytecode as installed (module docstring)
+    bench.ENV["PYTHONPYCACHEPREFIX"] = str(ROOT / "pycache")
     bench.ENV["PYTHONPATH"] = str(bench.REPO)
     big, small = ensure(a.ranks, a.mb), ensure(a.ranks, max(1, a.mb // 4))
     out = ROOT / "coll-merge-out.json"
     cmds = commands(big, small, out)
     runs: Dict[str, List[bench.Run]] = {k: [] for k in cmds}
-    for rep in range(a.reps):  # interleaved: load changes hit every command alike
-        for name, argv in cmds.items():
+    for rep in range(-1, a.reps):  # rep -1: warm-up (bytecode, page cache), not counted
+        for name, argv in cmds.items():  # interleaved: load changes hit every command alike
             r = bench.measure(argv, out if name.startswith("merge") else None, name, rep)
+            if rep < 0:
+                continue
             runs[name].append(r)
-            print(f"  rep {rep} {name:10s} {r.wall_s:7.3f} s  tree RSS {r.peak_tree_rss / 1e6:7.1f} MB  "
-                  f"load1 {r.load1:.2f}  rc {r.rc}", flush=True)  # fmt: skip
+            print(f"  rep {rep} {name:10s} {r.wall_s:7.3f} s  cpu {r.cpu_s:6.3f} s  tree RSS "
+                  f"{r.peak_tree_rss / 1e6:7.1f} MB  load1 {r.load1:.2f}  rc {r.rc}", flush=True)  # fmt: skip
     best = {k: min(r.wall_s for r in v) for k, v in runs.items()}
+    med = {k: statistics.median(r.wall_s for r in v) for k, v in runs.items()}
+    cpu = {k: statistics.median(r.cpu_s for r in v) for k, v in runs.items()}
     rss = {k: max(r.peak_tree_rss for r in v) for k, v in runs.items()}
     size = bench.input_bytes(big)
     print(f"\ninput: {a.ranks} ranks, {size / 1e6:.1f} MB ({big})")
-    print(f"{'command':10s} {'best s':>8s} {'peak tree RSS MB':>17s}")
+    print(f"{'command':10s} {'best s':>8s} {'median s':>9s} {'cpu s':>7s} {'peak tree RSS MB':>17s}")
     for k in cmds:
-        print(f"{k:10s} {best[k]:8.3f} {rss[k] / 1e6:17.1f}")
+        print(f"{k:10s} {best[k]:8.3f} {med[k]:9.3f} {cpu[k]:7.3f} {rss[k] / 1e6:17.1f}")
     ratio = best["coll-j1"] / best["merge-j1"]
     speedup = best["coll-j1"] / best["coll-j2"]
     mem = rss["coll-j1"] / max(rss["coll-small"], 1)
@@ -136,6 +170,12 @@ def main() -> int:
     ]
     for text, value, ok in checks:
         print(f"{'PASS' if ok else 'FAIL'}  {text}: {value:.2f}")
+    work = (best["coll-j1"] - best["start"]) / (best["merge-j1"] - best["start"])
+    amdahl = best["coll-j1"] / (best["start"] + (best["coll-j1"] - best["start"]) / 2)
+    print(f"info/merge on CPU time (medians): {cpu['coll-j1'] / cpu['merge-j1']:.2f}; "
+          f"after start-up ({best['start']:.3f} s) subtracted: {work:.2f}")  # fmt: skip
+    print(f"-j2 with 2 free cores, only start-up serial, at most: {amdahl:.2f}x; "
+          f"the control (pure CPU, 8 tasks) got {best['burn-j1'] / best['burn-j2']:.2f}x")  # fmt: skip
     if a.json:
         a.json.write_text(json.dumps({k: [vars(r) for r in v] for k, v in runs.items()}, indent=1))
     return 0
