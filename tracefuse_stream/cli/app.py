@@ -49,6 +49,133 @@ def _add_input_args(p: argparse.ArgumentParser, verb: str = "merge") -> None:
     p.add_argument("--ranks", metavar="SPEC", help=f"{verb} only these ranks, e.g. 0,8,16-23,32-63:8")
 
 
+def _add_output_args(p: argparse.ArgumentParser) -> None:
+    """merge: where the output goes and what kind of file it is."""
+    p.add_argument(
+        "-o",
+        "--output",
+        default="merged_trace.json.gz",
+        help="output file, compressed by its extension: .json, .json.gz, .json.zst, or a Perfetto "
+        "v58+ archive .perfetto.tar / .perfetto.tar.gz; '-' for JSON on stdout (default: %(default)s)",
+    )
+    p.add_argument("--force", action="store_true", help="overwrite an existing output (never an input)")
+
+
+def _add_filter_args(p: argparse.ArgumentParser) -> None:
+    """merge: which events are kept, and how many of their args."""
+    p.add_argument(
+        "--include-pyfunc", action="store_true", help="keep python_function events (dropped by default)"
+    )
+    p.add_argument(
+        "--keep-cat", type=_csv, metavar="CATS", help="keep only these categories (comma separated)"
+    )
+    p.add_argument(
+        "--drop-cat",
+        type=_csv,
+        metavar="CATS",
+        help="drop these categories (comma separated). The command line keeps Kineto's 'Trace' span "
+        "(the whole-recording 'PyTorch Profiler (0)' slice); TraceLens' TraceFuse and this package's "
+        "TraceFuse API drop it: --drop-cat Trace does the same",
+    )
+    p.add_argument("--name", metavar="REGEX", help="keep only events whose name matches REGEX")
+    p.add_argument(
+        "--args",
+        choices=["all", "slim", "none"],
+        default="all",
+        help="event args kept: all (default); slim: links, rank and small readable args "
+        "(no shape/stride/input lists; about half the viewer memory); none: links and rank",
+    )
+
+
+def _add_run_args(p: argparse.ArgumentParser) -> None:
+    """merge: how the merge runs (workers, broken inputs)."""
+    p.add_argument(
+        "-j", "--jobs", type=int, default=0, help="worker processes (default: usable cores; 1 = no workers)"
+    )
+    p.add_argument(
+        "--salvage", action="store_true", help="merge what can be read from broken inputs instead of failing"
+    )
+
+
+def _add_time_args(p: argparse.ArgumentParser) -> None:
+    """merge: clocks and time selection (alignment, steps, windows)."""
+    p.add_argument(
+        "--align",
+        choices=["base", "collectives"],
+        default="base",
+        help="base: exact baseTimeNanoseconds alignment (default); collectives: also "
+        "correct per-host clock skew from GPU collective end times",
+    )
+    p.add_argument(
+        "--clock-offsets",
+        metavar="FILE",
+        help='JSON {"host or rank": microseconds} of known clock offsets to add',
+    )
+    p.add_argument(
+        "--steps",
+        metavar="A:B",
+        help="keep only ProfilerStep#A..#B (N alone: that one step), as timed on the reference rank; "
+        "Kineto's profiler-span slice, which covers the whole recording, is dropped",
+    )
+    p.add_argument(
+        "--step-rank", type=int, metavar="R", help="reference rank for --steps (default: lowest merged rank)"
+    )
+    p.add_argument(
+        "--window",
+        metavar="START_MS:END_MS",
+        help="keep only this window, in ms from the merged trace's first event",
+    )
+
+
+def _add_split_and_report_args(p: argparse.ArgumentParser) -> None:
+    """merge: several outputs, dry runs, verification, links and the summary."""
+    p.add_argument(
+        "--split-ranks",
+        type=int,
+        metavar="K",
+        help="write one file per K consecutive merged ranks (names derived from -o)",
+    )
+    p.add_argument(
+        "--cycle",
+        metavar="N|latest|all",
+        help="profiling cycle to merge when a directory holds several (1-based); "
+        "all: one file per cycle (merged.cycle1.json.gz, ...)",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="apply all filters and report counts and estimated sizes; write nothing",
+    )
+    p.add_argument("--verify", action="store_true", help="verify the merged output against the inputs")
+    p.add_argument(
+        "--link-collectives",
+        action="store_true",
+        help="flow arrows joining each collective instance across ranks in order of arrival, "
+        "with each slice's wait and the last rank in its args",
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no summary")
+    p.add_argument("--json-summary", action="store_true", help="summary as JSON on stdout (stderr with -o -)")
+
+
+def _add_info_args(p: argparse.ArgumentParser) -> None:
+    """info: what to report besides the per-rank facts."""
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument(
+        "--align",
+        action="store_true",
+        help="also estimate per-host clock offsets from collectives (no merge)",
+    )
+    p.add_argument("--steps", action="store_true", help="also list the ProfilerStep numbers of each rank")
+    p.add_argument(
+        "--collectives",
+        action="store_true",
+        help="collective instances matched across ranks: waits per rank and step, the straggler(s)",
+    )
+    p.add_argument(
+        "-j", "--jobs", type=int, default=0, help="worker processes (default: usable cores; 1 = no workers)"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="tracefuse",
@@ -59,112 +186,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     m = sub.add_parser("merge", help="merge rank traces into one file")
     _add_input_args(m)
-    m.add_argument(
-        "-o",
-        "--output",
-        default="merged_trace.json.gz",
-        help="output file, compressed by its extension: .json, .json.gz, .json.zst, or a Perfetto "
-        "v58+ archive .perfetto.tar / .perfetto.tar.gz; '-' for JSON on stdout (default: %(default)s)",
-    )
-    m.add_argument("--force", action="store_true", help="overwrite an existing output (never an input)")
-    m.add_argument(
-        "--include-pyfunc", action="store_true", help="keep python_function events (dropped by default)"
-    )
-    m.add_argument(
-        "--keep-cat", type=_csv, metavar="CATS", help="keep only these categories (comma separated)"
-    )
-    m.add_argument(
-        "--drop-cat",
-        type=_csv,
-        metavar="CATS",
-        help="drop these categories (comma separated). The command line keeps Kineto's 'Trace' span "
-        "(the whole-recording 'PyTorch Profiler (0)' slice); TraceLens' TraceFuse and this package's "
-        "TraceFuse API drop it: --drop-cat Trace does the same",
-    )
-    m.add_argument("--name", metavar="REGEX", help="keep only events whose name matches REGEX")
-    m.add_argument(
-        "--args",
-        choices=["all", "slim", "none"],
-        default="all",
-        help="event args kept: all (default); slim: links, rank and small readable args "
-        "(no shape/stride/input lists; about half the viewer memory); none: links and rank",
-    )
-    m.add_argument(
-        "-j", "--jobs", type=int, default=0, help="worker processes (default: usable cores; 1 = no workers)"
-    )
-    m.add_argument(
-        "--salvage", action="store_true", help="merge what can be read from broken inputs instead of failing"
-    )
-    m.add_argument(
-        "--align",
-        choices=["base", "collectives"],
-        default="base",
-        help="base: exact baseTimeNanoseconds alignment (default); collectives: also "
-        "correct per-host clock skew from GPU collective end times",
-    )
-    m.add_argument(
-        "--clock-offsets",
-        metavar="FILE",
-        help='JSON {"host or rank": microseconds} of known clock offsets to add',
-    )
-    m.add_argument(
-        "--steps",
-        metavar="A:B",
-        help="keep only ProfilerStep#A..#B (N alone: that one step), as timed on the reference rank; "
-        "Kineto's profiler-span slice, which covers the whole recording, is dropped",
-    )
-    m.add_argument(
-        "--step-rank", type=int, metavar="R", help="reference rank for --steps (default: lowest merged rank)"
-    )
-    m.add_argument(
-        "--window",
-        metavar="START_MS:END_MS",
-        help="keep only this window, in ms from the merged trace's first event",
-    )
-    m.add_argument(
-        "--split-ranks",
-        type=int,
-        metavar="K",
-        help="write one file per K consecutive merged ranks (names derived from -o)",
-    )
-    m.add_argument(
-        "--cycle",
-        metavar="N|latest|all",
-        help="profiling cycle to merge when a directory holds several (1-based); "
-        "all: one file per cycle (merged.cycle1.json.gz, ...)",
-    )
-    m.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="apply all filters and report counts and estimated sizes; write nothing",
-    )
-    m.add_argument("--verify", action="store_true", help="verify the merged output against the inputs")
-    m.add_argument(
-        "--link-collectives",
-        action="store_true",
-        help="flow arrows joining each collective instance across ranks in order of arrival, "
-        "with each slice's wait and the last rank in its args",
-    )
-    m.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no summary")
-    m.add_argument("--json-summary", action="store_true", help="summary as JSON on stdout (stderr with -o -)")
+    for add in (
+        _add_output_args,
+        _add_filter_args,
+        _add_run_args,
+        _add_time_args,
+        _add_split_and_report_args,
+    ):
+        add(m)
 
     i = sub.add_parser("info", help="per-rank facts about the inputs (streams them, writes nothing)")
     _add_input_args(i, verb="show")
-    i.add_argument("--json", action="store_true", help="machine-readable output")
-    i.add_argument(
-        "--align",
-        action="store_true",
-        help="also estimate per-host clock offsets from collectives (no merge)",
-    )
-    i.add_argument("--steps", action="store_true", help="also list the ProfilerStep numbers of each rank")
-    i.add_argument(
-        "--collectives",
-        action="store_true",
-        help="collective instances matched across ranks: waits per rank and step, the straggler(s)",
-    )
-    i.add_argument(
-        "-j", "--jobs", type=int, default=0, help="worker processes (default: usable cores; 1 = no workers)"
-    )
+    _add_info_args(i)
 
     v = sub.add_parser(
         "verify",
