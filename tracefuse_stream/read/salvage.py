@@ -202,6 +202,49 @@ def parse_slice(data: bytes, exact: bool, report: SalvageReport) -> Tuple[bool, 
     return False, None
 
 
+@dataclass
+class _ScanState:
+    """Where :meth:`Framer.events` is in the text: the buffer and the open structures
+    (positions are in ``buf``; -1 when none is open)."""
+
+    buf: bytes = b""
+    pos: int = 0
+    depth: int = 0
+    in_str: bool = False
+    key: Optional[bytes] = None
+    last_str: Optional[bytes] = None
+    str_start: int = -1
+    in_events: bool = False
+    events_depth: int = -1
+    elem_start: int = -1
+    val_start: int = -1  # header value start (depth 1, after ':')
+
+
+def _needs_more(st: _ScanState, m: Optional[re.Match[bytes]]) -> bool:
+    """Whether the next token can only be judged with more text: none found, or a
+    backslash or quote at the buffer's end inside a string."""
+    if m is None:
+        return True
+    if not st.in_str:
+        return False
+    return (m.group() == b"\\" and m.end() >= len(st.buf)) or (
+        m.group() == b'"' and _NON_WS.search(st.buf, m.end()) is None
+    )
+
+
+def _in_string(st: _ScanState, c: bytes, p: int) -> None:
+    if c == b"\\":
+        st.pos = p + 2
+        return
+    # A quote ends a string only where JSON can continue after one;
+    # otherwise it is an unescaped quote inside the string.
+    rest = st.buf[p + 1 : p + 65].lstrip()
+    if rest and rest[:1] not in b",:}]":
+        return
+    st.in_str = False
+    st.last_str = st.buf[st.str_start + 1 : p]
+
+
 class Framer:
     """Splits a (possibly broken) trace into header values and event slices."""
 
@@ -216,106 +259,103 @@ class Framer:
 
     def events(self) -> Iterator[Any]:
         """Yield parsed events; ``self.header`` fills as top-level keys are seen."""
-        buf = b""
-        pos = 0
-        depth = 0
-        in_str = False
-        key: Optional[bytes] = None
-        last_str: Optional[bytes] = None
-        str_start = -1
-        in_events = False
-        events_depth = -1
-        elem_start = -1
-        val_start = -1  # header value start (depth 1, after ':')
+        st = _ScanState()
         more = True
         it = iter(self.chunks)
         while True:
-            m = (_INSIDE if in_str else _OUTSIDE).search(buf, pos)
-            need_more = m is None or (
-                in_str
-                and (
-                    (m.group() == b"\\" and m.end() >= len(buf))
-                    or (m.group() == b'"' and _NON_WS.search(buf, m.end()) is None)
-                )
-            )
-            if need_more and more:
+            m = (_INSIDE if st.in_str else _OUTSIDE).search(st.buf, st.pos)
+            if more and _needs_more(st, m):
                 chunk = next(it, None)
                 if chunk is None:
                     more = False
                 else:
-                    if m is None:
-                        pos = len(buf)
-                    keep = min(x for x in (elem_start, val_start, str_start if in_str else -1, pos) if x >= 0)
-                    buf = buf[keep:] + chunk
-                    self.offset += keep
-                    pos -= keep
-                    elem_start = elem_start - keep if elem_start >= 0 else -1
-                    val_start = val_start - keep if val_start >= 0 else -1
-                    str_start = str_start - keep if str_start >= 0 else -1
+                    self._refill(st, m, chunk)
                     continue
             if m is None:
                 break
-            c = m.group()
-            p = m.start()
-            pos = p + 1
-            if in_str:
-                if c == b"\\":
-                    pos = p + 2
-                    continue
-                # A quote ends a string only where JSON can continue after one;
-                # otherwise it is an unescaped quote inside the string.
-                rest = buf[p + 1 : p + 65].lstrip()
-                if rest and rest[:1] not in b",:}]":
-                    continue
-                in_str = False
-                last_str = buf[str_start + 1 : p]
-                continue
-            if c == b'"':
-                in_str = True
-                str_start = p
+            c, p = m.group(), m.start()
+            st.pos = p + 1
+            if st.in_str:
+                _in_string(st, c, p)
+            elif c == b'"':
+                st.in_str, st.str_start = True, p
             elif c in (b"{", b"["):
-                if depth == 0:
-                    self.layout = "object" if c == b"{" else "array"
-                    if c == b"[":
-                        in_events, events_depth = True, 1
-                        self.saw_events = True
-                elif depth == 1 and self.layout == "object" and c == b"[" and key == b"traceEvents":
-                    in_events, events_depth = True, 2
-                    self.saw_events = True
-                    val_start = -1
-                elif in_events and depth == events_depth and c == b"{":
-                    elem_start = p
-                depth += 1
+                self._open(st, c, p)
             elif c in (b"}", b"]"):
-                depth -= 1
-                if in_events and depth == events_depth and elem_start >= 0 and c == b"}":
-                    ok, ev = parse_slice(buf[elem_start : p + 1], self.exact, self.report)
-                    elem_start = -1
+                event = self._close(st, c, p)
+                if event is not None:
+                    ok, ev = event
                     if ok:
                         yield ev
-                elif in_events and depth == events_depth - 1:
-                    in_events = False
-                elif depth == 0 and self.layout == "object" and val_start >= 0:
-                    self._header_value(key, buf[val_start:p])
-                    val_start = -1
-                if depth < 0:
-                    depth = 0
-            elif c == b":" and depth == 1 and self.layout == "object":
-                key = last_str
-                val_start = p + 1
-            elif c == b"," and depth == 1 and self.layout == "object":
-                if val_start >= 0:
-                    self._header_value(key, buf[val_start:p])
-                val_start = -1
-        # end of data
-        end = self.offset + len(buf)
-        if depth > 0 or in_str or self.layout is None:
+            elif st.depth == 1 and self.layout == "object":
+                self._punctuation(st, c, p)
+        self._finish(st)
+
+    def _refill(self, st: _ScanState, m: Optional[re.Match[bytes]], chunk: bytes) -> None:
+        """Append ``chunk``, dropping what no open element, value or string still needs."""
+        if m is None:
+            st.pos = len(st.buf)
+        keep = min(
+            x for x in (st.elem_start, st.val_start, st.str_start if st.in_str else -1, st.pos) if x >= 0
+        )
+        st.buf = st.buf[keep:] + chunk
+        self.offset += keep
+        st.pos -= keep
+        st.elem_start = st.elem_start - keep if st.elem_start >= 0 else -1
+        st.val_start = st.val_start - keep if st.val_start >= 0 else -1
+        st.str_start = st.str_start - keep if st.str_start >= 0 else -1
+
+    def _open(self, st: _ScanState, c: bytes, p: int) -> None:
+        if st.depth == 0:
+            self.layout = "object" if c == b"{" else "array"
+            if c == b"[":
+                st.in_events, st.events_depth = True, 1
+                self.saw_events = True
+        elif st.depth == 1 and self.layout == "object" and c == b"[" and st.key == b"traceEvents":
+            st.in_events, st.events_depth = True, 2
+            self.saw_events = True
+            st.val_start = -1
+        elif st.in_events and st.depth == st.events_depth and c == b"{":
+            st.elem_start = p
+        st.depth += 1
+
+    def _close(self, st: _ScanState, c: bytes, p: int) -> Optional[Tuple[bool, Any]]:
+        """A closer: the parsed event when it ends one (``(ok, event)``), else None."""
+        st.depth -= 1
+        event: Optional[Tuple[bool, Any]] = None
+        if st.in_events and st.depth == st.events_depth and st.elem_start >= 0 and c == b"}":
+            event = parse_slice(st.buf[st.elem_start : p + 1], self.exact, self.report)
+            st.elem_start = -1
+        elif st.in_events and st.depth == st.events_depth - 1:
+            st.in_events = False
+        elif st.depth == 0 and self.layout == "object" and st.val_start >= 0:
+            self._header_value(st.key, st.buf[st.val_start : p])
+            st.val_start = -1
+        if st.depth < 0:
+            st.depth = 0
+        return event
+
+    def _punctuation(self, st: _ScanState, c: bytes, p: int) -> None:
+        """``:`` and ``,`` between the top-level keys of the object form."""
+        if c == b":":
+            st.key = st.last_str
+            st.val_start = p + 1
+        elif c == b",":
+            if st.val_start >= 0:
+                self._header_value(st.key, st.buf[st.val_start : p])
+            st.val_start = -1
+
+    def _finish(self, st: _ScanState) -> None:
+        """At the end of the data: record a truncation and the partial last event."""
+        end = self.offset + len(st.buf)
+        if st.depth > 0 or st.in_str or self.layout is None:
             self.report.truncated_at = end
-            if elem_start >= 0 and len(self.report.examples) < 5:
+            if st.elem_start >= 0 and len(self.report.examples) < 5:
                 self.report.examples.append(
-                    "partial last event: " + buf[elem_start : elem_start + 80].decode("utf-8", "replace")
+                    "partial last event: "
+                    + st.buf[st.elem_start : st.elem_start + 80].decode("utf-8", "replace")
                 )
-            if self.layout == "object" and (in_events or val_start >= 0 or depth > 0):
+            if self.layout == "object" and (st.in_events or st.val_start >= 0 or st.depth > 0):
                 self.report.header_complete = False
 
     def _header_value(self, key: Optional[bytes], data: bytes) -> None:
