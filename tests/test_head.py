@@ -19,7 +19,7 @@ from conftest import shared_fixtures_dir
 
 from tracefuse_stream.errors import TraceFuseError
 from tracefuse_stream.plan.headers import read_header
-from tracefuse_stream.plan.planner import RankPlan
+from tracefuse_stream.plan.rankplan import RankPlan
 from tracefuse_stream.plan.starts import peek_first_ts
 from tracefuse_stream.read.head import scan_head
 from tracefuse_stream.read.sources import TraceReader

@@ -39,7 +39,7 @@ from tracefuse_stream.align.collectives import (
     pg_count_of,
     scan_collectives,
 )
-from tracefuse_stream.plan.planner import RankPlan
+from tracefuse_stream.plan.rankplan import RankPlan
 from tracefuse_stream.select.filters import EventFilter
 from tracefuse_stream.timeunits import us_to_ns_or_none
 from tracefuse_stream.workers import parallel_map

@@ -12,7 +12,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 from tracefuse_stream.errors import UsageError
 from tracefuse_stream.options import Alignment, TimeWindow
-from tracefuse_stream.plan.planner import RankPlan
+from tracefuse_stream.plan.rankplan import RankPlan
 from tracefuse_stream.workers import parallel_map
 
 Window = Tuple[int, int]

@@ -24,7 +24,7 @@ import orjson
 
 from tracefuse_stream.errors import InputError
 from tracefuse_stream.pipeline.gcpause import cyclic_gc_paused
-from tracefuse_stream.plan.planner import RankPlan
+from tracefuse_stream.plan.rankplan import RankPlan
 from tracefuse_stream.read.readers import BatchedReader, EventReader, ExactReader, Handover, SalvageReader
 from tracefuse_stream.rewrite.args import kept_keys
 from tracefuse_stream.rewrite.kernel import kernel_for

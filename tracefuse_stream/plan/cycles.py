@@ -26,7 +26,7 @@ from tracefuse_stream.listing import SHOWN, bounded, inline
 from tracefuse_stream.plan.ranks import tensorboard_parts
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tracefuse_stream.plan.planner import RankPlan
+    from tracefuse_stream.plan.rankplan import RankPlan
 
 CycleChoice = Union[None, int, str]  # None: only one allowed; N (1-based); "latest"; "all"
 

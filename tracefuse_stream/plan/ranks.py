@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Dict, Hashable, List, Optional, Sequence
 from tracefuse_stream.errors import UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tracefuse_stream.plan.planner import RankPlan
+    from tracefuse_stream.plan.rankplan import RankPlan
 
 RANK_SOURCES = ("distributedInfo", "filename", "order", "explicit")
 # "rank_3", "rank-3", "rank3", "Rank 3", "worker_3", "worker 3"; not inside a word

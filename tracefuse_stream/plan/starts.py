@@ -21,7 +21,7 @@ from tracefuse_stream.read.sources import TraceReader
 from tracefuse_stream.timeunits import TimeCheck, us_to_ns, us_to_ns_or_none
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tracefuse_stream.plan.planner import RankPlan
+    from tracefuse_stream.plan.rankplan import RankPlan
 
 #: ranks whose first events lie further apart than this are named in a warning: one
 #: job's ranks start within minutes (the profiler schedule is per rank, but the steps

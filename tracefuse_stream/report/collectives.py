@@ -25,7 +25,7 @@ from tracefuse_stream.align.collectives import (
     pg_count_of,
     scan_collectives,
 )
-from tracefuse_stream.plan.planner import RankPlan
+from tracefuse_stream.plan.rankplan import RankPlan
 from tracefuse_stream.report.stragglers import Verdict, held_by_rank, judge, rule_text
 from tracefuse_stream.workers import parallel_map
 

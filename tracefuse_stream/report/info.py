@@ -25,7 +25,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from tracefuse_stream.errors import InputError
 from tracefuse_stream.plan.cycles import describe_cycles
-from tracefuse_stream.plan.planner import InputSpec, PlanList, RankPlan, plan_all
+from tracefuse_stream.plan.planner import InputSpec, PlanList, plan_all
+from tracefuse_stream.plan.rankplan import RankPlan
 from tracefuse_stream.read.events import KernelFields, TimedFields, iter_event_batches
 from tracefuse_stream.read.scan import Selection, Tally
 from tracefuse_stream.timeunits import TimeCheck, us_to_ns

@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from tracefuse_stream.align.collectives import COLLECTIVE_SELECTION, CollectiveCollector, RankScan
 from tracefuse_stream.align.ends import DEFAULT_CAP, RankCollectives
 from tracefuse_stream.errors import TraceFuseError
-from tracefuse_stream.plan.planner import RankPlan
+from tracefuse_stream.plan.rankplan import RankPlan
 from tracefuse_stream.report.info import RankInfo, broken_text, scan_rank
 from tracefuse_stream.workers import parallel_map, resolve_jobs
 
