@@ -10,6 +10,7 @@ shortest repr — the number as written in the JSON — goes through Decimal ins
 from __future__ import annotations
 
 import math
+from datetime import datetime, timezone
 from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any, Optional, Union
 
@@ -111,3 +112,14 @@ class TimeCheck:
             if not ((t is dec and dur.is_finite() or t is int) and -self._dur_hi <= dur <= self._dur_hi):
                 return time_problem(dur, "dur")
         return None
+
+
+def iso_utc(ns: Optional[int]) -> str:
+    """``2026-12-01 08:11:31.974163Z`` for epoch nanoseconds (``-`` when unknown)."""
+    if ns is None:
+        return "-"
+    try:
+        dt = datetime.fromtimestamp(ns // 1_000_000_000, tz=timezone.utc)
+    except (OverflowError, OSError, ValueError):  # beyond year 9999 or before 1 AD
+        return f"{ns} ns since the epoch"
+    return dt.strftime("%Y-%m-%d %H:%M:%S.") + f"{(ns // 1000) % 1_000_000:06d}Z"

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from tracefuse_stream.rankset import compress_ranges
+from tracefuse_stream.timeunits import iso_utc
 
 SIZE_WARN_BYTES = 1 << 30
 #: per-rank rows of the text summary (more: the first ones and "... and N more ranks")
@@ -141,7 +142,6 @@ class MergeSummary:
 def window_text(window_ns: Tuple[int, int]) -> str:
     """A ``--steps``/``--window`` window as a person reads it: UTC and its length
     (never raw epoch ns)."""
-    from tracefuse_stream.plan.cycles import iso_utc
 
     lo, hi = window_ns
     return f"{iso_utc(lo)} .. {iso_utc(hi)} ({(hi - lo) / 1e6:,.3f} ms)"

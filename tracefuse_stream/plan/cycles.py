@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, Hashable, List, Optional, Sequence, Union
 
 from tracefuse_stream.errors import UsageError
 from tracefuse_stream.listing import SHOWN, bounded, inline
 from tracefuse_stream.plan.ranks import tensorboard_parts
+from tracefuse_stream.timeunits import iso_utc
 
 if TYPE_CHECKING:  # pragma: no cover
     from tracefuse_stream.plan.rankplan import RankPlan
@@ -50,17 +50,6 @@ class Cycle:
             "start_utc": iso_utc(self.start_ns),
             "files": self.files,
         }
-
-
-def iso_utc(ns: Optional[int]) -> str:
-    """``2026-12-01 08:11:31.974163Z`` for epoch nanoseconds (``-`` when unknown)."""
-    if ns is None:
-        return "-"
-    try:
-        dt = datetime.fromtimestamp(ns // 1_000_000_000, tz=timezone.utc)
-    except (OverflowError, OSError, ValueError):  # beyond year 9999 or before 1 AD
-        return f"{ns} ns since the epoch"
-    return dt.strftime("%Y-%m-%d %H:%M:%S.") + f"{(ns // 1000) % 1_000_000:06d}Z"
 
 
 def parse_cycle(value: Union[str, int, None]) -> CycleChoice:

@@ -22,7 +22,6 @@ from tracefuse_stream.plan.cycles import (
     CycleChoice,
     choose_cycle,
     group_cycles,
-    iso_utc,
     parse_cycle,
     two_runs,
 )
@@ -40,6 +39,7 @@ from tracefuse_stream.rankset import compress_ranges
 from tracefuse_stream.read.discover import OWN_OUTPUT_PROBLEM, Discovery, discover, is_own_output
 from tracefuse_stream.read.head import Head
 from tracefuse_stream.read.sources import TraceReader, detect_compression, input_size
+from tracefuse_stream.timeunits import iso_utc
 
 PathLike = Union[str, "os.PathLike[str]"]
 

@@ -18,7 +18,7 @@ import ijson
 from tracefuse_stream.errors import TraceFuseError
 from tracefuse_stream.read.head import Head
 from tracefuse_stream.read.sources import TraceReader
-from tracefuse_stream.timeunits import TimeCheck, us_to_ns, us_to_ns_or_none
+from tracefuse_stream.timeunits import TimeCheck, iso_utc, us_to_ns, us_to_ns_or_none
 
 if TYPE_CHECKING:  # pragma: no cover
     from tracefuse_stream.plan.rankplan import RankPlan
@@ -72,7 +72,6 @@ def far_apart_warning(plans: Sequence[RankPlan], limit_ns: int = FAR_APART_NS) -
         if t[0] - clusters[-1][-1][0] > limit_ns:
             clusters.append([])
         clusters[-1].append(t)
-    from tracefuse_stream.plan.cycles import iso_utc
     from tracefuse_stream.rankset import compress_ranges
 
     desc = "; ".join(
