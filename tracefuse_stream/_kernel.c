@@ -34,7 +34,7 @@
  *   counted, and with sel.extremes their first ts and last ts + dur (exact, in units
  *   of 1e-9 us) folded into lo/hi. With sel.validate false (--align on a strict merge,
  *   which validates every byte itself right after) the others are only skimmed: see
- *   skim_event.
+ *   skim_event; with extremes too (info's single pass), walked: see walk_event.
  *
  * Both consume whole events from buf[pos:] (need_sep: a "," comes first; at_start:
  * right after the array's "[", where "]" is an empty array) and stop at the first
