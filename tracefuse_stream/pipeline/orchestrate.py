@@ -17,12 +17,12 @@ from typing import Any, Callable, Dict, List, Optional, ParamSpec
 from tracefuse_stream.errors import Interrupted, TerminateSignal, VerifyFailed
 from tracefuse_stream.listing import by_ranks
 from tracefuse_stream.options import MergeOptions
+from tracefuse_stream.pipeline.each_cycle import merge_each_cycle
 from tracefuse_stream.pipeline.outputs import file_meta, head, output_names, rank_groups, tail
 from tracefuse_stream.pipeline.progress import Progress
 from tracefuse_stream.pipeline.sidepasses import apply_alignment, resolve_window
 from tracefuse_stream.pipeline.stream import RankResult, RankTask, stream_rank
 from tracefuse_stream.pipeline.summary import MergeSummary, RankSummary, size_warning
-from tracefuse_stream.plan.cycles import merge_each_cycle
 from tracefuse_stream.plan.planner import (
     InputSpec,
     RankPlan,

@@ -18,11 +18,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, Hashable, List, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Dict, Hashable, List, Optional, Sequence, Union
 
 from tracefuse_stream.errors import UsageError
 from tracefuse_stream.listing import SHOWN, bounded, inline
 from tracefuse_stream.plan.ranks import tensorboard_parts
+from tracefuse_stream.plan.starts import FAR_APART_NS
 from tracefuse_stream.timeunits import iso_utc
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -150,8 +151,6 @@ def two_runs(
     :data:`~tracefuse_stream.plan.starts.FAR_APART_NS` (a day) after the previous one, is
     another run: merging "cycle 2" of that is not what anyone asked for.
     """
-    from tracefuse_stream.plan.starts import FAR_APART_NS
-
     folders: Dict[Hashable, set] = {}
     for p, k in zip(plans, ids):
         folders.setdefault(k, set()).add(os.path.dirname(os.path.abspath(p.path)))
@@ -186,40 +185,3 @@ def two_runs(
         )
         lines += bounded([os.path.abspath(p.path) for p in run], indent="    ")
     return "\n".join(lines + [advice])
-
-
-def cycle_names(output: str, count: int) -> List[str]:
-    """``merged.json.gz`` -> ``merged.cycle1.json.gz``, ... (as ``--split-ranks`` names)."""
-    from tracefuse_stream.pipeline.outputs import tagged_name
-
-    if output == "-":
-        raise UsageError("--cycle all writes one file per cycle and needs a file name for -o, not stdout")
-    return [tagged_name(output, f"cycle{i}") for i in range(1, count + 1)]
-
-
-def merge_each_cycle(merge_one: Callable[..., Any], kwargs: Dict[str, Any], output: str) -> Any:
-    """``--cycle all``: one merge per cycle into ``cycle_names(output)``; the summaries
-    are combined (all ranks of all cycles, warnings prefixed with their cycle)."""
-    from tracefuse_stream.plan.planner import count_cycles
-
-    n = count_cycles(
-        kwargs["inputs"], rank_from=kwargs.get("rank_from", "auto"), salvage=kwargs.get("salvage", False)
-    )
-    names = cycle_names(str(output), n)
-    summaries = [merge_one(output=name, cycle=i, **kwargs) for i, name in enumerate(names, 1)]
-    first = summaries[0]
-    first.warnings[:] = [f"cycle 1: {w}" for w in first.warnings]
-    first.notes[:] = [f"cycle 1: {n}" for n in first.notes]
-    for i, s in enumerate(summaries[1:], 2):
-        first.ranks.extend(s.ranks)
-        first.bytes_in += s.bytes_in
-        first.bytes_out += s.bytes_out
-        first.json_bytes += s.json_bytes
-        first.seconds += s.seconds
-        first.outputs.extend(s.outputs)
-        first.verify_reports.extend(s.verify_reports)
-        first.warnings.extend(f"cycle {i}: {w}" for w in s.warnings)
-        first.notes.extend(f"cycle {i}: {n}" for n in s.notes)
-    first.output = ", ".join(s.output for s in summaries)
-    first.cycles = len(summaries)
-    return first
