@@ -35,14 +35,11 @@ import ijson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tracefuse_stream.exactjson import encode_lines  # noqa: E402
+from tracefuse_stream.exactjson import dumps_exact, encode_lines  # noqa: E402
 from tracefuse_stream.read.batches import EventBatches  # noqa: E402
 from tracefuse_stream.read.discover import discover  # noqa: E402
 from tracefuse_stream.read.sources import TraceReader  # noqa: E402
-from tracefuse_stream.rewrite.rules import (
-    RankRewriter,  # noqa: E402
-    dumps_exact,  # noqa: E402
-)
+from tracefuse_stream.rewrite.rules import RankRewriter  # noqa: E402
 from tracefuse_stream.select.filters import EventFilter  # noqa: E402
 from tracefuse_stream.write.writer import FLUSH_BYTES, PieceWriter  # noqa: E402
 

@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 
 from tracefuse_stream.errors import InputError, OutputError, TerminateSignal
+from tracefuse_stream.exactjson import dumps_exact
 from tracefuse_stream.read.trailer import find_trailer
 from tracefuse_stream.rewrite.labels import rank_metadata
 from tracefuse_stream.rewrite.rules import (
     RankRewriter,
     TimeShifter,
-    dumps_exact,
     original_id,
     output_pid,
     rank_of_pid,
@@ -690,7 +690,7 @@ def test_dumps_exact_lets_an_interruption_through(monkeypatch, exc, ev):
     """Ctrl-C (or the SIGTERM handler) firing inside orjson's ``default=`` callback
     arrives wrapped in JSONEncodeError; it must not be swallowed by the retry for
     big integers (it was: CI saw a SIGINT'd merge finish with exit 0)."""
-    import tracefuse_stream.rewrite.rules as rewrite_mod
+    import tracefuse_stream.exactjson as rewrite_mod
 
     def interrupted(obj):
         raise exc()

@@ -12,8 +12,11 @@ from decimal import Decimal
 from typing import Any
 
 import msgspec
+import orjson
 
 DecodeError = msgspec.DecodeError
+
+FLOAT_EXACT_LIMIT = float(2**43)  # |ts| below this: a double keeps every ns digit
 
 _decoder = msgspec.json.Decoder(float_hook=Decimal)
 _encoder = msgspec.json.Encoder(decimal_format="number")
@@ -34,4 +37,62 @@ def encode_lines(items: Any) -> bytes:
     return _encoder.encode_lines(items)
 
 
-__all__ = ["loads_exact", "dumps_fast", "encode_lines", "DecodeError"]
+def default_number(obj: Any, _decimal: Any = Decimal, _fragment: Any = orjson.Fragment) -> Any:
+    """orjson ``default=``: write Decimals with their original digits (called for
+    every non-integer number, so it is kept minimal; ijson never yields NaN)."""
+    if type(obj) is _decimal and obj.is_finite():
+        return _fragment(str(obj))
+    raise TypeError(f"cannot serialise {obj!r} as strict JSON")
+
+
+def big_ints_to_fragments(obj: Any) -> Any:
+    """Replace integers beyond 64 bits (which orjson refuses) by exact fragments."""
+    if type(obj) is int:
+        if not -(1 << 63) <= obj < (1 << 64):
+            return orjson.Fragment(str(obj).encode())
+        return obj
+    if type(obj) is dict:
+        return {k: big_ints_to_fragments(v) for k, v in obj.items()}
+    if type(obj) is list:
+        return [big_ints_to_fragments(v) for v in obj]
+    return obj
+
+
+def reraise_interruption(err: BaseException) -> None:
+    """Re-raise a Ctrl-C / SIGTERM (``BaseException`` s) that orjson wrapped into ``JSONEncodeError``.
+
+    The signal handler runs wherever Python code is executing, and for most events
+    that is inside ``default_number``; orjson turns whatever ``default=`` raises into
+    its own ``JSONEncodeError`` (the original as ``__cause__``). Without this, a
+    retry or a salvage "skip" would swallow the interruption and the merge would
+    carry on to a normal exit.
+    """
+    cause = err.__cause__
+    if cause is not None and not isinstance(cause, Exception):
+        raise cause
+
+
+def dumps_exact(ev: Any) -> bytes:
+    """Serialise with exact numbers: Decimals and >64-bit ints keep every digit."""
+    try:
+        return orjson.dumps(ev, default=default_number)
+    except orjson.JSONEncodeError as e:
+        reraise_interruption(e)
+    try:
+        return orjson.dumps(big_ints_to_fragments(ev), default=default_number)
+    except orjson.JSONEncodeError as e:
+        reraise_interruption(e)
+        raise
+
+
+__all__ = [
+    "FLOAT_EXACT_LIMIT",
+    "DecodeError",
+    "big_ints_to_fragments",
+    "default_number",
+    "dumps_exact",
+    "dumps_fast",
+    "encode_lines",
+    "loads_exact",
+    "reraise_interruption",
+]

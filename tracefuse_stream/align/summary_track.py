@@ -79,7 +79,7 @@ def _ranks_text(ranks: Sequence[int]) -> str:
 
 def encode(events: Sequence[Dict[str, Any]]) -> bytes:
     """The events as the merged file's ``,\n``-separated JSON."""
-    from tracefuse_stream.rewrite.rules import dumps_exact
+    from tracefuse_stream.exactjson import dumps_exact
 
     return b",\n".join(dumps_exact(e) for e in events)
 

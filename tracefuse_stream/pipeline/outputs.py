@@ -15,9 +15,9 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from tracefuse_stream._version import __version__
 from tracefuse_stream.errors import UsageError
+from tracefuse_stream.exactjson import dumps_exact
 from tracefuse_stream.pipeline.stream import RankResult
 from tracefuse_stream.plan.rankplan import RankPlan
-from tracefuse_stream.rewrite.rules import dumps_exact
 from tracefuse_stream.select.filters import EventFilter
 from tracefuse_stream.write.codecs import ACCEPTED_EXTENSIONS
 

@@ -22,13 +22,12 @@ from typing import Any, Dict, Iterator, List, Optional, Protocol
 import ijson
 
 from tracefuse_stream.errors import ErrorKind, InputError
-from tracefuse_stream.exactjson import dumps_fast, encode_lines
+from tracefuse_stream.exactjson import dumps_exact, dumps_fast, encode_lines
 from tracefuse_stream.read.batches import EventBatches, NotBatchable, RawRewrite
 from tracefuse_stream.read.jsonerrors import describe_json_error
 from tracefuse_stream.read.salvage import Framer, SalvageReport, tolerant_chunks
 from tracefuse_stream.read.sources import TraceReader
 from tracefuse_stream.read.trailer import find_trailer
-from tracefuse_stream.rewrite.rules import dumps_exact
 
 PARSE_BUF = 1 << 18
 Handover = NotBatchable  # "read this rank with the next reader instead"

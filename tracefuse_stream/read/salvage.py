@@ -24,8 +24,8 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import orjson
 
 from tracefuse_stream.errors import InputError
+from tracefuse_stream.exactjson import FLOAT_EXACT_LIMIT
 from tracefuse_stream.read.sources import READ_SIZE, TraceReader
-from tracefuse_stream.rewrite.rules import FLOAT_EXACT_LIMIT
 
 _OUTSIDE = re.compile(rb'["{}\[\],:]')
 _INSIDE = re.compile(rb'["\\]')

@@ -28,8 +28,6 @@ from __future__ import annotations
 from decimal import Context, Decimal, Inexact, InvalidOperation, Overflow
 from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
-import orjson
-
 from tracefuse_stream.errors import ErrorKind, InputError
 
 # the contract's constants, re-exported for the modules that import them from here
@@ -61,7 +59,6 @@ from tracefuse_stream.timeunits import TimeCheck, us_to_ns
 Event = Dict[str, Any]
 
 BAD_TIME_HINT = "use --salvage to drop such events"
-FLOAT_EXACT_LIMIT = float(2**43)  # |ts| below this: a double keeps every ns digit
 
 
 # Exact decimal arithmetic for time shifts: 100 digits hold any timestamp a trace
@@ -423,51 +420,3 @@ def _is_id(v: Any) -> bool:
         return v == int(v) and 0 <= v < ID_LIMIT
     except (ValueError, OverflowError, ArithmeticError):
         return False
-
-
-def default_number(obj: Any, _decimal: Any = Decimal, _fragment: Any = orjson.Fragment) -> Any:
-    """orjson ``default=``: write Decimals with their original digits (called for
-    every non-integer number, so it is kept minimal; ijson never yields NaN)."""
-    if type(obj) is _decimal and obj.is_finite():
-        return _fragment(str(obj))
-    raise TypeError(f"cannot serialise {obj!r} as strict JSON")
-
-
-def big_ints_to_fragments(obj: Any) -> Any:
-    """Replace integers beyond 64 bits (which orjson refuses) by exact fragments."""
-    if type(obj) is int:
-        if not -(1 << 63) <= obj < (1 << 64):
-            return orjson.Fragment(str(obj).encode())
-        return obj
-    if type(obj) is dict:
-        return {k: big_ints_to_fragments(v) for k, v in obj.items()}
-    if type(obj) is list:
-        return [big_ints_to_fragments(v) for v in obj]
-    return obj
-
-
-def reraise_interruption(err: BaseException) -> None:
-    """Re-raise a Ctrl-C / SIGTERM (``BaseException`` s) that orjson wrapped into ``JSONEncodeError``.
-
-    The signal handler runs wherever Python code is executing, and for most events
-    that is inside ``default_number``; orjson turns whatever ``default=`` raises into
-    its own ``JSONEncodeError`` (the original as ``__cause__``). Without this, a
-    retry or a salvage "skip" would swallow the interruption and the merge would
-    carry on to a normal exit.
-    """
-    cause = err.__cause__
-    if cause is not None and not isinstance(cause, Exception):
-        raise cause
-
-
-def dumps_exact(ev: Any) -> bytes:
-    """Serialise with exact numbers: Decimals and >64-bit ints keep every digit."""
-    try:
-        return orjson.dumps(ev, default=default_number)
-    except orjson.JSONEncodeError as e:
-        reraise_interruption(e)
-    try:
-        return orjson.dumps(big_ints_to_fragments(ev), default=default_number)
-    except orjson.JSONEncodeError as e:
-        reraise_interruption(e)
-        raise
