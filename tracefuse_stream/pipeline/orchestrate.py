@@ -31,6 +31,7 @@ from tracefuse_stream.plan.planner import (
     input_warnings,
     plan_inputs,
 )
+from tracefuse_stream.report.summary_track import write_summaries
 from tracefuse_stream.report.viewer import ViewerCounts, estimate_viewer_bytes, largest
 from tracefuse_stream.select.filters import EventFilter
 from tracefuse_stream.workers import resolve_jobs, run_in_order, usable_cores
@@ -259,8 +260,6 @@ def _write_files(
         for s in sinks:
             s.begin(base_ns)
         if links is not None:  # --link-collectives: the "Collectives" summary process first
-            from tracefuse_stream.align.summary_track import write_summaries
-
             links.summary_notes = write_summaries(sinks, links, base_ns)
         group_of = {p.rank: gi for gi, g in enumerate(groups) for p in g}
         tasks = [

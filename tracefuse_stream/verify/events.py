@@ -13,7 +13,7 @@ from decimal import Decimal
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from tracefuse_stream.align.links import is_collective_link
-from tracefuse_stream.align.summary_track import is_summary_event
+from tracefuse_stream.report.summary_track import is_summary_event
 from tracefuse_stream.rewrite.rules import FLOW_PHASES, PID_STRIDE, rank_of_pid
 from tracefuse_stream.timeunits import us_to_ns_or_none
 from tracefuse_stream.verify.digest import MASK64, Digest, hashable, tuple_hashes

@@ -26,10 +26,15 @@ member per rank; the note says so).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-if TYPE_CHECKING:  # the verifier imports is_summary_event: keep this module light
-    from tracefuse_stream.align.collectives import Instance
+from tracefuse_stream.align.collectives import Instance
+from tracefuse_stream.align.links import _us as exact_us
+from tracefuse_stream.exactjson import dumps_exact
+from tracefuse_stream.rankset import compress_ranges
+from tracefuse_stream.report.stragglers import held_ns
+from tracefuse_stream.write.codecs import PieceWriter
+from tracefuse_stream.write.sinks import JsonSink
 
 SUMMARY_PID = 1
 SUMMARY_ARG = "collectives_summary"
@@ -50,8 +55,6 @@ def is_summary_event(ev: Dict[str, Any]) -> bool:
 
 def slice_name(inst: Instance) -> str:
     """``all_reduce #12 · last: rank 5 (+201.0 ms)``."""
-    from tracefuse_stream.report.stragglers import held_ns
-
     name = inst.name
     for p in _PREFIXES:
         if name.startswith(p):
@@ -61,8 +64,6 @@ def slice_name(inst: Instance) -> str:
 
 
 def _us(ns: int) -> Any:
-    from tracefuse_stream.align.links import _us as exact_us
-
     return exact_us(ns)
 
 
@@ -72,15 +73,11 @@ def _meta(name: str, tid: int, args: Dict[str, Any], ts: Any) -> Dict[str, Any]:
 
 
 def _ranks_text(ranks: Sequence[int]) -> str:
-    from tracefuse_stream.rankset import compress_ranges
-
     return compress_ranges(sorted(ranks))
 
 
 def encode(events: Sequence[Dict[str, Any]]) -> bytes:
     """The events as the merged file's ``,\n``-separated JSON."""
-    from tracefuse_stream.exactjson import dumps_exact
-
     return b",\n".join(dumps_exact(e) for e in events)
 
 
@@ -135,9 +132,6 @@ def write_summaries(sinks: Sequence[Any], plan: Any, base_ns: int) -> List[str]:
     """Put each output file's summary process first in it (right after the head), for
     the instances ``plan`` (a :class:`~tracefuse_stream.align.links.LinkPlan`) linked
     in that file; notes for the merge summary."""
-    from tracefuse_stream.write.codecs import PieceWriter
-    from tracefuse_stream.write.sinks import JsonSink
-
     notes = []
     steps = plan.table.steps if plan.table is not None else {}
     for gi, sink in enumerate(sinks):
