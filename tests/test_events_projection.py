@@ -67,8 +67,8 @@ def test_side_passes_read_bare_array_traces(tmp_path):
     """Issue 11: `--steps`, `info` and `--align` used to see nothing in a bare
     ``[...]`` trace. The bare-array copy of a real recorded rank (its own events, the
     same file otherwise) gives the same steps, span and events."""
+    from tracefuse_stream.plan.extent import scan_rank
     from tracefuse_stream.plan.planner import plan_inputs
-    from tracefuse_stream.report.info import scan_rank
     from tracefuse_stream.select.window import list_steps
 
     src = sorted((RECORDED / "ddp4").glob("*.json.gz"))[0]

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, List, Optional, Sequence
 import ijson
 
 from tracefuse_stream.errors import TraceFuseError
+from tracefuse_stream.plan.extent import scan_rank
 from tracefuse_stream.read.head import Head
 from tracefuse_stream.read.sources import TraceReader
 from tracefuse_stream.timeunits import TimeCheck, iso_utc, us_to_ns, us_to_ns_or_none
@@ -99,8 +100,6 @@ def first_event_ns(plan: RankPlan) -> Optional[int]:
     from a full pass: the fast counting scan, or -- when that cannot read the file and
     salvage could -- the salvage reader, keeping only usable times (timeunits'
     malformed-number rule), so a damaged rank starts where its salvaged merge does."""
-    from tracefuse_stream.report.info import scan_rank
-
     if not plan.needs_salvage:
         try:
             return scan_rank(plan).first_ns

@@ -20,8 +20,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from tracefuse_stream.align.collectives import COLLECTIVE_SELECTION, CollectiveCollector, RankScan
 from tracefuse_stream.align.ends import DEFAULT_CAP, RankCollectives
 from tracefuse_stream.errors import TraceFuseError
+from tracefuse_stream.plan.extent import RankInfo, scan_rank
 from tracefuse_stream.plan.rankplan import RankPlan
-from tracefuse_stream.report.info import RankInfo, broken_text, scan_rank
+from tracefuse_stream.report.info import broken_text
 from tracefuse_stream.workers import parallel_map, resolve_jobs
 
 SECTIONS = ("steps", "collectives", "align")
