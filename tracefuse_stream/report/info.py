@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from tracefuse_stream.errors import InputError
 from tracefuse_stream.plan.cycles import describe_cycles
 from tracefuse_stream.plan.extent import RankInfo
 from tracefuse_stream.plan.planner import InputSpec, PlanList, plan_all
 from tracefuse_stream.plan.rankplan import RankPlan
+from tracefuse_stream.report.onepass import broken_text, scan_files
 from tracefuse_stream.timeunits import iso_utc
 
 
@@ -73,8 +73,6 @@ def collect_info(
     keeps what those need (report/onepass.py), appended to ``scans_out`` in the order of
     the readable plans; ``jobs`` > 1: files are scanned in worker processes.
     """
-    from tracefuse_stream.report.onepass import scan_files
-
     plans = plan_all(inputs, rank_from=rank_from, ranks=ranks, every_cycle=True, keep_going=True)
     plans.broken[:] = [(path, broken_text(e)) for path, e in plans.broken]
     rows: List[RankInfo] = []
@@ -113,13 +111,3 @@ def collect_info(
 #: rank -> estimated clock offset), ``collectives`` (--collectives: the latest cycle's
 #: table) and ``collectives_by_cycle`` (--collectives with several cycles: cycle -> table).
 INFO_JSON_KEYS = ("ranks", "cycles", "steps", "align", "collectives", "collectives_by_cycle")
-
-
-def broken_text(e: Any) -> str:
-    """What is wrong with a file, without its path (the line names it) and without a
-    ``--salvage`` hint (``info`` has no such option)."""
-    if isinstance(e, InputError):
-        where = f" (at event #{e.event_index})" if e.event_index is not None else ""
-        where = f" (at byte {e.offset})" if e.offset is not None and not where else where
-        return f"{e.problem}{where}"
-    return str(e)

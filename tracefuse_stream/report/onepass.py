@@ -19,14 +19,23 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from tracefuse_stream.align.collectives import COLLECTIVE_SELECTION, CollectiveCollector, RankScan
 from tracefuse_stream.align.ends import DEFAULT_CAP, RankCollectives
-from tracefuse_stream.errors import TraceFuseError
+from tracefuse_stream.errors import InputError, TraceFuseError
 from tracefuse_stream.plan.extent import RankInfo, scan_rank
 from tracefuse_stream.plan.rankplan import RankPlan
-from tracefuse_stream.report.info import broken_text
 from tracefuse_stream.workers import parallel_map, resolve_jobs
 
 SECTIONS = ("steps", "collectives", "align")
 INFO_SELECTION = dataclasses.replace(COLLECTIVE_SELECTION, extremes=True, validate=False)
+
+
+def broken_text(e: Any) -> str:
+    """What is wrong with a file, without its path (the line names it) and without a
+    ``--salvage`` hint (``info`` has no such option)."""
+    if isinstance(e, InputError):
+        where = f" (at event #{e.event_index})" if e.event_index is not None else ""
+        where = f" (at byte {e.offset})" if e.offset is not None and not where else where
+        return f"{e.problem}{where}"
+    return str(e)
 
 
 @dataclass
