@@ -507,6 +507,39 @@ def check_rank_section(
     }
 
 
+#: the output base rule of docs/OUTPUT_FORMAT.md ("Timestamps"), written out again
+BASE_LEAD_NS, BASE_FLOOR_NS, SMALL_TS_NS = 10 * 10**9, 10**6, 2**32 * 1000
+
+
+def expected_output_base(ins: Dict[int, Any], bases: Dict[int, Optional[int]], **flt: Any) -> int:
+    """B: the smallest base of the ranks with events when their first events sit less
+    than 2**32 us after it, else the earliest rank's first timed event (file order)
+    minus 10 s, floored to a whole ms; lowered to the earliest written event (floored)
+    when one lies before that; never negative."""
+    zeros, starts, written = [], [], []
+    for r, t in ins.items():
+        evs = events_of(t)
+        zero = bases[r] or 0
+        timed = [e for e in evs if e.get("ph") != "M" and type(e.get("ts")) in (int, Decimal)]
+        if bases[r] is not None or timed:
+            zeros.append(zero)
+        if timed:
+            starts.append(zero + int(timed[0]["ts"] * 1000))
+        kept_evs = [e for e in timed if kept(e, **flt)]
+        pids = {e.get("pid") for e in kept_evs}
+        written += [zero + int(e["ts"] * 1000) for e in kept_evs]
+        written += [zero + int(e["ts"] * 1000) for e in evs if e.get("ph") == "M" and e.get("pid") in pids
+                    and type(e.get("ts")) in (int, Decimal)]  # fmt: skip
+    base = min(zeros, default=0)
+    if starts and not 0 <= min(starts) - base < SMALL_TS_NS:
+        lead = min(starts) - BASE_LEAD_NS
+        base = lead - lead % BASE_FLOOR_NS
+    base = max(base, 0)
+    if base > 0 and written and min(written) < base:
+        base = max(0, min(written) - min(written) % BASE_FLOOR_NS)
+    return base
+
+
 def check_merge(out: Dict[str, Any], inputs: Dict[int, Any], **flt: Any) -> Dict[int, Dict[str, Any]]:
     """Check a whole merged trace (parsed with ``exact=True``) against ``{rank: input
     path}``: sections, bases, every event, metadata, header, global uniqueness."""
@@ -514,7 +547,7 @@ def check_merge(out: Dict[str, Any], inputs: Dict[int, Any], **flt: Any) -> Dict
     tf = out["tracefuse"]
     ins = {r: cached_input(p, exact=True) for r, p in inputs.items()}
     bases = {r: (t.get("baseTimeNanoseconds") if isinstance(t, dict) else None) for r, t in ins.items()}
-    B = min((b or 0) for b in bases.values())
+    B = expected_output_base(ins, bases, **flt)
     assert out["baseTimeNanoseconds"] == B and type(out["baseTimeNanoseconds"]) is int
     assert tf["base_time_ns"] == B
     assert tf["ranks_merged"] == sorted(inputs)
@@ -722,6 +755,7 @@ H = SimpleNamespace(
     norm=norm,
     check_rank_section=check_rank_section,
     check_merge=check_merge,
+    expected_output_base=expected_output_base,
     by_rank=by_rank,
     recorded=recorded,
     require_shared=require_shared,

@@ -104,8 +104,9 @@ def test_one_host_job_moves_no_rank(tmp_path):
         d["host_name"] = "nodeA"
         Path(p).write_bytes(orjson.dumps(d))
     out = load_output(merge(paths, str(tmp_path / "m.json"), align="collectives").outputs[0], exact=True)
+    B = out["baseTimeNanoseconds"]  # every rank moves by its base's distance to B, nothing more
     for r, info in out["tracefuse"]["ranks"].items():
-        assert abs(info["shift_ns"]) <= TOL_NS, (r, info["align"])
+        assert abs(info["shift_ns"] - (info["base_time_ns"] - B)) <= TOL_NS, (r, info["align"])
 
 
 def test_gloo_job_gets_no_offset_and_says_why(ddp4_job, tmp_path):
@@ -114,8 +115,9 @@ def test_gloo_job_gets_no_offset_and_says_why(ddp4_job, tmp_path):
         merge([str(f) for f in files], str(tmp_path / "g.json"), align="collectives").outputs[0]
     )
     assert sorted(out["tracefuse"]["ranks"]) == ["0", "1", "2", "3"]
+    B = out["baseTimeNanoseconds"]
     for _r, info in out["tracefuse"]["ranks"].items():
-        assert info["shift_ns"] == 0 and not info["align"]["applied"]
+        assert info["shift_ns"] == info["base_time_ns"] - B and not info["align"]["applied"]
         assert "no GPU collective" in info["align"]["reason"]
 
 

@@ -258,11 +258,15 @@ def load_out(out: Path) -> Dict[str, Any]:
 
 
 def rank_events(out: Dict[str, Any], rank: int) -> List[Dict[str, Any]]:
-    return [e for e in out["traceEvents"] if e["args"]["rank"] == rank and e.get("ph") != "M"]
+    """The rank's events, with the ts the input had (the output base sits just before
+    the first event: every ts moves by the rank's exact shift_ns, undone here)."""
+    shift = Decimal(out["tracefuse"]["ranks"][str(rank)]["shift_ns"]).scaleb(-3)
+    evs = [e for e in out["traceEvents"] if e["args"]["rank"] == rank and e.get("ph") != "M"]
+    return [dict(e, ts=e["ts"] - shift) if shift and "ts" in e else e for e in evs]
 
 
 def sig(ev: Dict[str, Any]) -> Tuple[Any, ...]:
-    """What identifies an event through the rewrite of a rank with shift 0."""
+    """What identifies an event through the rewrite (ts as in the input)."""
     return (ev.get("ph"), ev.get("cat"), ev.get("name"), ev.get("ts"), ev.get("dur"))
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import pytest
-from conftest import REPO, is_meta, load_input, load_output, shared_fixtures_dir
+from conftest import REPO, expected_output_base, is_meta, load_input, load_output, shared_fixtures_dir
 
 from tracefuse_stream import TraceFuse
 from tracefuse_stream.compat import default_filter_fn
@@ -75,7 +75,9 @@ def test_merge_in_memory_equals_file_merge(tmp_path: Path, source: str) -> None:
     assert len(_non_meta(events)) == want
     trace = fuser.merge_trace()
     assert trace["traceEvents"] == events
-    assert trace["baseTimeNanoseconds"] == min(load_input(f)["baseTimeNanoseconds"] for f in files)
+    ins = {r: load_input(f, exact=True) for r, f in enumerate(files)}
+    bases = {r: t["baseTimeNanoseconds"] for r, t in ins.items()}
+    assert trace["baseTimeNanoseconds"] == expected_output_base(ins, bases)  # just before the first event
 
 
 @pytest.mark.parametrize("filter_fn", [None, _no_instants])

@@ -180,12 +180,14 @@ def test_clock_correction_of_epoch_traces_never_gives_a_negative_base(tmp_path, 
     out = tmp_path / "m.json"
     s = merge([str(p) for p in paths], str(out), clock_offsets=str(offsets))
     o = json.loads(out.read_bytes(), parse_float=Decimal)
-    assert o["baseTimeNanoseconds"] == s.base_time_ns == 0
+    B = o["baseTimeNanoseconds"]  # a whole ms just before the first (corrected) event, not 0
+    assert B == s.base_time_ns and B > 0 and B % 1_000_000 == 0
     shifts = {r.rank: r.shift_ns for r in s.ranks}
-    assert shifts == {0: -5_000_000, 1: 0}
+    assert shifts == {0: -5_000_000 - B, 1: -B}
     src = {r: json.loads(paths[r].read_bytes(), parse_float=Decimal)["traceEvents"] for r in (0, 1)}
     got = [e for e in o["traceEvents"] if e["ph"] == "X" and e["args"]["rank"] == 0]
     want = [e for e in src[0] if e["ph"] == "X"]
     assert len(got) == len(want) > 0
     for g, w in zip(got, want):
-        assert g["ts"] * 1000 == w["ts"] * 1000 - 5_000_000  # exact ns, moved 5 ms earlier
+        assert B + g["ts"] * 1000 == w["ts"] * 1000 - 5_000_000  # exact ns, moved 5 ms earlier
+    assert min(e["ts"] for e in o["traceEvents"] if "ts" in e) >= 0

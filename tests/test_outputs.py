@@ -82,14 +82,25 @@ def test_stdout_into_head_ends_quietly(tmp_path: Path) -> None:
     """A reader that closes the pipe early: no message, exit 141 (128 + SIGPIPE, what
     the shell reports for cat), no temporary file or fragment directory left."""
     full = tmp_path / "full.json"
-    assert run_cli("merge", SAMPLE, "-o", full, "-q").returncode == 0
+    assert run_cli("merge", SAMPLE, "-o", full, "-q", "--include-pyfunc").returncode == 0
     assert full.stat().st_size > 1 << 20  # far more than a pipe buffer: the write must hit EPIPE
     tmpdir = tmp_path / "tmp"
     tmpdir.mkdir()
     for jobs in ("1", "2"):
         env = dict(os.environ, TMPDIR=str(tmpdir))
         p = subprocess.Popen(
-            [sys.executable, "-m", "tracefuse_stream", "merge", str(SAMPLE), "-o", "-", "-j", jobs],
+            [
+                sys.executable,
+                "-m",
+                "tracefuse_stream",
+                "merge",
+                str(SAMPLE),
+                "-o",
+                "-",
+                "-j",
+                jobs,
+                "--include-pyfunc",
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=env,

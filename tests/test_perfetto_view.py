@@ -26,6 +26,7 @@ one default merge of the fixture job checks the python_function drop is the only
 from __future__ import annotations
 
 import json
+import math
 from decimal import Decimal
 from pathlib import Path
 from typing import Dict, List, Sequence
@@ -84,8 +85,15 @@ def check_perfetto_view(judge: str, merged_path: Path, merged: Dict, *, no_pyfun
     if no_pyfunc:  # dropping slices can only remove overlap errors, never add any
         want = summed_error_stats(ins)
         assert all(m.error_stats[k] <= want.get(k, 0) for k in m.error_stats), (m.error_stats, want)
-    else:
-        assert m.error_stats == summed_error_stats(ins)
+    else:  # the same errors, but overlaps only where the inputs really have them: the
+        # merge writes small ts (a double at epoch scale turns abutting slices into
+        # overlaps when an input is loaded alone; issue 21), so it may have fewer
+        want = summed_error_stats(ins)
+        spill = "slice_spill_overlapping_complete_event"
+        assert {k: v for k, v in m.error_stats.items() if k != spill} == {
+            k: v for k, v in want.items() if k != spill
+        }, (m.error_stats, want)
+        assert m.error_stats.get(spill, 0) <= want.get(spill, 0), (m.error_stats, want)
 
     want_slices = {
         r: sum((v.slices_no_pyfunc_by_upid if no_pyfunc else v.slices_by_upid).values())
@@ -107,8 +115,13 @@ def check_perfetto_view(judge: str, merged_path: Path, merged: Dict, *, no_pyfun
     out_base = _base(merged)
     first_in = {r: bases[r] + v.first_ts() for r, v in inputs.items() if v.first_ts() is not None}
     first_out = {r: out_base + ts for r, ts in m.first_ts_by_rank().items()}
-    if not no_pyfunc:
-        assert first_out == first_in
+    if not no_pyfunc:  # exact, up to what a double held of each input loaded alone
+        assert first_out.keys() == first_in.keys()
+        for r, v in inputs.items():
+            if r in first_in:
+                alone_us = abs(v.first_ts() or 0) / 1000  # the input's own ts, as Perfetto read it
+                ulp_ns = max(1, math.ulp(alone_us) * 1000)
+                assert abs(first_out[r] - first_in[r]) <= ulp_ns, (r, first_out[r], first_in[r])
     assert len(m.machines) == 1
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 import zstandard
-from conftest import read_bytes
+from conftest import expected_output_base, read_bytes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -220,9 +220,10 @@ def test_random_valid_runs_merge_with_all_invariants(run, out_ext):
         o = read_output(out)
     bases = [tr["base"] or 0 for tr in run]
     # a rank without a base and without a timed event has nothing to place: it does not
-    # decide the output base (it would force B = 0, epoch, on the others)
-    deciding = [tr["base"] or 0 for tr in run if tr["base"] is not None or tr["facts"]]
-    B = min(deciding) if deciding else 0
+    # decide the output base (it would force B = 0, epoch, on the others); B sits just
+    # before the first event (conftest.expected_output_base: the rule, written again)
+    ins = {r: parse_exact(tr["text"]) for r, tr in enumerate(run)}
+    B = expected_output_base(ins, {r: tr["base"] for r, tr in enumerate(run)})
     assert o["baseTimeNanoseconds"] == B
     pid_owner: Dict[int, int] = {}
     flow_owner: Dict[Any, int] = {}
@@ -381,9 +382,9 @@ def test_relative_ts_beyond_2_43_us_keeps_every_digit():
         merge([str(d / "r0.json"), str(d / "r1.json")], str(out), jobs=1, rank_from="order")
         o = read_output(out)
     B = o["baseTimeNanoseconds"]
-    assert B == base0 - move_us * 1000
-    ins = {0: parse_exact(text)["traceEvents"], 1: parse_exact(t1)["traceEvents"]}
     bases = {0: base0, 1: base0 - move_us * 1000}
+    assert B == expected_output_base({0: parse_exact(text), 1: parse_exact(t1)}, bases)
+    ins = {0: parse_exact(text)["traceEvents"], 1: parse_exact(t1)["traceEvents"]}
     for r in (0, 1):
         got = [e for e in o["traceEvents"] if e["args"]["rank"] == r and e.get("ph") != "M"]
         exp = [e for e in ins[r] if e.get("ph") != "M" and e.get("cat") != "python_function"]

@@ -44,7 +44,6 @@ class RankAlignment:
             "method": self.method,
             "host": self.host,
             "offset_ns": self.offset_ns,
-            "offset_us": self.offset_ns / 1000.0,
             "estimate_ns": self.estimate_ns,
             "matched": self.matched,
             "spread_us": round(self.spread_us, 3),

@@ -26,11 +26,11 @@ from tracefuse_stream.pipeline.summary import MergeSummary, RankSummary, size_wa
 from tracefuse_stream.plan.planner import (
     InputSpec,
     RankPlan,
-    clamp_output_base,
     input_notes,
     input_warnings,
     plan_inputs,
 )
+from tracefuse_stream.plan.starts import EarlyEvents, check_early, output_base
 from tracefuse_stream.report.summary_track import write_summaries
 from tracefuse_stream.report.viewer import ViewerCounts, estimate_viewer_bytes, largest
 from tracefuse_stream.select.filters import EventFilter
@@ -137,8 +137,7 @@ def _merge(inputs: InputSpec, output: str, opts: MergeOptions) -> MergeSummary:
     n_jobs = resolve_jobs(ex.jobs, len(plans))
     plans, notes = apply_alignment(plans, opts.alignment, n_jobs, salvage=ex.salvage)
     flt = _event_filter(opts, resolve_window(plans, opts.window, n_jobs, salvage=ex.salvage))
-    base_ns = min(((p.base_time_ns or 0) + p.align_offset_ns - p.shift_ns for p in plans), default=0)
-    plans, base_ns = clamp_output_base(plans, base_ns)
+    plans, base_ns = output_base(plans)
     groups = rank_groups(plans, out_opts.split_ranks)
     split = bool(out_opts.split_ranks)
     names = output_names(output, groups, split)
@@ -148,7 +147,12 @@ def _merge(inputs: InputSpec, output: str, opts: MergeOptions) -> MergeSummary:
 
         links = plan_links(plans, flt, groups, n_jobs)
         notes.extend(links.notes())
-    results, sinks = _write_files(plans, groups, names, split, codec, flt, base_ns, opts, n_jobs, links)
+    try:
+        results, sinks = _write_files(plans, groups, names, split, codec, flt, base_ns, opts, n_jobs, links)
+    except EarlyEvents as e:  # events before the chosen base: again, from the earliest one
+        plans, base_ns = output_base(plans, earliest_ns=e.earliest_ns)
+        groups = rank_groups(plans, out_opts.split_ranks)
+        results, sinks = _write_files(plans, groups, names, split, codec, flt, base_ns, opts, n_jobs, links)
     for r in results:
         warnings.extend(r.warnings)
     notes.extend(by_ranks((r.rank, n) for r in results for n in r.notes))  # "ranks 0-7: ..." once
@@ -285,6 +289,8 @@ def _write_files(
                 except OSError:
                     pass
             results.append(res)
+        if not dry_run:
+            check_early(results, base_ns, retry=names[0] != "-" and not is_special_file(names[0]))
         by_rank: Dict[int, RankResult] = {r.rank: r for r in results}
         for gi, g in enumerate(groups):
             sinks[gi].end(file_meta(base_ns, g, gi, names, split, flt, by_rank))

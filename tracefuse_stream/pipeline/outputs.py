@@ -10,6 +10,7 @@ on the same base; their names derive from ``-o``.
 from __future__ import annotations
 
 import os
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -79,7 +80,7 @@ def rank_header(plan: RankPlan, res: RankResult) -> Dict[str, Any]:
         "layout": plan.layout,
         "base_time_ns": plan.base_time_ns,
         "shift_ns": plan.shift_ns,
-        "shift_us": plan.shift_ns / 1000,
+        "shift_us": Decimal(plan.shift_ns).scaleb(-3),  # exact, as shift_ns (never a float)
         "align": plan.align,
         "header": res.header,
         "pids": res.pid_map,

@@ -33,8 +33,8 @@ def apply_alignment(
     fails on invalid JSON), so the collective scan need not validate; with it, the
     scan stops where the merge's salvage will, as in the Python path.
 
-    Returns the new plans and notes for the summary. Shifts are renormalised so that
-    no rank is shifted before the output base (no negative ts).
+    Returns the new plans and notes for the summary; the output base and the shifts
+    that include the offsets are chosen afterwards (plan/starts.output_base).
     """
     from tracefuse_stream.align.clock import (
         estimate_offsets,
@@ -59,11 +59,7 @@ def apply_alignment(
             continue
         offset = a.offset_ns if a.applied else 0
         out.append(p.replaced(align=a.to_header(), align_offset_ns=offset, shift_ns=p.shift_ns + offset))
-    notes = []
-    low = min(p.shift_ns for p in out)
-    if low < 0:
-        out = [p.replaced(shift_ns=p.shift_ns - low) for p in out]
-        notes.append(f"alignment moved a rank before the common base; output base lowered by {-low} ns")
+    notes = []  # the output base and every shift follow from the offsets (plan/starts.output_base)
     notes.append("clock alignment:\n" + format_alignment_table(alignments))
     return out, notes
 

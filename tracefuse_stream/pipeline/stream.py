@@ -68,6 +68,7 @@ class RankResult:
     seconds: float
     salvage: Optional[Dict[str, Any]] = None
     warnings: List[str] = field(default_factory=list)
+    early_ts: Any = None  # the earliest written ts below 0 (us; see plan/starts.output_base)
     notes: List[str] = field(default_factory=list)  # facts, not problems (summary "note:" lines)
 
 
@@ -290,6 +291,7 @@ def _drive(
         json_bytes_in=reader.json_bytes(),
         seconds=time.perf_counter() - t0,
         salvage=_salvage_record(plan, reader, sink, strict_error),
+        early_ts=rw.early_ts,
         warnings=list(reader.notes) + (linker.warnings(plan.path) if linker is not None else []),
         notes=[SPAN_DROPPED_NOTE] if rw.spans_dropped else [],
     )

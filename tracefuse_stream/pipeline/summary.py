@@ -95,14 +95,17 @@ class MergeSummary:
 
     def format_text(self) -> str:
         lines = [
-            f"{'rank':>6} {'events in':>12} {'events out':>12} {'dropped':>10} {'shift us':>14}  file",
+            f"{'rank':>6} {'events in':>12} {'events out':>12} {'dropped':>10} {'moved us':>14}  file",
         ]
+        # every rank's ts move by its exact shift_ns (--json-summary, the header); the table
+        # shows how far each moved against the others: base differences, clock corrections
+        least = min((r.shift_ns for r in self.ranks), default=0)
         shown = self.ranks if len(self.ranks) <= TABLE_ROWS + 1 else self.ranks[:TABLE_ROWS]
         for r in shown:
             extra = f"  [salvaged: {r.salvage.get('summary')}]" if r.salvage else ""
             lines.append(
                 f"{r.rank:>6} {r.events_in:>12,} {r.events_out:>12,} {r.dropped:>10,} "
-                f"{r.shift_ns / 1000:>14,.3f}  {r.path}{extra}"
+                f"{(r.shift_ns - least) / 1000:>14,.3f}  {r.path}{extra}"
             )
         if len(shown) < len(self.ranks):
             salvaged = [r.rank for r in self.ranks[len(shown) :] if r.salvage]

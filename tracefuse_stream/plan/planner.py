@@ -316,6 +316,7 @@ def plan_all(
                 raise InputError(str(path), "not a regular file", kind=ErrorKind.UNREADABLE)
             p = _plan_candidates(found, salvage, False, out)[0]
             p.position, p.rank, p.rank_source = pos, r, "explicit"
+            peek_first_ts(p, found.candidates[0].head)  # when it starts: the output base needs it
             plans.append(p)
         groups = [Cycle(1, None, plans)]
     else:

@@ -11,18 +11,33 @@ for all three and costs only the start of each file: the read stops there.
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple
 
 import ijson
 
-from tracefuse_stream.errors import TraceFuseError
+from tracefuse_stream.errors import OutputError, TraceFuseError
 from tracefuse_stream.plan.extent import scan_rank
 from tracefuse_stream.read.head import Head
 from tracefuse_stream.read.sources import TraceReader
-from tracefuse_stream.timeunits import TimeCheck, iso_utc, us_to_ns, us_to_ns_or_none
+from tracefuse_stream.timeunits import TimeCheck, iso_utc, time_problem, us_to_ns
 
 if TYPE_CHECKING:  # pragma: no cover
     from tracefuse_stream.plan.rankplan import RankPlan
+
+#: The output base B: every written ``ts`` is ``(abs_ns - B) / 1000`` us. Perfetto reads
+#: ``ts`` as a double, which resolves 0.25 us at epoch scale (abutting slices turn into
+#: overlaps) and every nanosecond below ~2**39 us: B must sit just before the earliest
+#: event. The ranks' first events in file order are known from the planning pass; the
+#: earliest event is not (Kineto writes the profiler's own span, which starts first, at
+#: the end), so B leaves this lead before the earliest first event, floored to a whole
+#: millisecond. A rank whose events reach further back is found while writing (its
+#: ``ts`` would be negative, which Perfetto drops) and the merge is written again from
+#: the earliest written event (pipeline/orchestrate).
+BASE_LEAD_NS = 10 * 10**9
+BASE_FLOOR_NS = 10**6
+#: ranks whose base already puts their first events below this keep it as B (``ts``
+#: exactly as in the inputs): every nanosecond survives a double there
+SMALL_TS_NS = 2**32 * 1000
 
 #: ranks whose first events lie further apart than this are named in a warning: one
 #: job's ranks start within minutes (the profiler schedule is per rank, but the steps
@@ -59,8 +74,9 @@ def peek_first_ts(plan: RankPlan, head: Optional[Head] = None) -> None:
 
 def set_start(plan: RankPlan) -> None:
     """``plan.start_ns``: absolute epoch ns of the first timed event (base known)."""
-    ns = us_to_ns_or_none(plan.first_ts)
-    plan.start_ns = None if ns is None else (plan.base_time_ns or 0) + ns
+    base = plan.base_time_ns or 0
+    usable = plan.first_ts is not None and time_problem(plan.first_ts, "ts", base) is None
+    plan.start_ns = base + us_to_ns(plan.first_ts) if usable else None
 
 
 def far_apart_warning(plans: Sequence[RankPlan], limit_ns: int = FAR_APART_NS) -> List[str]:
@@ -125,3 +141,58 @@ def _salvaged_first_ns(plan: RankPlan) -> Optional[int]:
     finally:
         reader.close()
     return None if lo is None else base + us_to_ns(lo)
+
+
+def rank_zero_ns(plan: RankPlan) -> int:
+    """The absolute ns the rank's ``ts`` 0 stands for: its base plus any clock correction."""
+    return (plan.base_time_ns or 0) + plan.align_offset_ns
+
+
+def output_base(plans: Sequence[RankPlan], earliest_ns: Optional[int] = None) -> Tuple[List[RankPlan], int]:
+    """Choose the output base B and give every rank its exact shift ``zero_r - B``.
+
+    B is the smallest base of the ranks that have events (a rank without events and
+    without a base -- a killed rank salvaged -- has nothing to place and never moves
+    the others) when that keeps the first events' ``ts`` small (< 2**32 us); otherwise
+    (epoch-``ts`` traces without a base, Kineto's bases up to 91 days back) the earliest
+    first event minus :data:`BASE_LEAD_NS`, floored to a whole millisecond.
+    ``earliest_ns``: the earliest event the writing found (a second pass), floored
+    alone. B is never negative. Returns the new plans and B.
+    """
+    zeros = [rank_zero_ns(p) for p in plans if p.base_time_ns is not None or not p.empty]
+    starts = [p.start_ns + p.align_offset_ns for p in plans if p.start_ns is not None and not p.empty]
+    base = min(zeros, default=0)
+    if earliest_ns is not None:  # every event at or after it: nothing else is earlier
+        base = earliest_ns - earliest_ns % BASE_FLOOR_NS
+    elif starts and not 0 <= min(starts) - base < SMALL_TS_NS:
+        lead = min(starts) - BASE_LEAD_NS
+        base = lead - lead % BASE_FLOOR_NS
+    base = max(base, 0)
+    return [p.replaced(shift_ns=rank_zero_ns(p) - base) for p in plans], base
+
+
+class EarlyEvents(Exception):
+    """Events were written before the output base (negative ``ts``, which Perfetto
+    drops): the merge is written again with B at ``earliest_ns``. Never reaches users."""
+
+    def __init__(self, earliest_ns: int) -> None:
+        super().__init__(f"an event at {earliest_ns} ns precedes the output base")
+        self.earliest_ns = earliest_ns
+
+
+def check_early(results: Sequence[Any], base_ns: int, *, retry: bool) -> None:
+    """After every rank was written: did any event land before the base B (see
+    :data:`BASE_LEAD_NS`)? Then :class:`EarlyEvents` (the merge writes again), or, for
+    an output that cannot be written twice (stdout, a FIFO), an error that says what to
+    do. A base of 0 cannot move: negative epoch times stay as they are."""
+    early = [base_ns + us_to_ns(r.early_ts) for r in results if r.early_ts is not None]
+    if not early or base_ns <= 0:
+        return
+    if retry:
+        raise EarlyEvents(min(early))
+
+    raise OutputError(
+        f"an event at {iso_utc(min(early))} lies more than {BASE_LEAD_NS // 10**9} s before its rank's first "
+        f"event, before the output base chosen from those ({iso_utc(base_ns)}): this output cannot be "
+        "rewritten with an earlier base; merge into a regular file (-o FILE)"
+    )

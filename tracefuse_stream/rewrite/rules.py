@@ -137,6 +137,7 @@ class RankRewriter:
         self._shifting = not self.shift.identity
         self._add, self._dshift = self.shift._add, self.shift._dshift
         self.abs_base_ns = base_time_ns
+        self.early_ts: Any = None  # the earliest written ts below 0 (before the output base)
         self.time_problem = TimeCheck(base_time_ns)  # malformed ts/dur: one rule (timeunits)
         self.pid_base = (rank + 1) * PID_STRIDE
         self.id_off = rank << ID_BITS
@@ -309,6 +310,8 @@ class RankRewriter:
                             else f"{ts!r} cannot be shifted exactly"
                         )
                         raise InputError(path, f"bad ts: {why}", event_index=index) from None
+                if ts is not None and ts < 0:
+                    self._early(ts)  # before the output base: the merge places it again
                 if new_pid or pid not in first_ts:
                     first_ts.setdefault(pid, 0 if ts is None else ts)
                 if "id" in ev:
@@ -360,6 +363,12 @@ class RankRewriter:
             self.events_out += len(kept)
         return kept
 
+    def _early(self, ts: Any) -> None:
+        """Note a written ts below 0: Perfetto drops it, so the merge moves its base
+        (plan/starts.output_base) and writes again."""
+        if self.early_ts is None or ts < self.early_ts:
+            self.early_ts = ts
+
     def _check_meta_ts(self, ts: Any, index: int) -> None:
         """A metadata event's ts must shift like any other (its error names the event)."""
         try:
@@ -396,6 +405,8 @@ class RankRewriter:
             out["tid"] = self.map_tid(pid, tid)
         if ev.get("ts") is not None and not self.shift.identity:
             out["ts"] = self.shift(ev["ts"])
+        if out.get("ts") is not None and out["ts"] < 0:
+            self._early(out["ts"])
         args = ev.get("args")
         out["args"] = dict(args) if type(args) is dict else {}
         out["args"]["rank"] = self.rank
