@@ -18,11 +18,11 @@ import zstandard
 from conftest import shared_fixtures_dir
 
 from tracefuse_stream.errors import TraceFuseError
-from tracefuse_stream.plan.headers import read_header
 from tracefuse_stream.plan.rankplan import RankPlan
 from tracefuse_stream.plan.starts import peek_first_ts
 from tracefuse_stream.read.head import scan_head
 from tracefuse_stream.read.sources import TraceReader
+from tracefuse_stream.read.toplevel import read_header
 
 REPO = Path(__file__).resolve().parents[1]
 X = '{"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1, "ts": TS, "dur": 2}'

@@ -89,7 +89,6 @@ ALLOWED_UPWARD: FrozenSet[Tuple[str, str]] = frozenset(
     {
         ("plan.cycles", "pipeline.outputs"),
         ("plan.starts", "report.info"),  # 698a0ad, after this list was recorded
-        ("read.readers", "plan.headers"),
         ("read.readers", "rewrite.rules"),
         ("read.salvage", "rewrite.rules"),
     }

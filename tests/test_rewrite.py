@@ -20,7 +20,7 @@ import pytest
 
 from tracefuse_stream.errors import InputError, OutputError, TerminateSignal
 from tracefuse_stream.exactjson import dumps_exact
-from tracefuse_stream.read.trailer import find_trailer
+from tracefuse_stream.read.toplevel import find_trailer
 from tracefuse_stream.rewrite.labels import rank_metadata
 from tracefuse_stream.rewrite.rules import (
     RankRewriter,

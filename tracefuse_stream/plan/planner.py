@@ -25,13 +25,6 @@ from tracefuse_stream.plan.cycles import (
     parse_cycle,
     two_runs,
 )
-from tracefuse_stream.plan.headers import (  # noqa: F401  (re-exported: stream, tests)
-    TAIL_WINDOW,
-    TAIL_WINDOWS,
-    read_header,
-    read_tail,
-    trailer_of_file,
-)
 from tracefuse_stream.plan.rankplan import RankPlan
 from tracefuse_stream.plan.ranks import assign_ranks, identity, rank_source_note
 from tracefuse_stream.plan.starts import empty_rank_note, far_apart_warning, peek_first_ts, set_start
@@ -39,6 +32,13 @@ from tracefuse_stream.rankset import compress_ranges
 from tracefuse_stream.read.discover import OWN_OUTPUT_PROBLEM, Discovery, discover, is_own_output
 from tracefuse_stream.read.head import Head
 from tracefuse_stream.read.sources import TraceReader, detect_compression, input_size
+from tracefuse_stream.read.toplevel import (  # noqa: F401  (re-exported: stream, tests)
+    TAIL_WINDOW,
+    TAIL_WINDOWS,
+    read_header,
+    read_tail,
+    trailer_of_file,
+)
 from tracefuse_stream.timeunits import iso_utc
 
 PathLike = Union[str, "os.PathLike[str]"]

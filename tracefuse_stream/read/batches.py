@@ -40,6 +40,7 @@ import msgspec
 
 from tracefuse_stream.exactjson import DecodeError, loads_exact
 from tracefuse_stream.read.sources import TraceReader
+from tracefuse_stream.read.toplevel import EVENTS_KEY_BYTES, keys_before_at
 
 CHUNK_BYTES = 1 << 20  # read size; a batch is about this large
 MAX_BUFFER = 16 << 20  # no event boundary in this many bytes: not for this stage
@@ -49,7 +50,7 @@ _END_ATTEMPTS = 3  # possible ends of the array tried (from the last) after thos
 
 _WS = frozenset(b" \t\r\n")
 _COMMA, _CLOSE = ord(","), ord("}")
-_KEY = b'"traceEvents"'
+_KEY = EVENTS_KEY_BYTES
 # the end of a non-empty (``}]``) or empty (``[]``) event array with a key after it
 _ARRAY_END = re.compile(rb'[}\[][ \t\r\n]*\][ \t\r\n]*,[ \t\r\n]*"')
 
@@ -111,20 +112,12 @@ def _skip_ws(buf: bytearray, j: int) -> int:
     return j
 
 
-def _is_top_level_key(head: bytearray, i: int) -> bool:
-    try:
-        top = _decode(bytes(head[:i]) + b'"traceEvents":[]}')
-    except DecodeError:
-        return False
-    return isinstance(top, dict)
-
-
 def _events_start(reader: TraceReader, layout: str) -> bytearray:
     """Read up to the event array; return ``[`` + the bytes after its opening bracket.
 
     For the object form, an occurrence of ``"traceEvents"`` counts only if it is a
-    top-level key: the text before it, closed as ``"traceEvents":[]}``, must decode
-    to an object (a key of a nested object or the same word as a value cannot).
+    top-level key (:func:`~tracefuse_stream.read.toplevel.keys_before_at`: the text
+    before it, closed as ``"traceEvents":[]}``, must decode to an object).
     """
     head = bytearray()
     search_from = 0
@@ -153,7 +146,7 @@ def _events_start(reader: TraceReader, layout: str) -> bytearray:
                 if j >= len(head):
                     search_from = i  # the value starts in the next chunk
                     break
-                if head[j] == ord("[") and _is_top_level_key(head, i):
+                if head[j] == ord("[") and keys_before_at(head, i) is not None:
                     return bytearray(head[j:])
             elif j >= len(head):
                 search_from = i

@@ -6,7 +6,9 @@ the planner's header pass (the keys before ``traceEvents``) and the first-event 
 used to open, decompress and parse the file's start on its own: with thousands of
 small ranks that was most of a merge's time (issue 14: ~1.4 ms a rank). Here one ijson
 parse answers all three, and the planner takes the answers from the discovery's
-:class:`Head`.
+:class:`Head`. The keys themselves are read by :mod:`tracefuse_stream.read.toplevel`
+(its :class:`StartReader` and :func:`walk_keys`, the same walk as the planner's strict
+``read_header``), so both see the same header.
 
 The stages' own functions stay the judges of anything unusual: whatever this parse
 does not see cleanly (damaged JSON, a byte-order mark, a ``traceEvents`` that is no
@@ -22,10 +24,10 @@ from decimal import Decimal
 from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 import ijson
-from ijson.common import ObjectBuilder
 
 from tracefuse_stream.errors import TraceFuseError
 from tracefuse_stream.read.sources import TraceReader
+from tracefuse_stream.read.toplevel import ARRAY, OBJECT, StartReader, build_value, walk_keys
 
 PathLike = Union[str, "os.PathLike[str]"]
 Events = Iterator[Tuple[str, str, Any]]
@@ -50,49 +52,6 @@ class Head:
     first_known: bool = False
     first_ts: Any = None
     empty: bool = False
-
-
-class _Checked:
-    """The reader, after a look at its first bytes: JSON text must start with ``{`` or
-    ``[`` (anything else is for the header pass to name exactly)."""
-
-    def __init__(self, reader: TraceReader) -> None:
-        self._reader = reader
-        self._first = b""  # the first chunk with more than white space, from there on
-        while True:
-            chunk = reader.read(1 << 16)
-            self._first = chunk.lstrip(b" \t\r\n")  # leading white space means nothing
-            if self._first or not chunk:
-                break
-        first = self._first
-        self.looks_like_json = first[:1] in (b"{", b"[") and not first.startswith(b"\xef\xbb\xbf")
-
-    def read(self, n: int = -1) -> bytes:
-        if n == 0:
-            return b""  # ijson's probe for bytes or text
-        if self._first:
-            data, self._first = self._first, b""
-            return data
-        return self._reader.read(n)
-
-
-def build_value(events: Events, prefix: str, ev: str, val: Any) -> Any:
-    """The JSON value whose first ijson parse event is ``(prefix, ev, val)``, built whole
-    from ``events`` (which it consumes to the value's end)."""
-    builder = ObjectBuilder()
-    builder.event(ev, val)
-    if ev not in ("start_map", "start_array"):
-        return builder.value
-    depth = 1
-    for _p, e, v in events:
-        builder.event(e, v)
-        if e in ("start_map", "start_array"):
-            depth += 1
-        elif e in ("end_map", "end_array"):
-            depth -= 1
-            if depth == 0:
-                break
-    return builder.value
 
 
 def _timed_ts(item: Any) -> Any:
@@ -124,21 +83,15 @@ def _first_timed(events: Events, head: Head, item: Any = None) -> None:
 def _object_head(events: Events, compression: str) -> Head:
     header: Dict[str, Any] = {}
     keys: List[str] = []
-    for _prefix, ev, val in events:
-        if ev == "map_key":
-            if val == "traceEvents":
-                _p, nxt, _v = next(events)
-                if nxt != "start_array":
-                    return Head()  # the header pass names it
-                head = Head(ok=True, layout="object", header=header, compression=compression)
-                _first_timed(events, head)
-                return head
-            keys.append(val)
-            header[val] = build_value(events, *next(events))
-        elif ev == "end_map":
-            shown = ", ".join(keys[:5]) + (", ..." if len(keys) > 5 else "")
-            return Head(why_not=f"a JSON object without traceEvents (keys: {shown or 'none'})")
-    return Head()  # truncated: the header pass says so
+    found = walk_keys(events, header, keys)
+    if found == "events":
+        head = Head(ok=True, layout=OBJECT, header=header, compression=compression)
+        _first_timed(events, head)
+        return head
+    if found == "end":
+        shown = ", ".join(keys[:5]) + (", ..." if len(keys) > 5 else "")
+        return Head(why_not=f"a JSON object without traceEvents (keys: {shown or 'none'})")
+    return Head()  # traceEvents is no array, or truncated: the header pass names it
 
 
 def _array_head(events: Events, compression: str) -> Head:
@@ -150,7 +103,7 @@ def _array_head(events: Events, compression: str) -> Head:
     first = build_value(events, prefix, ev, val)
     if "ph" not in first:
         return Head(why_not="a JSON array whose first item is not a trace event (no 'ph')")
-    head = Head(ok=True, layout="array", compression=compression)
+    head = Head(ok=True, layout=ARRAY, compression=compression)
     _first_timed(events, head, first)
     return head
 
@@ -163,7 +116,7 @@ def scan_head(path: PathLike) -> Head:
     except TraceFuseError:
         return Head()
     try:
-        checked = _Checked(reader)
+        checked = StartReader(reader)
         events: Events = ijson.parse(checked, use_float=False, buf_size=1 << 16)
         _prefix, first_ev, _value0 = next(events)
         if first_ev == "start_map" and checked.looks_like_json:
@@ -179,4 +132,4 @@ def scan_head(path: PathLike) -> Head:
         reader.close()
 
 
-__all__ = ["Head", "build_value", "scan_head"]
+__all__ = ["Head", "scan_head"]

@@ -27,7 +27,7 @@ from tracefuse_stream.read.batches import EventBatches, NotBatchable, RawRewrite
 from tracefuse_stream.read.jsonerrors import describe_json_error
 from tracefuse_stream.read.salvage import Framer, SalvageReport, tolerant_chunks
 from tracefuse_stream.read.sources import TraceReader
-from tracefuse_stream.read.trailer import find_trailer
+from tracefuse_stream.read.toplevel import find_trailer, trailer_of_file
 
 PARSE_BUF = 1 << 18
 Handover = NotBatchable  # "read this rank with the next reader instead"
@@ -158,8 +158,6 @@ class ExactReader(_FileReader):
         if self.need_trailer:
             trailer = find_trailer(self.reader.tail())
             if trailer is None:  # longer than the kept tail: read it from the file
-                from tracefuse_stream.plan.headers import trailer_of_file
-
                 trailer = trailer_of_file(self.path)[0]
             self.trailer = trailer
 

@@ -24,8 +24,9 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import orjson
 
 from tracefuse_stream.errors import InputError
-from tracefuse_stream.exactjson import FLOAT_EXACT_LIMIT
+from tracefuse_stream.exactjson import FLOAT_EXACT_LIMIT, DecodeError
 from tracefuse_stream.read.sources import READ_SIZE, TraceReader
+from tracefuse_stream.read.toplevel import EVENTS_KEY_BYTES, decode_value
 
 _OUTSIDE = re.compile(rb'["{}\[\],:]')
 _INSIDE = re.compile(rb'["\\]')
@@ -359,9 +360,15 @@ class Framer:
                 self.report.header_complete = False
 
     def _header_value(self, key: Optional[bytes], data: bytes) -> None:
-        if key is None or key == b"traceEvents":
+        """A top-level value: decoded exactly like every reader's (read/toplevel.py),
+        repaired as an event would be only when that fails."""
+        if key is None or key == EVENTS_KEY_BYTES[1:-1]:
             return
-        ok, v = parse_slice(data.strip(), True, SalvageReport())
+        data = data.strip()
+        try:
+            ok, v = True, decode_value(data)
+        except DecodeError:
+            ok, v = parse_slice(data, True, SalvageReport())
         try:
             name = key.decode("utf-8", errors="replace")
         except Exception:  # pragma: no cover

@@ -19,7 +19,7 @@ import tempfile
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from tracefuse_stream.errors import InputError
-from tracefuse_stream.plan.headers import trailer_of_file
+from tracefuse_stream.read.toplevel import trailer_of_file
 from tracefuse_stream.verify.jsonfile import against_files, verify_json
 from tracefuse_stream.verify.report import Finding, VerifyReport
 from tracefuse_stream.write.manifest import MANIFEST_NAME, archive_stem, member_name

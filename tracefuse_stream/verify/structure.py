@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Tuple
 
 from tracefuse_stream.read.sources import PathLike
+from tracefuse_stream.read.toplevel import to_plain
 from tracefuse_stream.verify.passes import run_exact_pass
-from tracefuse_stream.verify.toplevel import to_plain
 
 
 def gzip_members(path: PathLike) -> Tuple[int, Optional[int], int]:
