@@ -14,6 +14,7 @@ give exactly those keys, values digit for digit (verify: as plain floats).
 from __future__ import annotations
 
 import gzip
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
@@ -146,3 +147,26 @@ def test_every_stage_reads_the_same_top_level_recorded(path):
 
 def test_recorded_traces_are_there():
     assert len(RECORDED) >= 40
+
+
+def test_salvage_header_values_exact_first_then_repaired():
+    """Salvage decodes a top-level value with the one exact decoder; only a value it
+    refuses goes through the repairs (NaN -> null), and one beyond repair is dropped
+    and marks the header incomplete."""
+    text = (
+        '{"a": 1.50, "big": 18446744073709551616, "nan": [NaN, 2.0], "bad": {"x": 1,, },'
+        ' "traceEvents": [' + EV + '], "after": {"s": "t\\u00e9"}}'
+    ).encode()
+    report = SalvageReport()
+    framer = Framer(iter([text[:40], text[40:]]), report, exact=True)
+    assert sum(1 for _ in framer.events()) == 1
+    assert _same(
+        framer.header,
+        {
+            "a": Decimal("1.50"),
+            "big": 18446744073709551616,
+            "nan": [None, Decimal("2.0")],
+            "after": {"s": "té"},
+        },
+    )
+    assert not report.header_complete

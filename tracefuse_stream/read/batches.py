@@ -285,7 +285,8 @@ class EventBatches:
         return batch if isinstance(batch, list) else None
 
     def _last(self, buf: bytearray) -> List[Any]:
-        """The remaining events, the closing bracket and (object form) the trailer."""
+        """The remaining events, the closing bracket and (object form) the trailer, in
+        one exact decode (the same values as read/toplevel.py's ``find_trailer``)."""
         try:
             if self.layout == "array":
                 events = self._decode(buf)

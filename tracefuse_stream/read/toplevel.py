@@ -262,7 +262,12 @@ _ARRAY_CLOSE = re.compile(rb"\}\s*\]\s*([,}])")
 
 def keys_after(tail: Optional[bytes], exact: bool = False) -> Optional[Dict[str, Any]]:
     """The keys after the event array's closing ``]`` in ``tail``, bytes that start at
-    or before the end of the last event (verify keeps those); None when unparsable."""
+    or before the end of the last event (verify keeps those); None when unparsable.
+
+    Verify knows where its last event ended, so it reads forward from there: the first
+    ``}]`` followed by a key whose rest parses as the object's end is the array's end.
+    :func:`find_trailer` answers the harder question (any window of the file's end,
+    where that is unknown) and is what planning and the readers use."""
     if tail is None:
         return None
     for m in _ARRAY_CLOSE.finditer(tail):
