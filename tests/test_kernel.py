@@ -169,6 +169,8 @@ ODD = [
     "{ }",
 ]
 
+NULL_ARGS = next(e for e in ODD if '"null args"' in e)
+
 
 def test_kernel_ran(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out, written = both_paths(tmp_path, monkeypatch, [str(_run(tmp_path, KINETO * 50))], include_pyfunc=True)
@@ -344,7 +346,7 @@ def test_window(window_ms: Tuple[float, float], tmp_path: Path, monkeypatch: pyt
         f'{{"ph": "X", "cat": "cpu_op", "name": "op{i}", "pid": 77, "tid": 77, "ts": {3057737580330.5 + i:.3f},'
         f' "dur": {i % 4}.250, "args": {{"External id": {i}}}}}'
         for i in range(12)
-    ] + ['{"ph": "i", "s": "t", "name": "no time", "pid": 77, "tid": 77}', KINETO[2], KINETO[4], ODD[9]]
+    ] + ['{"ph": "i", "s": "t", "name": "no time", "pid": 77, "tid": 77}', KINETO[2], KINETO[4], NULL_ARGS]
     _, written = both_paths(tmp_path, monkeypatch, [str(_run(tmp_path, events))], window_ms=window_ms)
     assert written > 0 or window_ms == (0, 0.0001)
 
