@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Dict, Iterable, List, Sequence, Tuple
 
+from tracefuse_stream.rankset import compress_ranges
+
 #: items shown before "... and N more"
 SHOWN = 4
 
@@ -35,8 +37,6 @@ def inline(items: Sequence[str], limit: int = 2) -> str:
 
 def rank_label(ranks: Iterable[int]) -> str:
     """``rank 3`` or ``ranks 0-7`` (compressed ranges)."""
-    from tracefuse_stream.rankset import compress_ranges
-
     rs = sorted(set(ranks))
     return f"rank {rs[0]}" if len(rs) == 1 else f"ranks {compress_ranges(rs)}"
 

@@ -48,6 +48,7 @@ from tracefuse_stream.align import gloo_groups
 from tracefuse_stream.align.clock import _seq_value, _stream_of, is_collective_kernel
 from tracefuse_stream.align.sequences import match_group
 from tracefuse_stream.errors import ErrorKind, InputError
+from tracefuse_stream.rankset import compress_ranges
 from tracefuse_stream.read.events import decode_args, iter_event_batches
 from tracefuse_stream.read.scan import Selection, Tally
 from tracefuse_stream.read.sources import PathLike
@@ -472,8 +473,6 @@ def match_instances(
 
 
 def _ranks_text(ranks: Any) -> str:
-    from tracefuse_stream.rankset import compress_ranges
-
     return compress_ranges(sorted(ranks))
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from tracefuse_stream.align.ends import DEFAULT_MIN_MATCHES, MatchKey, RankCollectives
+from tracefuse_stream.rankset import compress_ranges
 
 
 @dataclass
@@ -192,8 +193,6 @@ def estimate_offsets(
 def format_alignment_table(alignments: Mapping[int, RankAlignment]) -> str:
     """A plain-text table for ``info --align`` and the merge summary: one row per run
     of consecutive ranks with the same figures (``0-7``), not the same line 8 times."""
-    from tracefuse_stream.rankset import compress_ranges
-
     header = ("rank", "host", "offset_us", "matched", "spread_us", "applied", "reason")
     rows: List[Tuple[str, ...]] = [header]
     runs: List[Tuple[List[int], Tuple[str, ...]]] = []

@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 from tracefuse_stream.align.ends import DIGITS as _RANK_KEY
 from tracefuse_stream.align.offsets import RankAlignment, _group_of
 from tracefuse_stream.errors import UsageError
+from tracefuse_stream.rankset import compress_ranges
 from tracefuse_stream.read.sources import PathLike
 from tracefuse_stream.timeunits import us_to_ns_or_none as us_to_ns
 
@@ -88,8 +89,6 @@ def offsets_from_file(
     unknown = [key for r, (key, _) in rank_entries.items() if r not in hosts]
     unknown += [key for h, (key, _) in host_entries.items() if h not in known_hosts]
     if unknown:
-        from tracefuse_stream.rankset import compress_ranges
-
         raise UsageError(
             f"--clock-offsets: {', '.join(repr(k) for k in unknown)} name(s) no merged rank or host "
             f"(ranks {compress_ranges(hosts)}; hosts {', '.join(sorted(known_hosts)) or 'unknown'}); "

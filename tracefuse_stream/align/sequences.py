@@ -30,6 +30,8 @@ from collections import Counter
 from functools import lru_cache
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from tracefuse_stream.rankset import compress_ranges
+
 MAX_SHIFT = 3
 OVERLAP_TOLERANCE_NS = 100_000  # 0.1 ms: processes on one host convert their clocks separately
 _SYMMETRIC = ("allreduce", "all_reduce", "allgather", "all_gather", "reducescatter", "reduce_scatter",
@@ -161,8 +163,6 @@ def match_group(
 
 
 def _ranks_text(ranks: Sequence[int]) -> str:
-    from tracefuse_stream.rankset import compress_ranges
-
     return compress_ranges(sorted(ranks))
 
 

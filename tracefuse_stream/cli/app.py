@@ -14,6 +14,7 @@ import sys
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 from tracefuse_stream._version import __version__
+from tracefuse_stream.align.clock import estimate_offsets, format_alignment_table
 from tracefuse_stream.cli.verify_cmd import add_verify_arguments, cmd_verify
 from tracefuse_stream.errors import (
     EXIT_INPUT,
@@ -25,7 +26,22 @@ from tracefuse_stream.errors import (
     TraceFuseError,
     cli_wording,
 )
+from tracefuse_stream.options import (
+    Alignment,
+    Execution,
+    Filters,
+    MergeOptions,
+    OutputOptions,
+    Selection,
+    TimeWindow,
+)
+from tracefuse_stream.pipeline.orchestrate import merge
+from tracefuse_stream.rankset import compress_ranges, parse_rank_spec, parse_steps, parse_window_ms
+from tracefuse_stream.report.collectives import info_collectives
+from tracefuse_stream.report.info import collect_info
+from tracefuse_stream.report.onepass import collective_ends, steps_us
 from tracefuse_stream.serve import add_open_arguments, cmd_open
+from tracefuse_stream.write.pipes import quiet_broken_pipe
 
 if TYPE_CHECKING:
     from tracefuse_stream.options import MergeOptions
@@ -216,23 +232,12 @@ def build_parser() -> argparse.ArgumentParser:
 def _ranks(spec: Optional[str]) -> Optional[List[int]]:
     if spec is None:
         return None
-    from tracefuse_stream.rankset import parse_rank_spec
 
     return parse_rank_spec(spec)
 
 
 def merge_options(a: argparse.Namespace) -> MergeOptions:
     """The command line's merge arguments as one validated :class:`MergeOptions`."""
-    from tracefuse_stream.options import (
-        Alignment,
-        Execution,
-        Filters,
-        MergeOptions,
-        OutputOptions,
-        Selection,
-        TimeWindow,
-    )
-    from tracefuse_stream.rankset import parse_steps, parse_window_ms
 
     ranks = _ranks(a.ranks)
     return MergeOptions(
@@ -262,8 +267,6 @@ def merge_options(a: argparse.Namespace) -> MergeOptions:
 
 
 def cmd_merge(a: argparse.Namespace) -> int:
-    from tracefuse_stream.pipeline.orchestrate import merge
-
     summary = merge(a.inputs, a.output, merge_options(a))
     if a.json_summary:  # stdout holds only the trace with -o -
         to = sys.stderr if a.output == "-" else sys.stdout
@@ -279,8 +282,6 @@ def cmd_merge(a: argparse.Namespace) -> int:
 
 
 def cmd_info(a: argparse.Namespace) -> int:
-    from tracefuse_stream.report.info import collect_info
-
     sections = [s for s in ("steps", "collectives", "align") if getattr(a, s)]
     scans: List[Any] = []  # one pass per file answers every section (report/onepass.py)
     plans, rows, out, text = collect_info(
@@ -293,8 +294,6 @@ def cmd_info(a: argparse.Namespace) -> int:
     )
     sections_from = len(text)  # with --collectives, only the sections follow its report
     if a.steps:
-        from tracefuse_stream.report.onepass import steps_us
-
         steps: Dict[int, set] = {}
         for p, sc in zip(plans, scans):
             steps.setdefault(p.rank, set()).update(steps_us(sc))
@@ -302,9 +301,6 @@ def cmd_info(a: argparse.Namespace) -> int:
         for r, v in steps.items():
             text.append(f"rank {r}: ProfilerSteps {_ranges(sorted(v)) or 'none'}")
     if a.align:
-        from tracefuse_stream.align.clock import estimate_offsets, format_alignment_table
-        from tracefuse_stream.report.onepass import collective_ends
-
         hosts = {p.rank: p.host_name for p in plans}
         coll = {p.rank: collective_ends(sc) for p, sc in zip(plans, scans)}
         al = estimate_offsets(coll, hosts)
@@ -312,8 +308,6 @@ def cmd_info(a: argparse.Namespace) -> int:
         text.append("clock alignment from collectives (not applied; merge --align collectives does):")
         text.append(format_alignment_table(al))
     if a.collectives:
-        from tracefuse_stream.report.collectives import info_collectives
-
         return info_collectives(
             plans, a.json, into=out, inputs=a.inputs, scans=scans, extra=text[sections_from:]
         )
@@ -325,8 +319,6 @@ def cmd_info(a: argparse.Namespace) -> int:
 
 
 def _ranges(nums: List[int]) -> str:
-    from tracefuse_stream.rankset import compress_ranges
-
     return compress_ranges(nums)
 
 
@@ -358,8 +350,6 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         print("tracefuse: interrupted; no output written", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # stdout closed (e.g. piped into head): quiet, 141 like cat
-        from tracefuse_stream.write.pipes import quiet_broken_pipe
-
         return quiet_broken_pipe()
     except Exception as e:  # a bug of ours: still one line, traceback on request
         if os.environ.get("TRACEFUSE_DEBUG"):

@@ -14,6 +14,7 @@ import signal
 import time
 from typing import Any, Callable, Dict, List, Optional, ParamSpec
 
+from tracefuse_stream.align.links import plan_links
 from tracefuse_stream.errors import Interrupted, TerminateSignal, VerifyFailed
 from tracefuse_stream.listing import by_ranks
 from tracefuse_stream.options import MergeOptions
@@ -31,9 +32,12 @@ from tracefuse_stream.plan.planner import (
     plan_inputs,
 )
 from tracefuse_stream.plan.starts import EarlyEvents, check_early, output_base
+from tracefuse_stream.rankset import compress_ranges
 from tracefuse_stream.report.summary_track import write_summaries
 from tracefuse_stream.report.viewer import ViewerCounts, estimate_viewer_bytes, largest
 from tracefuse_stream.select.filters import EventFilter
+from tracefuse_stream.verify.archive import verify_archive
+from tracefuse_stream.verify.check import verify as verify_file
 from tracefuse_stream.workers import resolve_jobs, run_in_order, usable_cores
 from tracefuse_stream.write.codecs import is_archive_name
 from tracefuse_stream.write.sinks import MergeSink, abort_all, sink_for
@@ -143,8 +147,6 @@ def _merge(inputs: InputSpec, output: str, opts: MergeOptions) -> MergeSummary:
     names = output_names(output, groups, split)
     links = None
     if out_opts.link_collectives:  # one pass over collective events only (align/links.py)
-        from tracefuse_stream.align.links import plan_links
-
         links = plan_links(plans, flt, groups, n_jobs)
         notes.extend(links.notes())
     try:
@@ -159,8 +161,6 @@ def _merge(inputs: InputSpec, output: str, opts: MergeOptions) -> MergeSummary:
     if flt.window_ns is not None:
         empty = [r.rank for r in results if r.events_out == r.metadata_out]
         if empty:
-            from tracefuse_stream.rankset import compress_ranges
-
             what = "--steps" if opts.window.steps is not None else "--window"
             warnings.append(
                 f"{what} leaves rank(s) {compress_ranges(empty)} with no events (their profiles do not "
@@ -313,13 +313,9 @@ def _verify_outputs(summary: MergeSummary, groups: List[List[RankPlan]]) -> None
     """Run the verifier on every written file against the inputs of its ranks;
     salvaged merges are checked without ``--against`` (skipped events are known
     to be missing)."""
-    from tracefuse_stream.verify.check import verify as verify_file
-
     salvaged = any(r.salvage for r in summary.ranks)
     for out, group in zip(summary.outputs, groups):
         if is_archive_name(out):  # each member against its rank's input (verify/archive.py)
-            from tracefuse_stream.verify.archive import verify_archive
-
             reports = verify_archive(out, group, against=not salvaged)
         else:
             reports = [verify_file(out, against=None if salvaged else [p.path for p in group])]

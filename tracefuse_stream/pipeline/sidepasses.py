@@ -10,17 +10,24 @@ from __future__ import annotations
 
 from typing import Any, List, Optional, Sequence, Tuple
 
+from tracefuse_stream.align.clock import (
+    collect_collective_ends,
+    estimate_offsets,
+    format_alignment_table,
+    load_clock_offsets,
+    offsets_from_file,
+)
 from tracefuse_stream.errors import UsageError
 from tracefuse_stream.options import Alignment, TimeWindow
 from tracefuse_stream.plan.rankplan import RankPlan
+from tracefuse_stream.plan.starts import first_event_ns
+from tracefuse_stream.select.window import find_step_window, window_from_ms
 from tracefuse_stream.workers import parallel_map
 
 Window = Tuple[int, int]
 
 
 def _collect_ends(path: str, base: Optional[int], validate: bool) -> Any:
-    from tracefuse_stream.align.clock import collect_collective_ends
-
     return collect_collective_ends(path, base, validate=validate)
 
 
@@ -36,13 +43,6 @@ def apply_alignment(
     Returns the new plans and notes for the summary; the output base and the shifts
     that include the offsets are chosen afterwards (plan/starts.output_base).
     """
-    from tracefuse_stream.align.clock import (
-        estimate_offsets,
-        format_alignment_table,
-        load_clock_offsets,
-        offsets_from_file,
-    )
-
     if alignment.clock_offsets is None and alignment.mode == "base":
         return list(plans), []
     hosts = {p.rank: p.host_name for p in plans}
@@ -65,8 +65,6 @@ def apply_alignment(
 
 
 def _first_event_ns(plan: RankPlan) -> Optional[int]:
-    from tracefuse_stream.plan.starts import first_event_ns
-
     return first_event_ns(plan)  # a damaged rank: where its salvaged merge starts
 
 
@@ -75,8 +73,6 @@ def resolve_window(
 ) -> Optional[Window]:
     """The absolute (aligned) ns window to keep, from ``--steps`` or ``--window``."""
     if window.steps is not None:
-        from tracefuse_stream.select.window import find_step_window
-
         ref_rank = plans[0].rank if window.step_rank is None else window.step_rank
         ref = next((p for p in plans if p.rank == ref_rank), None)
         if ref is None:
@@ -90,8 +86,6 @@ def resolve_window(
         )
         return lo + ref.align_offset_ns, hi + ref.align_offset_ns
     if window.window_ms is not None:
-        from tracefuse_stream.select.window import window_from_ms
-
         firsts = parallel_map(_first_event_ns, [(p,) for p in plans], jobs)
         known = [f + p.align_offset_ns for f, p in zip(firsts, plans) if f is not None]
         if not known:

@@ -22,6 +22,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 
 import orjson
 
+from tracefuse_stream.align.links import CollectiveLinker
 from tracefuse_stream.errors import InputError
 from tracefuse_stream.pipeline.gcpause import cyclic_gc_paused
 from tracefuse_stream.plan.rankplan import RankPlan
@@ -255,8 +256,6 @@ def _drive(
     sink = _Sink(rw, w, reader, progress_at)
     linker = None
     if task.links is not None:
-        from tracefuse_stream.align.links import CollectiveLinker
-
         linker = CollectiveLinker(rw, task.links, plan.shift_ns)
         sink.feed_batch = linker.feed_batch
     else:

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from tracefuse_stream.rankset import compress_ranges
+from tracefuse_stream.report.viewer import over_limit_warning
 from tracefuse_stream.timeunits import iso_utc
 
 SIZE_WARN_BYTES = 1 << 30
@@ -155,8 +156,6 @@ def size_warning(
 ) -> Optional[str]:
     """The summary's warning when a merged file is too big for the browser UI: by the
     viewer-memory estimate beyond 4 GB, else by JSON size beyond ~1 GB."""
-    from tracefuse_stream.report.viewer import over_limit_warning
-
     over = over_limit_warning(viewer_bytes, ranks, split)
     if over is not None:
         return over

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from tracefuse_stream.errors import ErrorKind, InputError, TraceFuseError, UsageError
+from tracefuse_stream.listing import inline
 from tracefuse_stream.plan.cycles import (
     Cycle,
     CycleChoice,
@@ -31,6 +32,7 @@ from tracefuse_stream.plan.starts import empty_rank_note, far_apart_warning, pee
 from tracefuse_stream.rankset import compress_ranges
 from tracefuse_stream.read.discover import OWN_OUTPUT_PROBLEM, Discovery, discover, is_own_output
 from tracefuse_stream.read.head import Head
+from tracefuse_stream.read.salvage import Framer, SalvageReport, tolerant_chunks
 from tracefuse_stream.read.sources import TraceReader, detect_compression, input_size
 from tracefuse_stream.read.toplevel import (  # noqa: F401  (re-exported: stream, tests)
     TAIL_WINDOW,
@@ -85,8 +87,6 @@ def plan_file(
 
 
 def _plan_salvage(path: PathLike, position: int, err: InputError) -> RankPlan:
-    from tracefuse_stream.read.salvage import Framer, SalvageReport, tolerant_chunks
-
     report = SalvageReport()
     framer = Framer(tolerant_chunks(str(path), report), report, exact=True)
     first_ts = None
@@ -375,7 +375,6 @@ def _where(inputs: InputSpec) -> str:
     """The inputs as the user wrote them, for a message (the first few)."""
     if isinstance(inputs, Mapping):
         return "the inputs"
-    from tracefuse_stream.listing import inline
 
     return inline([str(i) for i in inputs], limit=3)
 

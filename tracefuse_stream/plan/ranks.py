@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Hashable, List, Optional, Sequence
 
 from tracefuse_stream.errors import UsageError
+from tracefuse_stream.rankset import compress_ranges
 
 if TYPE_CHECKING:  # pragma: no cover
     from tracefuse_stream.plan.rankplan import RankPlan
@@ -102,7 +103,6 @@ def rank_source_note(plans: Sequence[RankPlan]) -> List[str]:
         by.setdefault(p.rank_source, []).append(p.rank)
     if set(by) <= {"distributedInfo", "explicit"}:
         return []
-    from tracefuse_stream.rankset import compress_ranges
 
     parts = [f"{src}: {compress_ranges(sorted(rs))}" for src, rs in sorted(by.items())]
     if all(p.rank_source == "order" for p in plans) and any(

@@ -17,7 +17,9 @@ import ijson
 
 from tracefuse_stream.errors import OutputError, TraceFuseError
 from tracefuse_stream.plan.extent import scan_rank
+from tracefuse_stream.rankset import compress_ranges
 from tracefuse_stream.read.head import Head
+from tracefuse_stream.read.readers import SalvageReader
 from tracefuse_stream.read.sources import TraceReader
 from tracefuse_stream.timeunits import TimeCheck, iso_utc, time_problem, us_to_ns
 
@@ -89,7 +91,6 @@ def far_apart_warning(plans: Sequence[RankPlan], limit_ns: int = FAR_APART_NS) -
         if t[0] - clusters[-1][-1][0] > limit_ns:
             clusters.append([])
         clusters[-1].append(t)
-    from tracefuse_stream.rankset import compress_ranges
 
     desc = "; ".join(
         f"rank(s) {compress_ranges(sorted(r for _, r in c))} start {iso_utc(c[0][0])}" for c in clusters
@@ -106,7 +107,6 @@ def empty_rank_note(plans: Sequence[RankPlan]) -> List[str]:
     empty = sorted(p.rank for p in plans if p.empty)
     if not empty:
         return []
-    from tracefuse_stream.rankset import compress_ranges
 
     return [f"rank(s) {compress_ranges(empty)} have no timed events (ignored for the output base)"]
 
@@ -126,8 +126,6 @@ def first_event_ns(plan: RankPlan) -> Optional[int]:
 
 
 def _salvaged_first_ns(plan: RankPlan) -> Optional[int]:
-    from tracefuse_stream.read.readers import SalvageReader
-
     base = plan.base_time_ns or 0
     check = TimeCheck(base)
     reader = SalvageReader(plan.path, plan.size_bytes, exact=True)

@@ -24,6 +24,7 @@ import msgspec
 from tracefuse_stream.errors import InputError
 from tracefuse_stream.exactjson import loads_exact
 from tracefuse_stream.read.batches import EventBatches, NotBatchable
+from tracefuse_stream.read.readers import ExactReader
 from tracefuse_stream.read.scan import Selection, Tally, kernel_scan
 from tracefuse_stream.read.sources import PathLike, TraceReader, detect_compression
 
@@ -110,8 +111,6 @@ def _exact_batches(
     """The merge's exact reader (:class:`~tracefuse_stream.read.readers.ExactReader`),
     skipping the ``skip`` events already delivered, regrouped into lists; its errors
     say what the pass was doing (and suggest nothing: side passes have no salvage)."""
-    from tracefuse_stream.read.readers import ExactReader
-
     reader = ExactReader(str(path), compression or detect_compression(path), layout, need_trailer=False)
     batch: List[Any] = []
     try:

@@ -25,7 +25,10 @@ from tracefuse_stream.align.collectives import (
     pg_count_of,
     scan_collectives,
 )
+from tracefuse_stream.errors import EXIT_INPUT, EXIT_OK
 from tracefuse_stream.plan.rankplan import RankPlan
+from tracefuse_stream.rankset import compress_ranges
+from tracefuse_stream.report import stragglers as S
 from tracefuse_stream.report.stragglers import Verdict, held_by_rank, judge, rule_text
 from tracefuse_stream.workers import parallel_map
 
@@ -128,8 +131,6 @@ def _by_step_json(v: Verdict) -> List[Dict[str, Any]]:
 
 def to_json(table: CollectiveTable) -> Dict[str, Any]:
     """``{"collectives": {...}}`` for ``--json`` (schema: docs/collectives.md)."""
-    from tracefuse_stream.report import stragglers as S
-
     stats = rank_stats(table)
     v = judge(table)
     unmatched = [
@@ -268,8 +269,6 @@ def format_text(table: CollectiveTable, inputs: Sequence[str] = (), cycle: Optio
 
 
 def _ranks(ranks: Sequence[int]) -> str:
-    from tracefuse_stream.rankset import compress_ranges
-
     return compress_ranges(list(ranks))
 
 
@@ -313,8 +312,6 @@ def info_collectives(
     ends with its merge command).
     """
     import json
-
-    from tracefuse_stream.errors import EXIT_INPUT, EXIT_OK
 
     cycles: Dict[Optional[int], List[Tuple[RankPlan, Optional[RankScan]]]] = {}
     for i, p in enumerate(plans):

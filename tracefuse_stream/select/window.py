@@ -25,6 +25,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 from tracefuse_stream.errors import ErrorKind, InputError, UsageError
 from tracefuse_stream.rankset import compress_ranges
 from tracefuse_stream.read.events import StepFields, iter_event_batches
+from tracefuse_stream.read.readers import SalvageReader
 from tracefuse_stream.read.scan import Selection, Tally
 from tracefuse_stream.read.sources import PathLike
 from tracefuse_stream.select.spans import SPAN_DROPPED_NOTE, is_profiler_span, span_fits
@@ -131,8 +132,6 @@ def _step_table(
 
 def _salvaged_batches(path: PathLike) -> Iterator[List[Any]]:
     """The events the salvage reader keeps, as the merge's ``--salvage`` reads them."""
-    from tracefuse_stream.read.readers import SalvageReader
-
     reader = SalvageReader(str(path), os.path.getsize(path), exact=True)
     try:
         yield from reader.batches()

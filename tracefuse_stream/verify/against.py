@@ -16,7 +16,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Set
 
-from tracefuse_stream.errors import ErrorKind
+from tracefuse_stream.errors import ErrorKind, TraceFuseError
+from tracefuse_stream.plan.planner import plan_file
+from tracefuse_stream.plan.ranks import rank_from_name
 from tracefuse_stream.rankset import compress_ranges
 from tracefuse_stream.select.filters import EventFilter
 from tracefuse_stream.select.spans import PROFILER_SPAN_CAT, is_profiler_span, span_fits
@@ -210,9 +212,6 @@ def left_out_by_selection(
 
 def input_rank(path: str, inputs: List[str], infos: Dict[int, Dict[str, Any]]) -> Optional[int]:
     """The rank the merge's planner would give ``path`` (None when it cannot tell)."""
-    from tracefuse_stream.errors import TraceFuseError
-    from tracefuse_stream.plan.planner import plan_file
-    from tracefuse_stream.plan.ranks import rank_from_name
 
     if infos and all(i.get("rank_from") == "order" for i in infos.values()):
         return inputs.index(path)  # numbered by position: the same inputs, the same order
