@@ -489,18 +489,18 @@ def test_skim_selects_a_superset(events: List[Dict[str, Any]], ascii_only: bool)
     """On any valid events (strings with braces, quotes, escapes, non-ASCII), the skim
     and the validating scan both hand over every event a pass wants (the selection's
     meaning on the decoded event), and count the rest."""
-    from tracefuse_stream.read.scan import Selection, _Args
+    from tracefuse_stream.read.scan import ScanSelection, _Args
 
     text = ("[" + ", ".join(json.dumps(e, ensure_ascii=ascii_only) for e in events) + "]").encode()
     selections = [
-        Selection(cat="kernel", name_contains=("nccl", "rccl"), text_contains='"Collective name"'),
-        Selection(ph="X", name_prefix="ProfilerStep#"),
-        Selection(cat="kernel"),
-        Selection(ph="X", text_contains='"ts"'),  # a quoted needle: looked for at string starts
-        Selection(cat="kernel", text_contains='": "X'),  # not one: searched for
+        ScanSelection(cat="kernel", name_contains=("nccl", "rccl"), text_contains='"Collective name"'),
+        ScanSelection(ph="X", name_prefix="ProfilerStep#"),
+        ScanSelection(cat="kernel"),
+        ScanSelection(ph="X", text_contains='"ts"'),  # a quoted needle: looked for at string starts
+        ScanSelection(cat="kernel", text_contains='": "X'),  # not one: searched for
     ]
 
-    def wanted(e: Dict[str, Any], sel: Selection) -> bool:
+    def wanted(e: Dict[str, Any], sel: ScanSelection) -> bool:
         name = e.get("name")
         if (sel.ph and e.get("ph") != sel.ph) or (sel.cat and e.get("cat") != sel.cat):
             return False
@@ -531,7 +531,7 @@ def test_skim_selects_a_superset(events: List[Dict[str, Any]], ascii_only: bool)
 
     for sel in selections:
         for validate in (True, False):
-            chosen, judged = scan_all(_Args(Selection(**{**vars(sel), "validate": validate})))
+            chosen, judged = scan_all(_Args(ScanSelection(**{**vars(sel), "validate": validate})))
             assert len(chosen) + judged == len(events)
             assert all(e in chosen for e in events if wanted(e, sel)), (sel, validate)
 

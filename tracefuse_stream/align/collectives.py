@@ -50,7 +50,7 @@ from tracefuse_stream.align.sequences import match_group
 from tracefuse_stream.errors import ErrorKind, InputError
 from tracefuse_stream.rankset import compress_ranges
 from tracefuse_stream.read.events import decode_args, iter_event_batches
-from tracefuse_stream.read.scan import Selection, Tally
+from tracefuse_stream.read.scan import ScanSelection, Tally
 from tracefuse_stream.read.sources import PathLike
 from tracefuse_stream.timeunits import us_to_ns_or_none
 
@@ -61,7 +61,7 @@ _STEP_RE = re.compile(r"ProfilerStep#([0-9]+)", re.ASCII)
 Key = Tuple[Hashable, ...]
 PgConfig = List[Tuple[str, Optional[Tuple[int, ...]]]]  # (pg_name, ranks) in pg_config order
 #: what the compiled kernel hands over for a collective scan (a superset: checked again)
-COLLECTIVE_SELECTION = Selection(
+COLLECTIVE_SELECTION = ScanSelection(
     ph="X", name_contains=("gloo:", STEP_PREFIX, "nccl", "rccl"), text_contains='"Collective name"'
 )
 

@@ -18,7 +18,7 @@ import msgspec
 
 from tracefuse_stream.errors import ErrorKind, InputError, UsageError
 from tracefuse_stream.read.events import KernelFields, decode_args, iter_event_batches
-from tracefuse_stream.read.scan import Selection, Tally
+from tracefuse_stream.read.scan import ScanSelection, Tally
 from tracefuse_stream.read.sources import PathLike
 from tracefuse_stream.timeunits import us_to_ns_or_none as us_to_ns
 
@@ -136,7 +136,7 @@ def collect_collective_ends(
 
 def _collective_kernels(path: PathLike, validate: bool = True) -> Iterator[Dict[str, Any]]:
     # the compiled kernel skips the other events unread: a superset of is_collective_kernel
-    kernels = Selection(
+    kernels = ScanSelection(
         cat="kernel", name_contains=("nccl", "rccl"), text_contains='"Collective name"', validate=validate
     )
     for batch in iter_event_batches(

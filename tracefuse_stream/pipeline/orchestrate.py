@@ -19,7 +19,7 @@ from tracefuse_stream.errors import Interrupted, TerminateSignal, VerifyFailed
 from tracefuse_stream.listing import by_ranks
 from tracefuse_stream.options import MergeOptions
 from tracefuse_stream.pipeline.each_cycle import merge_each_cycle
-from tracefuse_stream.pipeline.outputs import file_meta, head, output_names, rank_groups, tail
+from tracefuse_stream.pipeline.outputs import file_meta, head_bytes, output_names, rank_groups, tail_bytes
 from tracefuse_stream.pipeline.progress import Progress
 from tracefuse_stream.pipeline.sidepasses import apply_alignment, resolve_window
 from tracefuse_stream.pipeline.stream import RankResult, RankTask, stream_rank
@@ -251,8 +251,8 @@ def _write_files(
                 sink_for(
                     name,
                     codec,
-                    head=head,
-                    tail=tail,
+                    head=head_bytes,
+                    tail=tail_bytes,
                     force=opts.output.force,
                     inputs=inputs_paths,
                     dry_run=dry_run,

@@ -26,11 +26,14 @@ from tracefuse_stream.write.codecs import ACCEPTED_EXTENSIONS
 OUTPUT_SUFFIXES = tuple(sorted(ACCEPTED_EXTENSIONS, key=len, reverse=True))
 
 
-def head(base_ns: int) -> bytes:
+def head_bytes(base_ns: int) -> bytes:
+    """The merged file's bytes before the events (named apart from read/head's
+    ``Head``, which is what an *input* file's start says)."""
     return b'{"schemaVersion":1,"displayTimeUnit":"ms","baseTimeNanoseconds":%d,"traceEvents":[\n' % base_ns
 
 
-def tail(meta: Dict[str, Any]) -> bytes:
+def tail_bytes(meta: Dict[str, Any]) -> bytes:
+    """The merged file's bytes after the events: the ``tracefuse`` header, exact numbers."""
     return b'\n],"tracefuse":' + dumps_exact(meta) + b"}\n"
 
 

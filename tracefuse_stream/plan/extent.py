@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from tracefuse_stream.plan.rankplan import RankPlan
 from tracefuse_stream.read.events import KernelFields, TimedFields, iter_event_batches
-from tracefuse_stream.read.scan import Selection, Tally
+from tracefuse_stream.read.scan import ScanSelection, Tally
 from tracefuse_stream.timeunits import TimeCheck, us_to_ns
 
 _EXACT_NUMBERS = (int, Decimal)  # what the readers give for numbers (never bool or float)
@@ -47,7 +47,9 @@ class RankInfo:
 
 
 def scan_rank(
-    plan: RankPlan, select: Optional[Selection] = None, visit: Optional[Callable[[List[Any]], None]] = None
+    plan: RankPlan,
+    select: Optional[ScanSelection] = None,
+    visit: Optional[Callable[[List[Any]], None]] = None,
 ) -> RankInfo:
     """Count events and find the absolute time span of one rank (one streaming pass,
     numbers parsed exactly). ``select``/``visit``: the same pass also hands the events
@@ -69,7 +71,7 @@ def scan_rank(
         layout=plan.layout,
         what="counting events",
         fields=TimedFields if visit is None else KernelFields,
-        select=Selection(extremes=True, validate=False) if select is None else select,
+        select=ScanSelection(extremes=True, validate=False) if select is None else select,
         tally=tally,
     ):
         n += len(batch)

@@ -25,7 +25,7 @@ from tracefuse_stream.errors import InputError
 from tracefuse_stream.exactjson import loads_exact
 from tracefuse_stream.read.batches import EventBatches, NotBatchable
 from tracefuse_stream.read.readers import ExactReader
-from tracefuse_stream.read.scan import Selection, Tally, kernel_scan
+from tracefuse_stream.read.scan import ScanSelection, Tally, kernel_scan
 from tracefuse_stream.read.sources import PathLike, TraceReader, detect_compression
 
 EXACT_BATCH = 4096  # events per list handed out by the exact reader
@@ -56,7 +56,7 @@ def iter_event_batches(
     what: str = "reading events",
     progress: Optional[Callable[[int], None]] = None,
     fields: Optional[type] = None,
-    select: Optional[Selection] = None,
+    select: Optional[ScanSelection] = None,
     tally: Optional[Tally] = None,
 ) -> Iterator[List[Any]]:
     """Lists of the events of ``path``, in file order.

@@ -4,7 +4,7 @@ events a pass asks for decoded in Python.
 ``--window`` (the merged trace's first event), ``info``, ``--steps`` (the
 ``ProfilerStep#N`` table) and ``--align collectives`` (the NCCL kernels) each read every
 event of a rank but use few: their Python loops decoded and looked at every event, which
-cost as much as the merge itself. With a :class:`Selection`, the kernel's ``scan`` reads
+cost as much as the merge itself. With a :class:`ScanSelection`, the kernel's ``scan`` reads
 the text, hands the selected events (and any it cannot judge: escapes, odd numbers,
 duplicate keys, non-objects) to the pass as usual, and keeps a :class:`Tally` of the
 others: how many, and the first ``ts`` and last ``ts + dur`` of the timed ones among
@@ -25,7 +25,7 @@ _NANO = Decimal(10) ** -9
 
 
 @dataclass(frozen=True)
-class Selection:
+class ScanSelection:
     """Which events a pass needs as events: those with all of the given ``ph``, ``cat``
     and ``name`` prefix (none given: no event), and, when ``name_contains`` or
     ``text_contains`` is given, a name holding one of ``name_contains`` or an event
@@ -81,7 +81,7 @@ class Tally:
 class _Args:
     """What ``_kernel.scan`` reads (bytes, the text as written in the file)."""
 
-    def __init__(self, sel: Selection) -> None:
+    def __init__(self, sel: ScanSelection) -> None:
         self.ph = None if sel.ph is None else sel.ph.encode()
         self.cat = None if sel.cat is None else sel.cat.encode()
         self.name_prefix = None if sel.name_prefix is None else sel.name_prefix.encode()
@@ -94,7 +94,7 @@ class _Args:
 class KernelScan:
     """The raw rewriter for :meth:`EventBatches.mixed` with ``decode_out``."""
 
-    def __init__(self, selection: Selection, tally: Tally) -> None:
+    def __init__(self, selection: ScanSelection, tally: Tally) -> None:
         self._args = _Args(selection)
         self.tally = tally
 
@@ -108,11 +108,11 @@ class KernelScan:
         return out, pos, _STATUS[status], skip_to, bool(need_sep)
 
 
-def kernel_scan(selection: Optional[Selection], tally: Optional[Tally]) -> Optional[KernelScan]:
+def kernel_scan(selection: Optional[ScanSelection], tally: Optional[Tally]) -> Optional[KernelScan]:
     """The kernel scan for a pass, or ``None`` (no selection, or no kernel here)."""
     if selection is None or tally is None or not native.available():
         return None
     return KernelScan(selection, tally)
 
 
-__all__ = ["KernelScan", "Selection", "Tally", "kernel_scan"]
+__all__ = ["KernelScan", "ScanSelection", "Tally", "kernel_scan"]

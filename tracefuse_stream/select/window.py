@@ -26,7 +26,7 @@ from tracefuse_stream.errors import ErrorKind, InputError, UsageError
 from tracefuse_stream.rankset import compress_ranges
 from tracefuse_stream.read.events import StepFields, iter_event_batches
 from tracefuse_stream.read.readers import SalvageReader
-from tracefuse_stream.read.scan import Selection, Tally
+from tracefuse_stream.read.scan import ScanSelection, Tally
 from tracefuse_stream.read.sources import PathLike
 from tracefuse_stream.select.spans import SPAN_DROPPED_NOTE, is_profiler_span, span_fits
 from tracefuse_stream.timeunits import FLOAT_FAST_LIMIT, TimeCheck, us_to_ns
@@ -89,7 +89,7 @@ def _step_table(
     ``--salvage`` drops it from the merge; ``bad`` gets ``{step: problem}`` for it.
     """
     table: Dict[int, Tuple[int, int]] = {}
-    steps = Selection(ph="X", name_prefix="ProfilerStep#")  # the kernel skips the rest unread
+    steps = ScanSelection(ph="X", name_prefix="ProfilerStep#")  # the kernel skips the rest unread
     check = TimeCheck(base_ns)
     for batch in (
         _salvaged_batches(path)
