@@ -69,6 +69,12 @@ def _median2(values: List[int]) -> int:
     return 2 * v[n // 2] if n % 2 else v[n // 2 - 1] + v[n // 2]
 
 
+_NO_GPU = (
+    "no GPU collective kernels (NCCL/RCCL) in any trace; CPU-side collective ops "
+    "do not end together and are not used"
+)
+
+
 def estimate_offsets(
     ranks: Mapping[int, RankCollectives],
     hosts: Mapping[int, Optional[str]],
@@ -95,91 +101,99 @@ def estimate_offsets(
         groups.setdefault(gid, []).append(r)
         labels[gid] = label
     ref_gid, _ = _group_of(all_ranks[0], hosts)
-    ref_label = labels[ref_gid]
-
-    def ends_of(r: int) -> Dict[MatchKey, int]:
-        rc = ranks.get(r)
-        return rc.ends if rc is not None else {}
-
-    any_collectives = any(ends_of(r) for r in all_ranks)
-    no_gpu = (
-        "no GPU collective kernels (NCCL/RCCL) in any trace; CPU-side collective ops "
-        "do not end together and are not used"
-    )
-
-    # Reference end per key: median over the reference host's ranks, kept DOUBLED so
-    # it stays an exact integer (the median of an even count is a half-integer, and
-    # epoch ns ~1.7e18 are far beyond float precision: ulp 256 ns).
-    ref_values: Dict[MatchKey, List[int]] = {}
-    for r in groups[ref_gid]:
-        for k, e in ends_of(r).items():
-            ref_values.setdefault(k, []).append(e)
-    ref_ends2 = {k: _median2(v) for k, v in ref_values.items()}
-
+    ends = {r: (ranks[r].ends if r in ranks else {}) for r in all_ranks}
+    any_collectives = any(ends.values())
+    ref_ends2 = _reference_ends2(ends, groups[ref_gid])
     for gid, members in groups.items():
-        label = labels[gid]
         if gid == ref_gid:
-            if any_collectives:
-                reason = f"reference host ({len(ref_ends2)} collectives); offset 0 by definition"
-            else:
-                reason = f"reference host; {no_gpu}; offset 0"
-            for r in members:
-                out[r] = RankAlignment(0, label, reason=reason)
-            continue
-
-        diffs2: List[int] = []  # doubled ref_end - own_end: small exact integers
-        matched_keys = set()
-        for r in members:
-            for k, e in ends_of(r).items():
-                ref2 = ref_ends2.get(k)
-                if ref2 is not None:
-                    diffs2.append(ref2 - 2 * e)
-                    matched_keys.add(k)
-        n = len(matched_keys)
-        estimate: Optional[int] = None
-        spread_us = 0.0
-        applied = False
-        if not any_collectives:
-            reason = f"{no_gpu}; offset 0"
-        elif not any(ends_of(r) for r in members):
-            reason = "no GPU collective kernels (NCCL/RCCL) in this host's traces; offset 0"
-        elif not ref_ends2:
-            reason = f"reference host {ref_label} has no GPU collective kernels (NCCL/RCCL); offset 0"
-        elif n < min_matches:
             reason = (
-                f"only {n} collective(s) matched with reference host {ref_label} "
-                f"(need {min_matches}); offset 0"
+                f"reference host ({len(ref_ends2)} collectives); offset 0 by definition"
+                if any_collectives
+                else f"reference host; {_NO_GPU}; offset 0"
+            )
+            for r in members:
+                out[r] = RankAlignment(0, labels[gid], reason=reason)
+            continue
+        host_ends = [ends[r] for r in members]
+        for r in members:
+            out[r] = _host_alignment(
+                host_ends, ref_ends2, labels[gid], labels[ref_gid], any_collectives, min_matches
+            )
+    _add_read_notes(out, ranks)
+    return out
+
+
+def _reference_ends2(ends: Mapping[int, Dict[MatchKey, int]], ref_ranks: List[int]) -> Dict[MatchKey, int]:
+    """Reference end per key: median over the reference host's ranks, kept DOUBLED so
+    it stays an exact integer (the median of an even count is a half-integer, and
+    epoch ns ~1.7e18 are far beyond float precision: ulp 256 ns)."""
+    ref_values: Dict[MatchKey, List[int]] = {}
+    for r in ref_ranks:
+        for k, e in ends[r].items():
+            ref_values.setdefault(k, []).append(e)
+    return {k: _median2(v) for k, v in ref_values.items()}
+
+
+def _host_alignment(
+    host_ends: List[Dict[MatchKey, int]],
+    ref_ends2: Dict[MatchKey, int],
+    label: str,
+    ref_label: str,
+    any_collectives: bool,
+    min_matches: int,
+) -> RankAlignment:
+    """One non-reference host's offset (the same for each of its ranks), and why."""
+    diffs2: List[int] = []  # doubled ref_end - own_end: small exact integers
+    matched_keys = set()
+    for own in host_ends:
+        for k, e in own.items():
+            ref2 = ref_ends2.get(k)
+            if ref2 is not None:
+                diffs2.append(ref2 - 2 * e)
+                matched_keys.add(k)
+    n = len(matched_keys)
+    estimate: Optional[int] = None
+    spread_us = 0.0
+    applied = False
+    if not any_collectives:
+        reason = f"{_NO_GPU}; offset 0"
+    elif not any(host_ends):
+        reason = "no GPU collective kernels (NCCL/RCCL) in this host's traces; offset 0"
+    elif not ref_ends2:
+        reason = f"reference host {ref_label} has no GPU collective kernels (NCCL/RCCL); offset 0"
+    elif n < min_matches:
+        reason = (
+            f"only {n} collective(s) matched with reference host {ref_label} (need {min_matches}); offset 0"
+        )
+    else:
+        med2 = statistics.median(diffs2)  # values are offsets, exact in a float
+        mad = statistics.median([abs(d - med2) for d in diffs2]) / 2
+        med = med2 / 2
+        estimate = int(round(med))
+        spread_us = mad / 1000.0
+        if mad > abs(med):
+            reason = (
+                f"estimate {med / 1000.0:+.3f} us over {n} collectives is not "
+                f"significant: spread (MAD) {spread_us:.3f} us exceeds it; offset 0"
             )
         else:
-            med2 = statistics.median(diffs2)  # values are offsets, exact in a float
-            mad = statistics.median([abs(d - med2) for d in diffs2]) / 2
-            med = med2 / 2
-            estimate = int(round(med))
-            spread_us = mad / 1000.0
-            if mad > abs(med):
-                reason = (
-                    f"estimate {med / 1000.0:+.3f} us over {n} collectives is not "
-                    f"significant: spread (MAD) {spread_us:.3f} us exceeds it; offset 0"
-                )
-            else:
-                applied = True
-                reason = f"aligned to host {ref_label} on {n} collectives"
-        for r in members:
-            out[r] = RankAlignment(
-                estimate if applied and estimate is not None else 0,
-                label,
-                matched=n,
-                spread_us=spread_us,
-                applied=applied,
-                reason=reason,
-                estimate_ns=estimate,
-            )
+            applied = True
+            reason = f"aligned to host {ref_label} on {n} collectives"
+    return RankAlignment(
+        estimate if applied and estimate is not None else 0,
+        label,
+        matched=n,
+        spread_us=spread_us,
+        applied=applied,
+        reason=reason,
+        estimate_ns=estimate,
+    )
 
-    # Per-rank notes that qualify the numbers (partial reads, cap).
-    for r in all_ranks:
-        rc = ranks.get(r)
-        if rc is None:
-            continue
+
+def _add_read_notes(out: Dict[int, RankAlignment], ranks: Mapping[int, RankCollectives]) -> None:
+    """Per-rank notes that qualify the numbers (partial reads, cap)."""
+    for r in sorted(ranks):
+        rc = ranks[r]
         notes = []
         if rc.cap_hit:
             notes.append(f"only the first {rc.count} collective kernels were read (cap)")
@@ -187,7 +201,6 @@ def estimate_offsets(
             notes.append(f"trace read only partly: {rc.error}")
         if notes:
             out[r].reason += "; " + "; ".join(notes)
-    return out
 
 
 def format_alignment_table(alignments: Mapping[int, RankAlignment]) -> str:
