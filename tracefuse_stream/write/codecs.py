@@ -151,7 +151,13 @@ def _py_crc32_combine(crc1: int, crc2: int, len2: int) -> int:
 
 @dataclass
 class Piece:
-    """A finished compressed unit: where it is and what the splicer needs."""
+    """A finished compressed unit: where it is and what the splicer needs.
+
+    The two words of the write stage, each for one thing: a *piece* is any finished
+    compressed unit (a file's head, a separator, a tail, a rank's events), in memory or
+    in a file; a *fragment* is the temporary file that holds one rank's piece until it
+    is spliced (``fragment_path``, ``fragment_dir``, ``FragmentDir``).
+    """
 
     path: Optional[str]
     data: Optional[bytes]
