@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import time
 from pathlib import Path
 from typing import List, Optional
 
@@ -14,7 +16,7 @@ import pytest
 
 from tracefuse_stream import merge
 from tracefuse_stream.errors import TraceFuseError
-from tracefuse_stream.workers import CHUNK_TASKS, CHUNK_WEIGHT, task_chunks
+from tracefuse_stream.workers import CHUNK_TASKS, CHUNK_WEIGHT, STOP_GRACE_SECONDS, run_in_order, task_chunks
 
 
 @pytest.mark.parametrize(
@@ -91,3 +93,30 @@ def test_a_rank_failing_inside_a_chunk(tmp_path: Path) -> None:
     assert errors[0] is not None and errors[0] == errors[1]
     assert str(run / "host.41.pt.trace.json") in errors[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no output, no fragments
+
+
+def _stubborn(task: int, progress: object) -> int:
+    """A worker that ignores SIGTERM and does not finish (as one blocked on a lock that
+    a SIGTERMed sibling held)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    time.sleep(30)
+    return task
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def test_an_interruption_does_not_wait_for_a_stuck_worker() -> None:
+    """Ctrl-C in the parent stops the workers; one that does not stop is killed after
+    the grace period instead of holding the merge (and the user's terminal) forever."""
+    prev = signal.signal(signal.SIGALRM, _interrupt)
+    t0 = time.monotonic()
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 1.0)
+        with pytest.raises(KeyboardInterrupt):
+            list(run_in_order(_stubborn, [1, 2], 2, lambda n: None))
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, prev)
+    assert time.monotonic() - t0 < 1.0 + STOP_GRACE_SECONDS + 5, "the stuck workers were waited for"

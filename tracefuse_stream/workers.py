@@ -25,6 +25,7 @@ import os
 import pickle
 import signal
 import sys
+import time
 import warnings
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -34,6 +35,7 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 POLL_SECONDS = 0.25
+STOP_GRACE_SECONDS = 2.0  # after an interruption, how long stopped workers get to exit
 #: A worker gets consecutive tasks in chunks of up to this many tasks and (with
 #: ``weights``) this much weight (input bytes): one pool round trip per chunk, not per
 #: task. A round trip (pickled call and result, queue wake-ups) costs ~0.2-0.4 ms, more
@@ -299,6 +301,9 @@ def run_in_order(
             # this shutdown waiting for that lock forever (seen as a hung -j2 merge of a
             # bad input); the others finish their chunk and stop at the sentinel.
             _stop_workers(pids)
+            # a worker SIGTERMed while holding that lock would hang its siblings and the
+            # shutdown below: whoever has not exited after a grace period is killed
+            _kill_survivors(pool, STOP_GRACE_SECONDS)
         pool.shutdown(wait=True, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
@@ -313,6 +318,19 @@ def _stop_workers(pids: Any) -> None:
                 os.kill(pid, signal.SIGTERM)
             except (ProcessLookupError, PermissionError):
                 pass
+
+
+def _kill_survivors(pool: ProcessPoolExecutor, grace: float) -> None:
+    """SIGKILL the pool's worker processes still alive ``grace`` seconds after the stop
+    (interruptions only: the merge is abandoned, its fragments are removed anyway)."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    deadline = time.monotonic() + grace
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+            p.join(1.0)
 
 
 def _call(fn_args: Tuple[Callable[..., Any], Tuple[Any, ...]], progress: Callable[[int], None]) -> Any:
