@@ -27,7 +27,6 @@ from tracefuse_stream.errors import InputError
 from tracefuse_stream.pipeline.gcpause import cyclic_gc_paused
 from tracefuse_stream.plan.rankplan import RankPlan
 from tracefuse_stream.read.readers import BatchedReader, EventReader, ExactReader, Handover, SalvageReader
-from tracefuse_stream.rewrite.args import kept_keys
 from tracefuse_stream.rewrite.kernel import kernel_for
 from tracefuse_stream.rewrite.labels import rank_metadata
 from tracefuse_stream.rewrite.rules import RankRewriter
@@ -131,7 +130,6 @@ def _rewriter(task: RankTask) -> RankRewriter:
         task.flt,
         (plan.base_time_ns or 0) + plan.align_offset_ns,
         plan.path,
-        keep_args=kept_keys(task.flt.args),
     )
 
 

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from typing import Dict, FrozenSet, Literal, Optional, Tuple
 
-from tracefuse_stream.rewrite.rules import LINK_ID_ARGS
+from tracefuse_stream.rewrite.contract import LINK_ID_ARGS
 
 ArgsMode = Literal["all", "slim", "none"]
 ARGS_CHOICES: Tuple[str, ...] = ("all", "slim", "none")

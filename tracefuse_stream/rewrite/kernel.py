@@ -42,13 +42,14 @@ class _Context:
         self.pids = rw.pids
         self.first_ts = rw.pid_first_ts
         self.gpu_like = rw.pid_gpu_like
-        self.drop_cats: FrozenSet[Any] = frozenset(rw._drop_cats)
+        flt = rw.filter  # the merge's one selection object, read as it is
+        self.drop_cats: FrozenSet[Any] = frozenset(flt.dropped_categories())
         self.keep_args: Optional[FrozenSet[str]] = rw.keep_args
         self.decimal = Decimal
         # --window/--steps: the filter's absolute ns window, on the unshifted ts
-        self.window = rw._window
+        self.window = flt.window_ns is not None
         self.abs_base_ns = rw.abs_base_ns  # the window, and ts beyond any clock once based
-        lo, hi = rw.filter.window_ns if rw._window else (0, 0)  # type: ignore[misc]
+        lo, hi = flt.window_ns if flt.window_ns is not None else (0, 0)
         self.win_lo, self.win_hi = lo, hi
 
 
@@ -77,16 +78,16 @@ def kernel_for(rw: RankRewriter) -> Optional[KernelRewriter]:
     """The kernel for this rank's rules, or ``None`` where the Python path must run."""
     if not native.available():
         return None
-    if not rw._simple_filter:
+    if not rw.filter.only_drops_categories():
         return None
     int64 = 2**63
     if not -int64 < rw.abs_base_ns < int64:
         return None
-    if rw._window:
-        lo, hi = rw.filter.window_ns  # type: ignore[misc]
+    if rw.filter.window_ns is not None:
+        lo, hi = rw.filter.window_ns
         if not all(-int64 < v < int64 for v in (lo, hi)):
             return None
-    if not all(type(c) is str for c in rw._drop_cats):
+    if not all(type(c) is str for c in rw.filter.dropped_categories()):
         return None
     if not -(10**18) < rw.shift.shift_ns < 10**18:
         return None  # beyond the margin of the kernel's exact 128-bit arithmetic

@@ -26,9 +26,10 @@ and constants, never events. The rules, and why (see docs/OUTPUT_FORMAT.md):
 from __future__ import annotations
 
 from decimal import Context, Decimal, Inexact, InvalidOperation, Overflow
-from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from tracefuse_stream.errors import ErrorKind, InputError
+from tracefuse_stream.rewrite.args import kept_keys
 
 # the contract's constants, re-exported for the modules that import them from here
 from tracefuse_stream.rewrite.contract import (  # noqa: F401
@@ -116,7 +117,6 @@ class RankRewriter:
         flt: EventFilter,
         base_time_ns: int = 0,
         path: str = "",
-        keep_args: Optional[FrozenSet[str]] = None,
     ) -> None:
         if rank < 0 or rank > MAX_RANK:
             raise InputError(
@@ -148,16 +148,15 @@ class RankRewriter:
         self.synth_tids: Dict[Tuple[int, int], Any] = {}  # (out pid, out tid) -> original
         self.pid_first_ts: Dict[int, Any] = {}
         self.pid_gpu_like: Set[int] = set()
-        self.keep_args = keep_args  # --args slim/none: the arg keys kept (rewrite/args.py); None: all
+        # --args slim/none: the arg keys kept (rewrite/args.py); None: all. The filter is
+        # the one selection object of the merge: the rank's rules and the kernel's
+        # context read it as it is (no copies of its fields under other names).
+        self.keep_args = kept_keys(flt.args)
         self.metadata: List[Event] = []
         self.events_out = 0
         self.dropped = 0
         self.spans_dropped = 0  # profiler spans dropped by the window (select/spans.py)
         self.index = -1
-        self._window = flt.window_ns is not None
-        # categories dropped outright, checked inline; other rules via flt.keep()
-        self._drop_cats = flt.dropped_categories()
-        self._simple_filter = flt.only_drops_categories()
 
     @property
     def events_in(self) -> int:
@@ -248,9 +247,11 @@ class RankRewriter:
         dropped = 0
         path = self.path
         buffer_meta = self.metadata.append
-        drop_cats = self._drop_cats
-        simple_filter = self._simple_filter
-        window = self._window
+        flt = self.filter
+        # categories dropped outright, checked inline; other rules via flt.keep()
+        drop_cats = flt.dropped_categories()
+        simple_filter = flt.only_drops_categories()
+        window = flt.window_ns is not None
         pids = self.pids
         first_ts: Dict[Any, Any] = self.pid_first_ts
         shifting, add, dshift = self._shifting, self._add, self._dshift
@@ -277,7 +278,7 @@ class RankRewriter:
                 cat = get("cat")
                 if type(cat) is not str:
                     cat = None  # for the lookups below: a list or object is no category
-                if cat in drop_cats or (not simple_filter and not self.filter.keep(ev)):
+                if cat in drop_cats or (not simple_filter and not flt.keep(ev)):
                     dropped += 1
                     continue
                 ts = get("ts")
