@@ -1,0 +1,282 @@
+/* Part of tracefuse_stream/_kernel.c (one translation unit: _kernel.c #includes the
+ * parts in order, so each sees the types and functions of the parts before it).
+ * This part: the walk (info's single pass) and the scan() entry point. */
+/* ---- walk: the skim with times (info's single pass) --------------------------------
+ * info counts every event, finds the first ts and last ts + dur, and keeps a few (the
+ * collectives, the steps): the validating scan read every byte of every event for that,
+ * about as much work as the merge. The walk reads an event's top level token by token
+ * (keys, strings, numbers, literals, separators; ts and dur exactly as the scan reads
+ * them) and only delimits what is nested (args), with the skim's blocks. Its selection
+ * is the scan's, on the same ph, cat and name; a text_contains spelled as a JSON string
+ * ("Collective name" in quotes) is compared where strings start (in text without
+ * escapes it can start nowhere else), any other is searched for in the event's text.
+ * An escape in a top-level string, a repeated ph/cat/name/ts/dur key, or anything it
+ * does not expect: the validating scan judges that event, so odd events go where they
+ * went before (a selected one goes through it too, for its text to decode exactly).
+ * Not checked: the text nested in an event (the merge validates it). */
+
+/* time_unsure's bound in the walk's unit (1e-9 us): 2**62 ns */
+#define WALK_FAR ((((__int128)1) << 62) * 1000000)
+
+/* what the walk found in one event */
+typedef struct {
+    Span f[3]; /* ph, cat, name */
+    unsigned seen; /* keys met: ph 1, cat 2, name 4, ts 8, dur 16 */
+    int escaped, found, ts_ok, dur_ok;
+    __int128 ts, dur;
+} Walk;
+
+/* the walk's needle: text_contains when it is a quoted string without quotes or
+ * backslashes inside (0: it is searched for in the event's text instead) */
+static int walk_needle(const Sel *sel, Needles *nd) {
+    memset(nd, 0, sizeof(*nd));
+    if (sel->text_contains == Py_None) return 0;
+    Span t = bytes_span(sel->text_contains);
+    if (t.n < 2 || t.p[0] != '"' || t.p[t.n - 1] != '"') return 0;
+    for (Py_ssize_t j = 1; j + 1 < t.n; j++)
+        if (t.p[j] == '"' || t.p[j] == '\\') return 0;
+    nd->all[0] = t;
+    nd->n_all = 1;
+    return 1;
+}
+
+/* a string without escapes at s[*i] == '"' (E_FALL: it has one); the needle's
+ * content compared with it */
+static inline int walk_string(const unsigned char *s, Py_ssize_t n, Py_ssize_t *i, Span *v, const Needles *nd,
+                              Walk *w) {
+    Py_ssize_t j = *i + 1, e = j;
+#ifdef __SSE2__
+    const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\');
+    for (; e + 16 <= n; e += 16) { /* names run long: 16 bytes at a time */
+        __m128i b = _mm_loadu_si128((const __m128i *)(s + e));
+        unsigned m = (unsigned)_mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(b, quote), _mm_cmpeq_epi8(b, bslash)));
+        if (m) {
+            e += __builtin_ctz(m);
+            break;
+        }
+    }
+#endif
+    while (e < n && !SKIM_INSIDE[s[e]]) e++;
+    if (e >= n) return E_MORE;
+    if (s[e] == '\\') return E_FALL;
+    v->p = s + j;
+    v->n = e - j;
+    if (nd->n_all && v->n == nd->all[0].n - 2 && memcmp(v->p, nd->all[0].p + 1, (size_t)v->n) == 0) w->found = 1;
+    *i = e + 1;
+    return OK;
+}
+
+static inline Py_ssize_t walk_ws(const unsigned char *s, Py_ssize_t i, Py_ssize_t n) {
+    while (i < n && (s[i] == ' ' || s[i] == '\n' || s[i] == '\r' || s[i] == '\t')) i++;
+    return i;
+}
+
+/* one member's value at s[*i] (bit: which of ph 1, cat 2, name 4, ts 8, dur 16 it is) */
+static int walk_value(St *st, Py_ssize_t *i, int bit, const Needles *nd, Walk *w) {
+    const unsigned char *s = st->s;
+    Py_ssize_t n = st->len;
+    unsigned char c = s[*i];
+    Span v;
+    if (bit == 16 && c != '-' && (c < '0' || c > '9')) return E_FALL; /* a dur not a number: malformed */
+    if (c == '"') {
+        int r = walk_string(s, n, i, &v, nd, w);
+        if (r == OK && (bit & 7)) w->f[bit >> 1] = v;
+        return r;
+    }
+    if (bit & 7) return E_FALL; /* ph, cat or name not a string: the scan decides */
+    if (c == '{' || c == '[') {
+        Skim k = {*i, 0, 0, 0, 0};
+        int done = 0;
+#ifdef __SSE2__
+        done = skim_blocks(s, n, nd, &k);
+#endif
+        if (!done && !skim_bytes(s, n, nd, &k)) return E_MORE;
+        w->escaped |= k.escaped;
+        w->found |= k.found != 0;
+        *i = k.i;
+        return OK;
+    }
+    if (c == '-' || (c >= '0' && c <= '9')) {
+        Num num;
+        st->i = *i;
+        int r = scan_number(st, &num);
+        if (r) return r;
+        *i = st->i;
+        if (bit & 24) {
+            __int128 *v = bit == 8 ? &w->ts : &w->dur;
+            if (!num_to_nano_us(&num, v) || *v >= WALK_FAR || *v <= -WALK_FAR) return E_FALL;
+            *(bit == 8 ? &w->ts_ok : &w->dur_ok) = 1;
+        }
+        return OK;
+    }
+    const char *word = c == 't' ? "true" : c == 'f' ? "false" : c == 'n' ? "null" : NULL;
+    if (!word) return E_FALL;
+    Py_ssize_t wn = (Py_ssize_t)strlen(word);
+    if (n - *i < wn) return memcmp(s + *i, word, (size_t)(n - *i)) ? E_FALL : E_MORE;
+    if (memcmp(s + *i, word, (size_t)wn)) return E_FALL;
+    *i += wn;
+    return OK;
+}
+
+/* the scan's selection (scan_event) on a walked event */
+static int walk_selects(const Sel *sel, const Walk *w, Span text, int quoted) {
+    int match = 1;
+    if (sel->ph != Py_None) match = match && (w->seen & 1) && bytes_match(sel->ph, w->f[0], 0);
+    if (sel->cat != Py_None) match = match && (w->seen & 2) && bytes_match(sel->cat, w->f[1], 0);
+    if (sel->name_prefix != Py_None) match = match && (w->seen & 4) && bytes_match(sel->name_prefix, w->f[2], 1);
+    if (sel->ph == Py_None && sel->cat == Py_None && sel->name_prefix == Py_None) match = 0;
+    if (!match || (sel->name_contains == Py_None && sel->text_contains == Py_None)) return match;
+    if (sel->name_contains != Py_None && (w->seen & 4))
+        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(sel->name_contains); j++)
+            if (holds(w->f[2], bytes_span(PyTuple_GET_ITEM(sel->name_contains, j)))) return 1;
+    if (sel->text_contains == Py_None) return 0;
+    return w->escaped || (quoted ? w->found : holds(text, bytes_span(sel->text_contains)));
+}
+
+static int walk_event(St *st, const Sel *sel, const Needles *nd, ScanEv *ev) {
+    const unsigned char *s = st->s;
+    Py_ssize_t n = st->len, start = st->i, i = st->i;
+    Walk w;
+    int r = OK;
+    memset(&w, 0, sizeof(w));
+    memset(ev, 0, sizeof(*ev));
+    if (i >= n) return E_MORE;
+    if (s[i] != '{') return E_FALL;
+    i = walk_ws(s, i + 1, n);
+    if (i >= n) return E_MORE;
+    if (s[i] == '}') i++;
+    else
+        for (;;) {
+            Span k;
+            if (s[i] != '"') goto judge;
+            if ((r = walk_string(s, n, &i, &k, nd, &w))) goto fail;
+            i = walk_ws(s, i, n);
+            if (i >= n) return E_MORE;
+            if (s[i] != ':') goto judge;
+            i = walk_ws(s, i + 1, n);
+            if (i >= n) return E_MORE;
+            int bit = IS(k, "ph") ? 1 : IS(k, "cat") ? 2 : IS(k, "name") ? 4 : IS(k, "ts") ? 8 : IS(k, "dur") ? 16 : 0;
+            if (w.seen & (unsigned)bit) goto judge; /* repeated: the scan refuses it */
+            w.seen |= (unsigned)bit;
+            if ((r = walk_value(st, &i, bit, nd, &w))) goto fail;
+            i = walk_ws(s, i, n);
+            if (i >= n) return E_MORE;
+            unsigned char c = s[i++];
+            if (c == '}') break;
+            if (c != ',') goto judge;
+            i = walk_ws(s, i, n);
+            if (i >= n) return E_MORE;
+        }
+    Span text = {s + start, i - start};
+    if (walk_selects(sel, &w, text, nd->n_all)) goto judge; /* selected: its text decodes as in the scan */
+    st->i = i;
+    ev->sure = 1;
+    if (sel->extremes && !((w.seen & 1) && IS(w.f[0], "M")) && w.ts_ok) {
+        ev->timed = 1;
+        ev->ts = w.ts;
+        ev->end = (w.dur_ok && w.dur > 0) ? w.ts + w.dur : w.ts;
+    }
+    return OK;
+fail:
+    if (r != E_FALL) return r;
+judge:
+    st->i = start;
+    return scan_event(st, sel, ev);
+}
+
+static PyObject *kernel_scan(PyObject *self, PyObject *args) {
+    PyObject *sel_obj;
+    Py_buffer buf;
+    Py_ssize_t pos;
+    int need_sep, at_start;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "Oy*npp", &sel_obj, &buf, &pos, &need_sep, &at_start)) return NULL;
+    Sel sel;
+    enum { NSEL = 5 };
+    PyObject *held[NSEL] = {NULL, NULL, NULL, NULL, NULL};
+    const char *names[NSEL] = {"ph", "cat", "name_prefix", "text_contains", "name_contains"};
+    PyObject **slots[NSEL] = {&sel.ph, &sel.cat, &sel.name_prefix, &sel.text_contains, &sel.name_contains};
+    for (int j = 0; j < NSEL; j++) {
+        held[j] = PyObject_GetAttrString(sel_obj, names[j]);
+        int ok = held[j] && (held[j] == Py_None || (j < 4 ? PyBytes_Check(held[j]) : PyTuple_Check(held[j])));
+        if (ok && j == 4 && held[j] != Py_None)
+            for (Py_ssize_t m = 0; m < PyTuple_GET_SIZE(held[j]); m++)
+                ok = ok && PyBytes_Check(PyTuple_GET_ITEM(held[j], m));
+        if (!ok) {
+            if (held[j]) PyErr_SetString(PyExc_TypeError, "scan selection: bytes, a tuple of bytes, or None");
+            for (int m = 0; m <= j; m++) Py_XDECREF(held[m]);
+            PyBuffer_Release(&buf);
+            return NULL;
+        }
+        *slots[j] = held[j];
+    }
+    PyObject *ex = PyObject_GetAttrString(sel_obj, "extremes");
+    sel.extremes = ex ? PyObject_IsTrue(ex) : 0;
+    Py_XDECREF(ex);
+    PyObject *va = PyObject_GetAttrString(sel_obj, "validate");
+    int skim = va ? !PyObject_IsTrue(va) : 0, walk = skim && sel.extremes; /* timing: the walk reads the numbers */
+    Py_XDECREF(va);
+    Needles nd;
+    if (walk) walk_needle(&sel, &nd); /* the walk's own needle, when it has one */
+    else if (skim && !skim_needles(&sel, &nd)) skim = 0;
+    if (PyErr_Occurred()) {
+        for (int j = 0; j < NSEL; j++) Py_DECREF(held[j]);
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    St st;
+    st.s = (const unsigned char *)buf.buf;
+    st.len = buf.len;
+    st.i = pos;
+    st.olen = 0;
+    st.nowrite = 1;
+    st.ocap = 65536;
+    st.o = PyMem_Malloc(st.ocap);
+    int r = st.o ? OK : E_NOMEM, status = ST_NEED_MORE, timed = 0;
+    Py_ssize_t consumed = pos, skip_to = -1;
+    long long n_sure = 0;
+    __int128 lo = 0, hi = 0;
+    while (r == OK && next_event(&st, &need_sep, &at_start, &consumed, &status, &skip_to)) {
+        Py_ssize_t ev_start = st.i, out_start = st.olen;
+        ScanEv ev;
+        int e = walk   ? walk_event(&st, &sel, &nd, &ev)
+                : skim ? skim_event(&st, &sel, &nd, &ev)
+                       : scan_event(&st, &sel, &ev);
+        if (e == E_NOMEM) {
+            r = e;
+            break;
+        }
+        if (e != OK) {
+            stop_before(&st, e, ev_start, out_start, &status, &skip_to, &consumed);
+            break;
+        }
+        if (ev.selected) {
+            /* its text as written, for Python to decode */
+            st.nowrite = 0;
+            if ((out_start && (r = putc1(&st, ','))) || (r = put(&st, st.s + ev_start, st.i - ev_start))) break;
+            st.nowrite = 1;
+        } else {
+            n_sure++;
+            if (ev.timed) {
+                if (!timed || ev.ts < lo) lo = ev.ts;
+                if (!timed || ev.end > hi) hi = ev.end;
+                timed = 1;
+            }
+        }
+        consumed = st.i;
+        need_sep = 1;
+    }
+    PyBuffer_Release(&buf);
+    for (int j = 0; j < NSEL; j++) Py_DECREF(held[j]);
+    PyObject *out = output_bytes(&st, r);
+    if (!out) return NULL;
+    PyObject *plo = timed ? int128_to_py(lo) : Py_NewRef(Py_None);
+    PyObject *phi = timed ? int128_to_py(hi) : Py_NewRef(Py_None);
+    if (!plo || !phi) {
+        Py_DECREF(out);
+        Py_XDECREF(plo);
+        Py_XDECREF(phi);
+        return NULL;
+    }
+    return Py_BuildValue("(NniniLNN)", out, consumed, status, skip_to, need_sep, n_sure, plo, phi);
+}
