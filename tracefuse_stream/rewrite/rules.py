@@ -242,24 +242,14 @@ class RankRewriter:
         after storing ``self.index`` for their error messages.
         """
         kept: List[Event] = []
-        keep_event = kept.append
-        index = self.index
-        dropped = 0
-        path = self.path
-        buffer_meta = self.metadata.append
-        flt = self.filter
-        # categories dropped outright, checked inline; other rules via flt.keep()
-        drop_cats = flt.dropped_categories()
-        simple_filter = flt.only_drops_categories()
+        keep_event, buffer_meta = kept.append, self.metadata.append
+        index, dropped, path, rank = self.index, 0, self.path, self.rank
+        flt = self.filter  # categories dropped outright, checked inline; other rules: flt.keep()
+        drop_cats, simple_filter = flt.dropped_categories(), flt.only_drops_categories()
         window = flt.window_ns is not None
-        pids = self.pids
-        first_ts: Dict[Any, Any] = self.pid_first_ts
+        pids, first_ts, gpu_like = self.pids, self.pid_first_ts, self.pid_gpu_like
         shifting, add, dshift = self._shifting, self._add, self._dshift
-        id_off, rank = self.id_off, self.rank
-        gpu_like: Set[Any] = self.pid_gpu_like
-        keep_args = self.keep_args
-        no_rare_links, rare_links = _RARE_LINK_KEYS.isdisjoint, _RARE_LINK_KEYS.intersection
-        time_problem = self.time_problem
+        rewrite_args, time_problem = self._rewrite_args, self.time_problem
         try:
             for ev in events:
                 index += 1
@@ -282,10 +272,7 @@ class RankRewriter:
                     dropped += 1
                     continue
                 ts = get("ts")
-                if window and (
-                    not self._in_window(ph, ts, get("dur"))
-                    or (cat == PROFILER_SPAN_CAT and self._span_out(ev))
-                ):
+                if window and self._outside_window(ev, ph, ts, cat):
                     dropped += 1
                     continue
                 p = get("pid")
@@ -305,52 +292,16 @@ class RankRewriter:
                         else:
                             ts = ev["ts"] = self.shift(ts)
                     except (ValueError, TypeError, ArithmeticError) as e:
-                        why = (
-                            e
-                            if isinstance(e, (ValueError, TypeError))
-                            else f"{ts!r} cannot be shifted exactly"
-                        )
-                        raise InputError(path, f"bad ts: {why}", event_index=index) from None
+                        raise self._shift_error(ts, e, index) from None
                 if ts is not None and ts < 0:
                     self._early(ts)  # before the output base: the merge places it again
                 if new_pid or pid not in first_ts:
                     first_ts.setdefault(pid, 0 if ts is None else ts)
-                if "id" in ev:
-                    self.index = index
-                    ev["id"] = self.map_id(ev["id"], "flow id")
-                elif type(ph) is str and ph in FLOW_PHASES:
-                    raise InputError(
-                        path,
-                        f"flow event (ph {ph!r}) without an id: its arrow cannot be kept inside its rank",
-                        event_index=index,
-                        hint="use --salvage to drop such events",
-                    )
-                if "bind_id" in ev:
-                    self.index = index
-                    ev["bind_id"] = self.map_id(ev["bind_id"], "bind_id")
+                if "id" in ev or "bind_id" in ev or (type(ph) is str and ph in FLOW_PHASES):
+                    self._rewrite_ids(ev, ph, index)  # flows: rare next to slices
                 args = get("args")
                 if type(args) is dict:
-                    if keep_args is not None and not keep_args.issuperset(args):
-                        args = ev["args"] = {k: v for k, v in args.items() if k in keep_args}
-                    # the two common links by lookup; the rarer ones only when one of
-                    # them is there (one C-level isdisjoint, no allocation)
-                    for key in COMMON_LINK_ARGS:
-                        v = args.get(key)
-                        if v is not None:
-                            if type(v) is int and 0 <= v < ID_LIMIT:
-                                args[key] = v + id_off
-                            else:
-                                self.index = index
-                                args[key] = self.map_id(v, f"args[{key!r}]")
-                    if not no_rare_links(args):
-                        for key in rare_links(args):
-                            v = args[key]
-                            if type(v) is int and 0 <= v < ID_LIMIT:
-                                args[key] = v + id_off
-                            elif key in STRICT_LINK_ARGS or _is_id(v):
-                                self.index = index
-                                args[key] = self.map_id(v, f"args[{key!r}]")
-                    args["rank"] = rank
+                    rewrite_args(ev, args, index)
                 elif args is None:
                     ev["args"] = {"rank": rank}
                 else:
@@ -363,6 +314,60 @@ class RankRewriter:
             self.dropped += dropped
             self.events_out += len(kept)
         return kept
+
+    def _rewrite_args(self, ev: Event, args: Dict[str, Any], index: int) -> None:
+        """An event's args: trimmed to ``--args``, link ids moved into the rank's range,
+        the ``rank`` arg added (in place; ``ev["args"]`` replaced when trimmed)."""
+        keep_args, id_off = self.keep_args, self.id_off
+        if keep_args is not None and not keep_args.issuperset(args):
+            args = ev["args"] = {k: v for k, v in args.items() if k in keep_args}
+        # the two common links by lookup; the rarer ones only when one of them is
+        # there (one C-level isdisjoint, no allocation)
+        for key in COMMON_LINK_ARGS:
+            v = args.get(key)
+            if v is not None:
+                if type(v) is int and 0 <= v < ID_LIMIT:
+                    args[key] = v + id_off
+                else:
+                    self.index = index
+                    args[key] = self.map_id(v, f"args[{key!r}]")
+        if not _RARE_LINK_KEYS.isdisjoint(args):
+            for key in _RARE_LINK_KEYS.intersection(args):
+                v = args[key]
+                if type(v) is int and 0 <= v < ID_LIMIT:
+                    args[key] = v + id_off
+                elif key in STRICT_LINK_ARGS or _is_id(v):
+                    self.index = index
+                    args[key] = self.map_id(v, f"args[{key!r}]")
+        args["rank"] = self.rank
+
+    def _outside_window(self, ev: Event, ph: Any, ts: Any, cat: Any) -> bool:
+        """``--window``/``--steps``: the event misses the window, or is Kineto's
+        profiler span reaching outside it (select/spans.py)."""
+        return not self._in_window(ph, ts, ev.get("dur")) or (cat == PROFILER_SPAN_CAT and self._span_out(ev))
+
+    def _rewrite_ids(self, ev: Event, ph: Any, index: int) -> None:
+        """A flow's ``id`` and a ``bind_id`` into the rank's range; a flow without an id
+        is an input error (its arrow could not be kept inside its rank)."""
+        self.index = index
+        if "id" in ev:
+            ev["id"] = self.map_id(ev["id"], "flow id")
+        elif type(ph) is str and ph in FLOW_PHASES:
+            raise self._flow_without_id(ph, index)
+        if "bind_id" in ev:
+            ev["bind_id"] = self.map_id(ev["bind_id"], "bind_id")
+
+    def _shift_error(self, ts: Any, e: BaseException, index: int) -> InputError:
+        why = e if isinstance(e, (ValueError, TypeError)) else f"{ts!r} cannot be shifted exactly"
+        return InputError(self.path, f"bad ts: {why}", event_index=index)
+
+    def _flow_without_id(self, ph: str, index: int) -> InputError:
+        return InputError(
+            self.path,
+            f"flow event (ph {ph!r}) without an id: its arrow cannot be kept inside its rank",
+            event_index=index,
+            hint="use --salvage to drop such events",
+        )
 
     def _early(self, ts: Any) -> None:
         """Note a written ts below 0: Perfetto drops it, so the merge moves its base
