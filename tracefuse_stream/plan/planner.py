@@ -282,6 +282,39 @@ def input_notes(plans: Sequence[RankPlan]) -> List[str]:
     return plans.input_notes() if isinstance(plans, PlanList) else []
 
 
+def _plan_explicit(inputs: Mapping[int, Any], salvage: bool, out: PlanList) -> List[RankPlan]:
+    """``{rank: path}`` inputs: one plan per entry, its rank as given."""
+    plans: List[RankPlan] = []
+    reached = Discovery()  # the same file under two ranks is the duplicate error
+    for pos, (r, path) in enumerate(sorted(inputs.items())):
+        if not isinstance(r, int) or r < 0:
+            raise UsageError(f"rank keys must be non-negative integers, not {r!r}")
+        reached.claim(path, Path(path))
+        found = discover([path])
+        if not Path(path).is_file():
+            raise InputError(str(path), "not a regular file", kind=ErrorKind.UNREADABLE)
+        p = _plan_candidates(found, salvage, False, out)[0]
+        p.position, p.rank, p.rank_source = pos, r, "explicit"
+        peek_first_ts(p, found.candidates[0].head)  # when it starts: the output base needs it
+        plans.append(p)
+    return plans
+
+
+def _select_ranks(plans: List[RankPlan], ranks: Optional[Sequence[int]]) -> List[RankPlan]:
+    """``--ranks``: only those (every one of them must be there)."""
+    if ranks is None:
+        return plans
+    wanted = set(ranks)
+    have = {p.rank for p in plans}
+    missing = sorted(wanted - have)
+    if missing:
+        raise UsageError(
+            f"--ranks asks for rank(s) {compress_ranges(missing)} but the inputs have ranks "
+            f"{compress_ranges(sorted(have))}"
+        )
+    return [p for p in plans if p.rank in wanted]
+
+
 def plan_all(
     inputs: InputSpec,
     *,
@@ -305,20 +338,7 @@ def plan_all(
     out = PlanList()
     cycle = parse_cycle(cycle)
     if isinstance(inputs, Mapping):
-        plans: List[RankPlan] = []
-        reached = Discovery()  # the same file under two ranks is the duplicate error
-        for pos, (r, path) in enumerate(sorted(inputs.items())):
-            if not isinstance(r, int) or r < 0:
-                raise UsageError(f"rank keys must be non-negative integers, not {r!r}")
-            reached.claim(path, Path(path))
-            found = discover([path])
-            if not Path(path).is_file():
-                raise InputError(str(path), "not a regular file", kind=ErrorKind.UNREADABLE)
-            p = _plan_candidates(found, salvage, False, out)[0]
-            p.position, p.rank, p.rank_source = pos, r, "explicit"
-            peek_first_ts(p, found.candidates[0].head)  # when it starts: the output base needs it
-            plans.append(p)
-        groups = [Cycle(1, None, plans)]
+        groups = [Cycle(1, None, _plan_explicit(inputs, salvage, out))]
     else:
         if isinstance(inputs, (str, os.PathLike)):
             inputs = [inputs]
@@ -353,18 +373,9 @@ def plan_all(
     if len(groups) > 1 and not every_cycle:
         c = chosen[0]
         out.notes.append(f"merged profiling cycle {c.index} of {len(groups)} (starts {_cycle_start(c)})")
-    selected: List[RankPlan] = [p for g in chosen for p in g.plans]
-    selected.sort(key=lambda p: (p.cycle or 0, p.rank))
-    if ranks is not None:
-        wanted = set(ranks)
-        have = {p.rank for p in selected}
-        missing = sorted(wanted - have)
-        if missing:
-            raise UsageError(
-                f"--ranks asks for rank(s) {compress_ranges(missing)} but the inputs have ranks "
-                f"{compress_ranges(sorted(have))}"
-            )
-        selected = [p for p in selected if p.rank in wanted]
+    selected = _select_ranks(
+        sorted((p for g in chosen for p in g.plans), key=lambda p: (p.cycle or 0, p.rank)), ranks
+    )
     for g in chosen:
         assign_shifts([p for p in selected if p.cycle == (g.index if len(groups) > 1 else None)])
     out.extend(p.seal() for p in selected)
