@@ -158,14 +158,7 @@ def _merge(inputs: InputSpec, output: str, opts: MergeOptions) -> MergeSummary:
     for r in results:
         warnings.extend(r.warnings)
     notes.extend(by_ranks((r.rank, n) for r in results for n in r.notes))  # "ranks 0-7: ..." once
-    if flt.window_ns is not None:
-        empty = [r.rank for r in results if r.events_out == r.metadata_out]
-        if empty:
-            what = "--steps" if opts.window.steps is not None else "--window"
-            warnings.append(
-                f"{what} leaves rank(s) {compress_ranges(empty)} with no events (their profiles do not "
-                "reach into the window; check the ranks' spans with `info`)"
-            )
+    warnings.extend(_result_warnings(results, flt, opts))
     viewer = [estimate_viewer_bytes(ViewerCounts(json_bytes=s.json_bytes)) for s in sinks]
     big = max(range(len(sinks)), key=viewer.__getitem__, default=0)
     too_big = size_warning(
@@ -174,8 +167,7 @@ def _merge(inputs: InputSpec, output: str, opts: MergeOptions) -> MergeSummary:
         len(groups[big]) if groups else 0,
         split,
     )
-    if too_big:
-        warnings.append(too_big)
+    warnings.extend([too_big] if too_big else [])
     summary = MergeSummary(
         output=", ".join(names) if not out_opts.dry_run else f"(dry run, {codec})",
         ranks=[
@@ -209,6 +201,20 @@ def _merge(inputs: InputSpec, output: str, opts: MergeOptions) -> MergeSummary:
     if out_opts.verify and not out_opts.dry_run and output != "-" and not is_special_file(output):
         _verify_outputs(summary, groups)
     return summary
+
+
+def _result_warnings(results: List[RankResult], flt: EventFilter, opts: MergeOptions) -> List[str]:
+    """A time selection that left some ranks without events."""
+    if flt.window_ns is None:
+        return []
+    empty = [r.rank for r in results if r.events_out == r.metadata_out]
+    if not empty:
+        return []
+    what = "--steps" if opts.window.steps is not None else "--window"
+    return [
+        f"{what} leaves rank(s) {compress_ranges(empty)} with no events (their profiles do not "
+        "reach into the window; check the ranks' spans with `info`)"
+    ]
 
 
 def _event_filter(opts: MergeOptions, window_ns: Optional[tuple]) -> EventFilter:
@@ -247,18 +253,7 @@ def _write_files(
     inputs_paths = [p.path for p in plans]
     try:
         for name, group in zip(names, groups, strict=True):
-            sinks.append(
-                sink_for(
-                    name,
-                    codec,
-                    head=head_bytes,
-                    tail=tail_bytes,
-                    force=opts.output.force,
-                    inputs=inputs_paths,
-                    dry_run=dry_run,
-                    plans=group,
-                )
-            )
+            sinks.append(_sink(name, codec, opts, inputs_paths, group))
         if not dry_run:
             frags = FragmentDir(sinks[0].fragment_dir)
         for s in sinks:
@@ -283,11 +278,7 @@ def _write_files(
             gi = group_of[res.rank]  # meta: the rank's own header (a Perfetto archive's member needs it)
             own = file_meta(base_ns, [plan_of[res.rank]], gi, names, split, flt, {res.rank: res})
             sinks[gi].add_rank(res.rank, res.piece, own)
-            if res.piece.path:
-                try:
-                    os.unlink(res.piece.path)
-                except OSError:
-                    pass
+            _remove_fragment(res.piece.path)
             results.append(res)
         if not dry_run:
             check_early(results, base_ns, retry=names[0] != "-" and not is_special_file(names[0]))
@@ -307,6 +298,29 @@ def _write_files(
         if frags is not None:
             frags.close()
     return results, sinks
+
+
+def _sink(name: str, codec: str, opts: MergeOptions, inputs: List[str], group: List[RankPlan]) -> MergeSink:
+    """The sink of one output file (its rank group's plans: a Perfetto archive's members)."""
+    return sink_for(
+        name,
+        codec,
+        head=head_bytes,
+        tail=tail_bytes,
+        force=opts.output.force,
+        inputs=inputs,
+        dry_run=opts.output.dry_run,
+        plans=group,
+    )
+
+
+def _remove_fragment(path: Optional[str]) -> None:
+    """A rank's fragment, once spliced (a dry run has none)."""
+    if path:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 
 
 def _verify_outputs(summary: MergeSummary, groups: List[List[RankPlan]]) -> None:
