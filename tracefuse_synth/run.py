@@ -79,39 +79,20 @@ def write_run(
     start_ns = _run_start_ns(seed, bases)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    common = dict(
-        world_size=world_size,
-        seed=seed,
-        gpus_per_host=gpus_per_host,
-        kernel_jitter_ns=kernel_jitter_ns,
-        same_pid=same_pid,
-        start_ns=start_ns,
-        layers=layers,
-        compresslevel=compresslevel,
-    )
+    common = dict(world_size=world_size, seed=seed, gpus_per_host=gpus_per_host, kernel_jitter_ns=kernel_jitter_ns,
+                  same_pid=same_pid, start_ns=start_ns, layers=layers, compresslevel=compresslevel)  # fmt: skip
     all_kwargs = []
     for r in range(world_size):
         h, local = divmod(r, per_host)
         pid = 542 if same_pid else 11777 + r
-        host = f"node{h}"
         name = file_pattern.format(
-            host=host, pid=pid, rank=r, local_rank=local, time_ns=start_ns + 1_000_003 * (r + 1) * 7919
+            host=f"node{h}", pid=pid, rank=r, local_rank=local, time_ns=start_ns + 1_000_003 * (r + 1) * 7919
         )
         all_kwargs.append(
-            dict(
-                path=out / (name + _EXT[comps[r]]),
-                rank=r,
-                key_order=orders[r],
-                base_time_ns=bases[r],
-                clock_offset_ns=offsets[h],
-                host_name=host,
-                compress=comps[r],
-                first_step=firsts[r],
-                cpu_pid=pid,
-                device=local,
-                **common,
-            )
-        )
+            dict(path=out / (name + _EXT[comps[r]]), rank=r, key_order=orders[r], base_time_ns=bases[r],
+                 clock_offset_ns=offsets[h], host_name=f"node{h}", compress=comps[r], first_step=firsts[r],
+                 cpu_pid=pid, device=local, **common)
+        )  # fmt: skip
     if len({str(k["path"]) for k in all_kwargs}) != world_size:
         raise ValueError(f"file_pattern {file_pattern!r} gives the same name to two ranks")
     results = _write_ranks(all_kwargs, mb_per_rank, steps, jobs)
