@@ -581,25 +581,3 @@ def test_pinned_runs_are_byte_identical(tmp_path, name):
     cfg, want = PINNED[name]
     paths = write_run(tmp_path, **cfg)
     assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in paths} == want
-
-
-def test_generator_modules_have_readable_sizes():
-    """Issue 22: no module over 500 lines, no function over 80 lines of code (its
-    signature and docstring not counted)."""
-    import ast
-
-    too_big = []
-    for p in sorted((REPO / "tracefuse_synth").glob("*.py")):
-        text = p.read_text(encoding="utf-8")
-        if len(text.splitlines()) > 500:
-            too_big.append(f"{p.name}: {len(text.splitlines())} lines")
-        for n in ast.walk(ast.parse(text)):
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                first = n.body[0]
-                has_doc = isinstance(first, ast.Expr) and isinstance(
-                    getattr(first, "value", None), ast.Constant
-                )
-                start = n.body[1].lineno if has_doc and len(n.body) > 1 else first.lineno
-                if n.end_lineno is not None and n.end_lineno - start + 1 > 80:
-                    too_big.append(f"{p.name}:{n.lineno} {n.name}: {n.end_lineno - start + 1} lines")
-    assert too_big == []
