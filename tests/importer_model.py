@@ -18,8 +18,8 @@ The rules modelled, each as the facts file states it:
   ``s`` absent or ``"t"``) are slices on their thread's track; ``s: "g"`` instants go to
   the global instant track; ``s: "p"`` to a process track.
 * time: ``ts`` and ``dur`` are read as doubles of µs and each turned into integer ns
-  (``int(double * 1000)``, truncated; integers exactly); a slice ends at
-  ``ts_ns + dur_ns``. The file's ``baseTimeNanoseconds`` is NOT added. ``X`` events that partially overlap an open
+  (``llround(double * 1000)``, as Perfetto's current JSON tokenizer does; integer tokens
+  exactly); a slice ends at ``ts_ns + dur_ns``. The file's ``baseTimeNanoseconds`` is NOT added. ``X`` events that partially overlap an open
   slice on their thread cannot nest: counted as ``slice_spill_overlapping_complete_event``.
 * flows v1: bound by ``(id, cat, name)``; the first ``s`` of a key wins, a second one
   is ignored; every ``f`` of that key draws an arrow from it. ``s`` attaches to the
@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -64,7 +65,10 @@ def _ts_ns(v: Any) -> Optional[int]:
         return None
     if isinstance(v, int):
         return v * 1000
-    return int(float(v) * 1000.0)
+    x = float(v) * 1000.0
+    if not math.isfinite(x):
+        return None
+    return int(math.copysign(math.floor(abs(x) + 0.5), x))  # llround: half away from zero
 
 
 @dataclass
