@@ -59,6 +59,18 @@ typedef struct {
 } Ctx;
 
 /* ---- output ---------------------------------------------------------------- */
+/* A state reading buf from pos, with an output buffer of cap bytes (NULL when out of
+ * memory: the caller reports it). The one setup of both entry points. */
+static void st_open(St *st, const Py_buffer *buf, Py_ssize_t pos, int nowrite, Py_ssize_t cap) {
+    st->s = (const unsigned char *)buf->buf;
+    st->len = buf->len;
+    st->i = pos;
+    st->olen = 0;
+    st->nowrite = nowrite;
+    st->ocap = cap;
+    st->o = PyMem_Malloc(cap);
+}
+
 static int grow(St *st, Py_ssize_t need) {
     if (st->olen + need <= st->ocap) return OK;
     Py_ssize_t cap = st->ocap * 2;

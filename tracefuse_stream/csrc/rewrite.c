@@ -176,18 +176,11 @@ static PyObject *kernel_rewrite(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "Oy*npp", &ctx_obj, &buf, &pos, &need_sep, &at_start)) return NULL;
     Ctx cx;
     St st;
-    st.o = NULL;
     if (load_ctx(ctx_obj, &cx) < 0) {
         PyBuffer_Release(&buf);
         return NULL;
     }
-    st.s = (const unsigned char *)buf.buf;
-    st.len = buf.len;
-    st.i = pos;
-    st.olen = 0;
-    st.nowrite = 0;
-    st.ocap = buf.len + buf.len / 4 + 4096;
-    st.o = PyMem_Malloc(st.ocap);
+    st_open(&st, &buf, pos, 0, buf.len + buf.len / 4 + 4096);
     if (!st.o) {
         PyBuffer_Release(&buf);
         return PyErr_NoMemory();

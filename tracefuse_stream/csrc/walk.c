@@ -225,13 +225,7 @@ static PyObject *kernel_scan(PyObject *self, PyObject *args) {
         return NULL;
     }
     St st;
-    st.s = (const unsigned char *)buf.buf;
-    st.len = buf.len;
-    st.i = pos;
-    st.olen = 0;
-    st.nowrite = 1;
-    st.ocap = 65536;
-    st.o = PyMem_Malloc(st.ocap);
+    st_open(&st, &buf, pos, 1, 65536);
     int r = st.o ? OK : E_NOMEM, status = ST_NEED_MORE, timed = 0;
     Py_ssize_t consumed = pos, skip_to = -1;
     long long n_sure = 0;
