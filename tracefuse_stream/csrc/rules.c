@@ -227,12 +227,7 @@ static int rewrite_event(St *st, const Ctx *cx, PidCache *pc, Ev *ev) {
     Span keys[MAX_KEYS];
     int nkeys = 0, r;
     memset(ev, 0, sizeof(*ev));
-    if (st->i >= st->len) return E_MORE;
-    if (st->s[st->i] != '{') return E_FALL;
-    st->i++;
-    if ((r = putc1(st, '{'))) return r;
-    skip_ws(st);
-    if (st->i >= st->len) return E_MORE;
+    if ((r = enter_event(st))) return r;
     if (st->s[st->i] == '}') return E_FALL; /* {}: no pid */
     for (;;) {
         Span k;

@@ -59,12 +59,7 @@ static int scan_event(St *st, const Sel *sel, ScanEv *ev) {
     int nkeys = 0, r, has_ph = 0, has_cat = 0, has_name = 0, unsure = 0, ts_ok = 0, dur_ok = 0;
     __int128 ts = 0, dur = 0;
     memset(ev, 0, sizeof(*ev));
-    if (st->i >= st->len) return E_MORE;
-    if (st->s[st->i] != '{') return E_FALL;
-    st->i++;
-    if ((r = putc1(st, '{'))) return r;
-    skip_ws(st);
-    if (st->i >= st->len) return E_MORE;
+    if ((r = enter_event(st))) return r;
     if (st->s[st->i] == '}') {
         st->i++;
         if ((r = putc1(st, '}'))) return r;

@@ -211,3 +211,15 @@ static int copy_value(St *st, int depth) {
         return E_FALL;
     }
 }
+
+/* An event's opening brace, copied, and the white space after it: OK with st->i at its
+ * first member or its '}' (the rewrite and the scan each decide what an empty event is). */
+static int enter_event(St *st) {
+    int r;
+    if (st->i >= st->len) return E_MORE;
+    if (st->s[st->i] != '{') return E_FALL;
+    st->i++;
+    if ((r = putc1(st, '{'))) return r;
+    skip_ws(st);
+    return st->i >= st->len ? E_MORE : OK;
+}
