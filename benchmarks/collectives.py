@@ -14,8 +14,10 @@ process tree's RSS sampled (``bench.measure``):
   all three sections);
 * ``coll-small``: ``info --collectives -j 1`` on a quarter of the data per rank (memory
   must not grow with the trace: it holds the collective events only);
-* ``start``: ``python -c "import tracefuse_stream.cli.app"``, the interpreter and the
-  package's imports that every command pays before reading a byte;
+* ``start``: ``python -c "import tracefuse_stream.cli.info_cmd"``, the interpreter and
+  the imports ``info`` pays before reading a byte (since the start-up work of this
+  session's issue 20 follow-up, a command imports only its own modules:
+  tests/test_startup.py); ``interp``: ``python -c pass``, the interpreter alone;
 * ``burn-j1`` / ``burn-j2``: the control for ``-j``: 8 equal pure-Python CPU tasks in
   one process / in 2 forked workers (the pool ``-j`` uses). Their ratio is the speedup
   the machine gives 2 processes at that moment: on a loaded machine with the kernel's
@@ -77,7 +79,8 @@ def commands(big: Path, small: Path, out: Path) -> Dict[str, List[str]]:
         "coll-j2": m + ["info", "--collectives", str(big), "-j", "2"],
         "all-j1": m + ["info", "--collectives", "--steps", "--align", str(big), "-j", "1"],
         "coll-small": m + ["info", "--collectives", str(small), "-j", "1"],
-        "start": [bench.PY, "-c", "import tracefuse_stream.cli.app"],
+        "start": [bench.PY, "-c", "import tracefuse_stream.cli.info_cmd"],
+        "interp": [bench.PY, "-c", "pass"],
         "burn-j1": [bench.PY, "-c", BURN, "1"],
         "burn-j2": [bench.PY, "-c", BURN, "2"],
     }
@@ -174,6 +177,9 @@ def main() -> int:
     amdahl = best["coll-j1"] / (best["start"] + (best["coll-j1"] - best["start"]) / 2)
     print(f"info/merge on CPU time (medians): {cpu['coll-j1'] / cpu['merge-j1']:.2f}; "
           f"after start-up ({best['start']:.3f} s) subtracted: {work:.2f}")  # fmt: skip
+    need = (best["coll-j1"] - best["start"]) / 3  # (S + P) / (S + P / 2) >= 1.6  <=>  S <= P / 3
+    print(f"1.6x needs the serial part <= {need:.3f} s (a third of the rest); the interpreter alone "
+          f"takes {best['interp']:.3f} s, with info's imports {best['start']:.3f} s")  # fmt: skip
     print(f"-j2 with 2 free cores, only start-up serial, at most: {amdahl:.2f}x; "
           f"the control (pure CPU, 8 tasks) got {best['burn-j1'] / best['burn-j2']:.2f}x")  # fmt: skip
     if a.json:

@@ -15,7 +15,7 @@ What is checked (the README's layout section, docs/layout.md, draws the same ord
   "layers" contract, without the dependency);
 * **imports at module level**: an import of a package module inside a function is
   allowed only with a comment on its line (or the line above) saying why (an optional
-  or heavy dependency); today there is none;
+  or heavy dependency; today: the start-up of each command, tests/test_startup.py);
 * nothing inside the package imports the top-level facade (``tracefuse_stream``).
 
 ``python tests/test_layers.py`` prints the report: the stage graph, any cycle, upward

@@ -25,8 +25,9 @@ Where the stages live (read -> plan -> select/rewrite -> write, run by pipeline;
 report, verify, serve and cli around them): README.md, "Layout".
 """
 
+from typing import TYPE_CHECKING, Any
+
 from tracefuse_stream._version import __version__
-from tracefuse_stream.compat import TraceFuse
 from tracefuse_stream.errors import (
     ErrorKind,
     InputError,
@@ -36,8 +37,35 @@ from tracefuse_stream.errors import (
     UsageError,
     VerifyFailed,
 )
-from tracefuse_stream.options import MergeOptions
-from tracefuse_stream.pipeline.orchestrate import MergeSummary, RankSummary, merge
+
+if TYPE_CHECKING:  # loaded on first use: __getattr__ below
+    from tracefuse_stream.compat import TraceFuse
+    from tracefuse_stream.options import MergeOptions
+    from tracefuse_stream.pipeline.orchestrate import MergeSummary, RankSummary, merge
+
+
+def __getattr__(name: str) -> Any:
+    """The merge API, imported on first use, not at ``import tracefuse_stream``: every
+    command of ``python -m tracefuse_stream`` imports this package first, and the merge
+    pipeline behind these names is most of the package's import time, which ``info``,
+    ``verify``, ``open`` and ``--help`` do not need (PEP 562)."""
+    module: Any
+    if name == "TraceFuse":
+        from tracefuse_stream import compat as module  # lazy on purpose: see the docstring
+    elif name == "MergeOptions":
+        from tracefuse_stream import options as module  # lazy on purpose: see the docstring
+    elif name in ("MergeSummary", "RankSummary", "merge"):
+        from tracefuse_stream.pipeline import orchestrate as module  # lazy on purpose: see the docstring
+    else:
+        raise AttributeError(f"module 'tracefuse_stream' has no attribute {name!r}")
+    value = getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> Any:
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = [
     "TraceFuse",

@@ -16,7 +16,7 @@ from typing import Optional
 
 kernel: Optional[ModuleType]
 try:
-    from tracefuse_stream import _kernel as kernel  # type: ignore[attr-defined,no-redef]
+    import tracefuse_stream._kernel as kernel  # type: ignore[import-not-found,no-redef,unused-ignore]
 except ImportError:  # not compiled here
     kernel = None
 

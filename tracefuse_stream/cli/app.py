@@ -8,43 +8,15 @@ Every error is one line on stderr naming the file, and an exit code from
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
 from tracefuse_stream._version import __version__
-from tracefuse_stream.align.clock import estimate_offsets, format_alignment_table
-from tracefuse_stream.cli.verify_cmd import add_verify_arguments, cmd_verify
-from tracefuse_stream.errors import (
-    EXIT_INPUT,
-    EXIT_INTERNAL,
-    EXIT_INTERRUPTED,
-    EXIT_OK,
-    EXIT_SALVAGED,
-    EXIT_USAGE,
-    TraceFuseError,
-    cli_wording,
-)
-from tracefuse_stream.options import (
-    Alignment,
-    Execution,
-    Filters,
-    MergeOptions,
-    OutputOptions,
-    Selection,
-    TimeWindow,
-)
-from tracefuse_stream.pipeline.orchestrate import merge
-from tracefuse_stream.rankset import compress_ranges, parse_rank_spec, parse_steps, parse_window_ms
-from tracefuse_stream.report.collectives import info_collectives
-from tracefuse_stream.report.info import collect_info
-from tracefuse_stream.report.onepass import collective_ends, steps_us
-from tracefuse_stream.serve import add_open_arguments, cmd_open
+from tracefuse_stream.cli.verify_cmd import add_verify_arguments
+from tracefuse_stream.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, TraceFuseError, cli_wording
+from tracefuse_stream.serve.command import add_open_arguments
 from tracefuse_stream.write.pipes import quiet_broken_pipe
-
-if TYPE_CHECKING:
-    from tracefuse_stream.options import MergeOptions
 
 
 def _csv(s: str) -> List[str]:
@@ -229,99 +201,6 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _ranks(spec: Optional[str]) -> Optional[List[int]]:
-    if spec is None:
-        return None
-
-    return parse_rank_spec(spec)
-
-
-def merge_options(a: argparse.Namespace) -> MergeOptions:
-    """The command line's merge arguments as one validated :class:`MergeOptions`."""
-
-    ranks = _ranks(a.ranks)
-    return MergeOptions(
-        selection=Selection(rank_from=a.rank_from, ranks=tuple(ranks) if ranks else None, cycle=a.cycle),
-        filters=Filters(
-            include_pyfunc=a.include_pyfunc,
-            keep_cat=frozenset(a.keep_cat) if a.keep_cat else None,
-            drop_cat=frozenset(a.drop_cat or ()),
-            name_regex=a.name,
-            args=a.args,
-        ),
-        window=TimeWindow(
-            steps=parse_steps(a.steps) if a.steps else None,
-            step_rank=a.step_rank,
-            window_ms=parse_window_ms(a.window) if a.window else None,
-        ),
-        alignment=Alignment(mode=a.align, clock_offsets=a.clock_offsets),
-        output=OutputOptions(
-            force=a.force,
-            split_ranks=a.split_ranks,
-            dry_run=a.dry_run,
-            verify=True if a.verify else None,
-            link_collectives=a.link_collectives,
-        ),
-        execution=Execution(jobs=a.jobs, progress=not a.quiet and sys.stderr.isatty(), salvage=a.salvage),
-    )
-
-
-def cmd_merge(a: argparse.Namespace) -> int:
-    summary = merge(a.inputs, a.output, merge_options(a))
-    if a.json_summary:  # stdout holds only the trace with -o -
-        to = sys.stderr if a.output == "-" else sys.stdout
-        print(json.dumps(summary.to_dict(), indent=2, default=str), file=to)
-    elif not a.quiet:
-        print(summary.format_text(), file=sys.stderr if a.output == "-" else sys.stdout)
-    if a.verify and not a.quiet:
-        for report in summary.verify_reports:
-            print(report.format_text(), file=sys.stderr)
-    if any(r.salvage for r in summary.ranks):
-        return EXIT_SALVAGED
-    return EXIT_OK
-
-
-def cmd_info(a: argparse.Namespace) -> int:
-    sections = [s for s in ("steps", "collectives", "align") if getattr(a, s)]
-    scans: List[Any] = []  # one pass per file answers every section (report/onepass.py)
-    plans, rows, out, text = collect_info(
-        a.inputs,
-        rank_from=a.rank_from,
-        ranks=_ranks(a.ranks),
-        jobs=a.jobs,
-        sections=sections,
-        scans_out=scans,
-    )
-    sections_from = len(text)  # with --collectives, only the sections follow its report
-    if a.steps:
-        steps: Dict[int, set] = {}
-        for p, sc in zip(plans, scans):
-            steps.setdefault(p.rank, set()).update(steps_us(sc))
-        out["steps"] = {str(r): sorted(v) for r, v in steps.items()}
-        for r, v in steps.items():
-            text.append(f"rank {r}: ProfilerSteps {_ranges(sorted(v)) or 'none'}")
-    if a.align:
-        hosts = {p.rank: p.host_name for p in plans}
-        coll = {p.rank: collective_ends(sc) for p, sc in zip(plans, scans)}
-        al = estimate_offsets(coll, hosts)
-        out["align"] = {str(r): a_.to_header() for r, a_ in al.items()}
-        text.append("clock alignment from collectives (not applied; merge --align collectives does):")
-        text.append(format_alignment_table(al))
-    if a.collectives:
-        return info_collectives(
-            plans, a.json, into=out, inputs=a.inputs, scans=scans, extra=text[sections_from:]
-        )
-    if a.json:
-        print(json.dumps(out, indent=2, default=str))  # one shape: report/info.py INFO_JSON_KEYS
-    else:
-        print("\n".join(text))
-    return EXIT_INPUT if plans.broken else EXIT_OK
-
-
-def _ranges(nums: List[int]) -> str:
-    return compress_ranges(nums)
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the command line; errors speak flags (``--force``), not keywords."""
     with cli_wording():
@@ -335,14 +214,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         ap.print_help(sys.stderr)
         return EXIT_USAGE
     try:
-        if a.command == "merge":
-            return cmd_merge(a)
-        if a.command == "info":
-            return cmd_info(a)
-        if a.command == "verify":
-            return cmd_verify(a)
-        if a.command == "open":
-            return cmd_open(a)
+        return _run(a)
     except TraceFuseError as e:
         print(f"tracefuse: error: {e}", file=sys.stderr)
         return e.exit_code
@@ -360,7 +232,27 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
             file=sys.stderr,
         )
         return EXIT_INTERNAL
-    return EXIT_USAGE
+
+
+def _run(a: argparse.Namespace) -> int:
+    """The command's action. Each command's module is imported here, when it runs: start-up
+    is part of every command's time, and ``merge``'s pipeline alone was most of it (an
+    ``info`` or ``--help`` does not need it)."""
+    if a.command == "merge":
+        from tracefuse_stream.cli.merge_cmd import cmd_merge  # lazy: per command (docstring)
+
+        return cmd_merge(a)
+    if a.command == "info":
+        from tracefuse_stream.cli.info_cmd import cmd_info  # lazy: per command (docstring)
+
+        return cmd_info(a)
+    if a.command == "verify":
+        from tracefuse_stream.cli.verify_cmd import cmd_verify  # lazy: per command (docstring)
+
+        return cmd_verify(a)
+    from tracefuse_stream.serve.command import cmd_open  # lazy: per command (docstring)
+
+    return cmd_open(a)
 
 
 if __name__ == "__main__":  # pragma: no cover

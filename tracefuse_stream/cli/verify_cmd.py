@@ -15,7 +15,6 @@ import sys
 from typing import List, Optional
 
 from tracefuse_stream.errors import EXIT_OK, EXIT_VERIFY, UsageError
-from tracefuse_stream.verify.check import verify
 
 
 def add_verify_arguments(p: argparse.ArgumentParser) -> None:
@@ -40,6 +39,10 @@ def merged_and_inputs(a: argparse.Namespace) -> tuple[str, Optional[List[str]]]:
 def cmd_verify(a: argparse.Namespace) -> int:
     """Run ``verify`` for parsed arguments: 0 when no error-level finding, 5 otherwise.
     A file that cannot be read raises (the shared CLI maps it to one line and exit 1)."""
+    # the checker only when ``verify`` runs: cli.app imports this module for the
+    # arguments of every command's parser
+    from tracefuse_stream.verify.check import verify
+
     merged, against = merged_and_inputs(a)
     report = verify(merged, against=against, max_examples=a.max_examples)
     sys.stdout.write(report.to_json() + "\n" if a.json else report.format_text())

@@ -16,14 +16,12 @@ import os
 import socket
 import stat
 import sys
-import webbrowser
 from typing import Mapping, Optional
 from urllib.parse import quote
 
 from tracefuse_stream.errors import EXIT_INTERRUPTED, EXIT_OK, ErrorKind, InputError
-from tracefuse_stream.serve.http_server import PERFETTO_ORIGIN, bind_server, serve_until_sent
+from tracefuse_stream.serve.perfetto_ui import DEFAULT_PORT, PERFETTO_ORIGIN
 
-DEFAULT_PORT = 9001  # the only loopback port ui.perfetto.dev's Content-Security-Policy allows
 SSH_ENV_KEYS = ("SSH_CONNECTION", "SSH_CLIENT", "SSH_TTY")
 
 
@@ -105,6 +103,8 @@ def browser_expected(env: Mapping[str, str], platform: str = sys.platform) -> bo
 
 
 def _open_browser(link: str) -> bool:
+    import webbrowser  # only when a browser is to be opened (it loads shlex, subprocess, ...)
+
     try:
         return bool(webbrowser.open_new_tab(link))
     except Exception:  # no usable browser is never an error: the link is printed
@@ -142,6 +142,10 @@ def cmd_open(a: argparse.Namespace, env: Optional[Mapping[str, str]] = None) -> 
     size = check_servable(path)
     name = os.path.basename(path)
     origin = a.origin.rstrip("/")  # CORS compares the origin exactly: no trailing slash
+    # the server (http.server and what it loads) only when ``open`` runs: cli.app imports
+    # this module for the arguments of every command's parser
+    from tracefuse_stream.serve.http_server import bind_server, serve_until_sent
+
     server = bind_server(path, a.port, origin)
 
     def announce(port: int) -> None:

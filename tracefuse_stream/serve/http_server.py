@@ -60,8 +60,8 @@ from typing import Any, Callable, Optional, Set, Tuple
 from urllib.parse import quote, unquote, urlsplit
 
 from tracefuse_stream.errors import UsageError
+from tracefuse_stream.serve.perfetto_ui import PERFETTO_ORIGIN
 
-PERFETTO_ORIGIN = "https://ui.perfetto.dev"
 ALLOWED_METHODS = "GET, HEAD, OPTIONS"
 HANDLER_SOCKET_TIMEOUT_S = 60.0  # an idle or stuck client cannot hold a thread forever
 WAIT_SLICE_S = 0.2  # the main thread waits in slices so Ctrl-C is seen promptly

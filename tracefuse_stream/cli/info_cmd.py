@@ -1,0 +1,60 @@
+"""The ``info`` subcommand's action: one pass per file (report/onepass.py) answers the
+per-rank table and every asked-for section (``--steps``, ``--align``,
+``--collectives``); text or one JSON shape (report/info.py ``INFO_JSON_KEYS``).
+
+Its own module so that ``info`` never imports the merge pipeline (cli/app.py imports
+a command's module when that command runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any, Dict, List
+
+from tracefuse_stream.align.clock import estimate_offsets, format_alignment_table
+from tracefuse_stream.errors import EXIT_INPUT, EXIT_OK
+from tracefuse_stream.rankset import compress_ranges, parse_rank_spec
+from tracefuse_stream.report.collectives import info_collectives
+from tracefuse_stream.report.info import collect_info
+from tracefuse_stream.report.onepass import collective_ends, steps_us
+
+
+def cmd_info(a: argparse.Namespace) -> int:
+    sections = [s for s in ("steps", "collectives", "align") if getattr(a, s)]
+    scans: List[Any] = []  # one pass per file answers every section (report/onepass.py)
+    plans, rows, out, text = collect_info(
+        a.inputs,
+        rank_from=a.rank_from,
+        ranks=parse_rank_spec(a.ranks) if a.ranks is not None else None,
+        jobs=a.jobs,
+        sections=sections,
+        scans_out=scans,
+    )
+    sections_from = len(text)  # with --collectives, only the sections follow its report
+    if a.steps:
+        steps: Dict[int, set] = {}
+        for p, sc in zip(plans, scans):
+            steps.setdefault(p.rank, set()).update(steps_us(sc))
+        out["steps"] = {str(r): sorted(v) for r, v in steps.items()}
+        for r, v in steps.items():
+            text.append(f"rank {r}: ProfilerSteps {compress_ranges(sorted(v)) or 'none'}")
+    if a.align:
+        hosts = {p.rank: p.host_name for p in plans}
+        coll = {p.rank: collective_ends(sc) for p, sc in zip(plans, scans)}
+        al = estimate_offsets(coll, hosts)
+        out["align"] = {str(r): a_.to_header() for r, a_ in al.items()}
+        text.append("clock alignment from collectives (not applied; merge --align collectives does):")
+        text.append(format_alignment_table(al))
+    if a.collectives:
+        return info_collectives(
+            plans, a.json, into=out, inputs=a.inputs, scans=scans, extra=text[sections_from:]
+        )
+    if a.json:
+        print(json.dumps(out, indent=2, default=str))  # one shape: report/info.py INFO_JSON_KEYS
+    else:
+        print("\n".join(text))
+    return EXIT_INPUT if plans.broken else EXIT_OK
+
+
+__all__ = ["cmd_info"]
