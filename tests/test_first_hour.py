@@ -239,6 +239,18 @@ def test_cycle_all_counts_ranks_times_cycles(h, tmp_path, capsys):
     assert rc == 0
     assert re.search(r"^merged 2 ranks × 2 cycles: ", out, re.M), out
     assert "16 rank" not in out and "4 rank(s)" not in out
+    # each rank is listed once per cycle: a cycle column tells the rows apart, and each
+    # row's "moved us" is against the ranks of its own cycle (one output file each)
+    lines = out.splitlines()
+    assert lines[0].split()[:2] == ["cycle", "rank"], out
+    rows = [ln.split() for ln in lines[1:5]]
+    assert [(r[0], r[1]) for r in rows] == [("1", "0"), ("1", "1"), ("2", "0"), ("2", "1")], out
+    for cycle in ("1", "2"):
+        assert min(float(r[5].replace(",", "")) for r in rows if r[0] == cycle) == 0.0, out
+    rc, js, _ = cli(capsys, "merge", h.recorded("ddp2_cycles"), "--cycle", "all", "-o", tmp_path / "m2.json",
+                    "-j", "1", "--json-summary")  # fmt: skip
+    assert rc == 0
+    assert [(r["cycle"], r["rank"]) for r in json.loads(js)["ranks"]] == [(1, 0), (1, 1), (2, 0), (2, 1)]
 
 
 def test_step_merge_drops_the_profiler_span_says_so_once_and_verifies(h, tmp_path, capsys, monkeypatch):

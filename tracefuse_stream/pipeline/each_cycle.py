@@ -29,6 +29,9 @@ def merge_each_cycle(merge_one: Callable[..., Any], kwargs: Dict[str, Any], outp
     )
     names = cycle_names(str(output), n)
     summaries = [merge_one(output=name, cycle=i, **kwargs) for i, name in enumerate(names, 1)]
+    for i, s in enumerate(summaries, 1):
+        for r in s.ranks:
+            r.cycle = i
     first = summaries[0]
     first.warnings[:] = [f"cycle 1: {w}" for w in first.warnings]
     first.notes[:] = [f"cycle 1: {n}" for n in first.notes]

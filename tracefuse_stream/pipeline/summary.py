@@ -34,6 +34,7 @@ class RankSummary:
     salvage: Optional[Dict[str, Any]] = None
     metadata_out: int = 0  # process/thread metadata written for this rank (regenerated labels)
     json_bytes_in: int = 0  # decompressed JSON bytes read
+    cycle: Optional[int] = None  # --cycle all: the profiling cycle (1-based) this rank's file is of
 
 
 @dataclass
@@ -95,18 +96,25 @@ class MergeSummary:
         return d
 
     def format_text(self) -> str:
+        # --cycle all lists each rank once per cycle: a cycle column tells the rows apart
+        cyc = any(r.cycle is not None for r in self.ranks)
         lines = [
-            f"{'rank':>6} {'events in':>12} {'events out':>12} {'dropped':>10} {'moved us':>14}  file",
+            ("cycle " if cyc else "")
+            + f"{'rank':>6} {'events in':>12} {'events out':>12} {'dropped':>10} {'moved us':>14}  file",
         ]
         # every rank's ts move by its exact shift_ns (--json-summary, the header); the table
         # shows how far each moved against the others: base differences, clock corrections
-        least = min((r.shift_ns for r in self.ranks), default=0)
+        # (--cycle all: against the ranks of the same cycle, which share one output file)
+        least: Dict[Optional[int], int] = {}
+        for r in self.ranks:
+            least[r.cycle] = min(least.get(r.cycle, r.shift_ns), r.shift_ns)
         shown = self.ranks if len(self.ranks) <= TABLE_ROWS + 1 else self.ranks[:TABLE_ROWS]
         for r in shown:
             extra = f"  [salvaged: {r.salvage.get('summary')}]" if r.salvage else ""
             lines.append(
-                f"{r.rank:>6} {r.events_in:>12,} {r.events_out:>12,} {r.dropped:>10,} "
-                f"{(r.shift_ns - least) / 1000:>14,.3f}  {r.path}{extra}"
+                (f"{r.cycle if r.cycle is not None else '-':>5} " if cyc else "")
+                + f"{r.rank:>6} {r.events_in:>12,} {r.events_out:>12,} {r.dropped:>10,} "
+                f"{(r.shift_ns - least[r.cycle]) / 1000:>14,.3f}  {r.path}{extra}"
             )
         if len(shown) < len(self.ranks):
             salvaged = [r.rank for r in self.ranks[len(shown) :] if r.salvage]
