@@ -1053,15 +1053,97 @@ def test_directory_in_a_rank_mapping_is_an_input_error(tmp_path, small):
 
 
 def test_duplicate_ranks(tmp_path, small):
+    # two recordings that both say rank 0 (b: rank 1's file, its distributedInfo.rank
+    # set to 0; it starts at another instant, so it is no copy: plan/copies.py)
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     a.write_bytes(small[0])
-    b.write_bytes(small[0])
+    assert small[1].count(b'"rank": 1,') == 1
+    b.write_bytes(small[1].replace(b'"rank": 1,', b'"rank": 0,'))
     r, out = merge(tmp_path, [a, b])
     line = assert_failed(r, out, a, code=2, where=False, what="--rank-from order")
-    assert str(b) in line and "rank 0" in line
+    assert str(b) in line and "rank 0 appears twice" in line
+    # a's events and one more byte of white space: another file, the same recording
+    b.write_bytes(small[0] + b"\n")
+    r, out = merge(tmp_path, [a, b])
+    line = assert_failed(r, out, a, code=2, where=False, what="hold rank 0's recording from the same instant")
+    assert str(b) in line and "appears twice" not in line
     r, out = merge(tmp_path, [a, b], "--rank-from", "order")
     assert r.rc == 0, r.err
     assert sorted(load_out(out)["tracefuse"]["ranks"]) == ["0", "1"]
+
+
+def test_a_copy_of_a_trace_is_not_a_second_rank_or_cycle(tmp_path, small):
+    """A byte-for-byte copy (``cp``, a second download) in the inputs: the same rank at
+    the same times. Without the check it was planned as a second profiling cycle
+    (``--cycle 1`` merged the copy with half of the ranks)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    for i, data in enumerate([small[0], small[1], small[2]]):
+        (run / f"rank{i}.json").write_bytes(data)
+    copy = run / "rank1 (1).json"
+    copy.write_bytes(small[1])
+    r, out = merge(tmp_path, [run])
+    line = assert_failed(r, out, run / "rank1.json", code=2, where=False, what="same bytes")
+    assert str(copy) in line and "--rank-from order" in line
+    assert "cycle" not in line and "appears twice" not in line  # not the cycle or rank advice
+    # given on purpose as separate ranks: merged, with a warning naming both
+    r = cli("merge", run, "-o", tmp_path / "o.json", "-j", "1", "--rank-from", "order", "--json-summary")
+    assert r.rc == 0, r.err
+    summary = json.loads(r.out)
+    assert [(x["rank"], Path(x["path"]).name) for x in summary["ranks"]] == [
+        (0, "rank0.json"), (1, "rank1 (1).json"), (2, "rank1.json"), (3, "rank2.json")]  # fmt: skip
+    assert [w for w in summary["warnings"] if "same bytes" in w] == [
+        f"{run / 'rank1 (1).json'} and {run / 'rank1.json'} hold the same bytes: merged as two ranks, "
+        "numbered by --rank-from order"
+    ]
+    # info shows the run without the copy (the first by position is kept: natural order
+    # puts "rank1 (1).json" first), and says which file it left out (exit 0)
+    r = cli("info", run, "--json")
+    assert r.rc == 0, r.err
+    assert [Path(x["path"]).name for x in json.loads(r.out)["ranks"]] == [
+        "rank0.json", "rank1 (1).json", "rank2.json"]  # fmt: skip
+    r = cli("info", run)
+    assert r.rc == 0, r.err
+    assert (
+        f"warning: {run / 'rank1.json'} left out: it and {copy} hold the same bytes (one trace twice)"
+        in r.out
+    )
+
+
+def test_copies_are_found_whatever_the_compression_and_only_when_identical(tmp_path, small):
+    run = tmp_path / "run"
+    run.mkdir()
+    for i, data in enumerate([small[0], small[1]]):
+        (run / f"rank{i}.json.gz").write_bytes(gzip.compress(data, mtime=0))
+    (run / "again.json.gz").write_bytes(gzip.compress(small[0], mtime=0))  # the same bytes
+    r, out = merge(tmp_path, [run])
+    assert r.rc == 2 and "again.json.gz and" in r.err and "rank0.json.gz hold the same bytes" in r.err, r.err
+    # the same events compressed at another level, or not at all (gunzip -k): other
+    # bytes, the same recording of rank 0 (it starts at the same instant), not a cycle
+    for name, data in (("again.json.gz", gzip.compress(small[0], compresslevel=1, mtime=0)),
+                       ("again.json", small[0])):  # fmt: skip
+        (run / "again.json.gz").unlink(missing_ok=True)
+        (run / name).write_bytes(data)
+        r, out = merge(tmp_path, [run])
+        assert r.rc == 2 and "same bytes" not in r.err and "cycle" not in r.err, r.err
+        assert (
+            f"{run / name} and {run / 'rank0.json.gz'} hold rank 0's recording from the same instant" in r.err
+        )
+    # the two ranks alone are no copies of each other
+    r, out = merge(tmp_path, [run / "rank0.json.gz", run / "rank1.json.gz"])
+    assert r.rc == 0, r.err
+
+
+def test_copies_given_as_explicit_ranks_merge_with_a_warning(tmp_path, small):
+    from tracefuse_stream import merge as api_merge
+
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_bytes(small[0])
+    b.write_bytes(small[0])
+    s = api_merge({0: str(a), 1: str(b)}, str(tmp_path / "m.json"), jobs=1)
+    assert [r.rank for r in s.ranks] == [0, 1]
+    assert any("hold the same bytes: merged as two ranks, numbered by the {rank: path} keys" in w
+               for w in s.warnings), s.warnings  # fmt: skip
 
 
 def test_inconsistent_world_size_warns_and_merges(tmp_path, small):

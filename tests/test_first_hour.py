@@ -93,8 +93,12 @@ def test_python_api_refuses_one_file_as_two_ranks(ddp4, tmp_path):
 def test_same_ranks_in_another_folder_are_two_runs_not_cycles(h, tmp_path, capsys):
     src = h.recorded("ddp4")
     run_a, run_b = tmp_path / "runA", tmp_path / "runB"
-    for d in (run_a, run_b):
-        shutil.copytree(src, d)
+    shutil.copytree(src, run_a)
+    run_b.mkdir()
+    for p in sorted(src.iterdir()):  # the same job again an hour later (not a copy: plan/copies.py)
+        t = _load(p)
+        t["baseTimeNanoseconds"] += 3600 * 10**9
+        (run_b / p.name.removesuffix(".gz")).write_text(json.dumps(t))
     rc, _, err = cli(capsys, "merge", run_a, run_b, "-o", tmp_path / "m.json", "-j", "1")
     assert rc == 2
     lines = err.splitlines()

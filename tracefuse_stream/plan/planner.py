@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from tracefuse_stream.errors import ErrorKind, InputError, TraceFuseError, UsageError
-from tracefuse_stream.listing import inline
+from tracefuse_stream.listing import bounded, inline
+from tracefuse_stream.plan.copies import copies_text, find_copies
 from tracefuse_stream.plan.cycles import (
     Cycle,
     CycleChoice,
@@ -338,7 +339,15 @@ def plan_all(
     out = PlanList()
     cycle = parse_cycle(cycle)
     if isinstance(inputs, Mapping):
-        groups = [Cycle(1, None, _plan_explicit(inputs, salvage, out))]
+        groups = [
+            Cycle(
+                1,
+                None,
+                _without_copies(
+                    _plan_explicit(inputs, salvage, out), keep_going, out, numbered_by="the {rank: path} keys"
+                ),
+            )
+        ]
     else:
         if isinstance(inputs, (str, os.PathLike)):
             inputs = [inputs]
@@ -355,6 +364,9 @@ def plan_all(
         for p in plans:
             peek_first_ts(p, heads.get(p.path))
             _coerce_start(p)
+        plans = _without_copies(
+            plans, keep_going, out, numbered_by="--rank-from order" if rank_from == "order" else None
+        )
         ids = [identity(p, rank_from) for p in plans]
         groups = group_cycles(plans, ids)
         runs = two_runs(plans, ids, groups, _where(inputs)) if len(groups) > 1 else None
@@ -380,6 +392,40 @@ def plan_all(
         assign_shifts([p for p in selected if p.cycle == (g.index if len(groups) > 1 else None)])
     out.extend(p.seal() for p in selected)
     return out
+
+
+def _without_copies(
+    plans: List[RankPlan], keep_going: bool, out: PlanList, numbered_by: Optional[str]
+) -> List[RankPlan]:
+    """The plans, none a byte-for-byte copy of another (plan/copies.py). A copy is a usage
+    error (exit 2) naming both files; ``info`` (``keep_going``) leaves copies out of its
+    table with a warning that names them. ``numbered_by`` (``--rank-from order``, the keys
+    of explicit ``{rank: path}`` inputs): the user numbered the files, copies included (a
+    one-rank trace copied to try a merge, a test): kept, with a warning."""
+    copies = find_copies(plans, by_rank=numbered_by is None)
+    if not copies:
+        return plans
+    lines = copies_text(copies)
+    if numbered_by:
+        out.cautions.extend(f"{line}: merged as two ranks, numbered by {numbered_by}" for line in lines)
+        return plans
+    if not keep_going:
+        advice = (
+            "Give each file once (remove the copy, or give the files to merge by path), or "
+            "--rank-from order to merge copies as separate ranks on purpose"
+        )
+        if len(lines) == 1:
+            raise UsageError(f"the same trace given twice: {lines[0]}; merged, one rank's events "
+                             f"would appear twice. {advice}")  # fmt: skip
+        raise UsageError(
+            f"{len(lines)} traces given twice (merged, one rank's events would appear "
+            "twice):\n" + "\n".join(bounded(lines)) + "\n" + advice
+        )
+    out.cautions.extend(
+        f"{c.copy.path} left out: it and {c.original.path} {c.why} (one trace twice)" for c in copies
+    )
+    left_out = {id(c.copy) for c in copies}
+    return [p for p in plans if id(p) not in left_out]
 
 
 def _where(inputs: InputSpec) -> str:
