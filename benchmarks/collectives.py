@@ -38,7 +38,10 @@ Targets: ``coll-j1`` <= 0.5 x ``merge-j1`` (best wall times), ``coll-j1 / coll-j
 whatever the outcome; the numbers depend on the machine's other load (``load1``). Also
 printed: the same ratios on CPU time, the ratio of the work after start-up (``start``
 subtracted from both), the most ``-j2`` could give with 2 free cores when only the
-start-up is serial (Amdahl), and the control's speedup.
+start-up is serial (Amdahl), and the control's speedup; and ``in process``: the same
+``info --collectives`` (planning, the pass over every file, the report) timed inside one
+Python process with ``-j 1`` and ``-j 2``, best of ``--reps``: what ``-j`` speeds up,
+without the interpreter's start and exit that every command pays once.
 """
 
 from __future__ import annotations
@@ -112,6 +115,30 @@ def _gloo_scans(ranks: int, steps: int) -> tuple:
     return scans, cfgs
 
 
+def in_process(big: Path, reps: int) -> Dict[int, float]:
+    """``info --collectives`` without the process around it: the planning, the pass over
+    every file (``-j``) and the report, timed in this process (start-up and exit are the
+    same for both and not counted). Best of ``reps`` for jobs 1 and 2, interleaved."""
+    import contextlib
+    import io
+    import time
+
+    sys.path.insert(0, str(bench.REPO))
+    from tracefuse_stream.report.collectives import info_collectives
+    from tracefuse_stream.report.info import collect_info
+
+    best: Dict[int, float] = {}
+    for _ in range(reps + 1):  # the first round warms the page cache and the pool's imports
+        for jobs in (1, 2):
+            t = time.perf_counter()
+            scans: List = []
+            plans, _, out, _ = collect_info([str(big)], jobs=jobs, sections=["collectives"], scans_out=scans)
+            with contextlib.redirect_stdout(io.StringIO()):
+                info_collectives(plans, False, into=out, inputs=[str(big)], scans=scans)
+            best[jobs] = min(best.get(jobs, 1e9), time.perf_counter() - t)
+    return best
+
+
 def gloo_scale() -> int:
     import time
 
@@ -182,6 +209,9 @@ def main() -> int:
           f"takes {best['interp']:.3f} s, with info's imports {best['start']:.3f} s")  # fmt: skip
     print(f"-j2 with 2 free cores, only start-up serial, at most: {amdahl:.2f}x; "
           f"the control (pure CPU, 8 tasks) got {best['burn-j1'] / best['burn-j2']:.2f}x")  # fmt: skip
+    ip = in_process(big, a.reps)
+    print(f"in process (no start-up, no exit; best of {a.reps}): -j1 {ip[1]:.3f} s, -j2 {ip[2]:.3f} s: "
+          f"{ip[1] / ip[2]:.2f}x")  # fmt: skip
     if a.json:
         a.json.write_text(json.dumps({k: [vars(r) for r in v] for k, v in runs.items()}, indent=1))
     return 0
