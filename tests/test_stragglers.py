@@ -441,3 +441,24 @@ def test_collectives_with_other_sections(capsys: pytest.CaptureFixture) -> None:
     assert main(["info", "--collectives", "--steps", "--json", "-j", "1", d]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["steps"] == {str(r): [2, 3, 4] for r in range(4)} and out["collectives"]["straggler"] == 2
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in RECORDED.iterdir() if p.is_dir()))
+def test_one_answer_whatever_the_code_path(name: str, capsys: pytest.CaptureFixture, monkeypatch) -> None:
+    """``info --collectives --steps --align --json`` on every recorded run: the kernel's
+    walk with one worker, two workers, and the Python readers alone give one answer, to
+    the byte (the report is what users act on: a path that found another straggler, or
+    none, would be a silent wrong answer)."""
+    run = str(RECORDED / name)
+
+    def answer(*extra: str) -> str:
+        rc = main(["info", "--collectives", "--steps", "--align", "--json", run, *extra])
+        out = capsys.readouterr().out
+        assert rc == 0, out
+        return out
+
+    walk = answer("-j", "1")
+    assert json.loads(walk)["collectives"] is not None
+    assert answer("-j", "2") == walk
+    monkeypatch.setenv("TRACEFUSE_KERNEL", "0")
+    assert answer("-j", "1") == walk
