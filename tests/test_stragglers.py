@@ -163,8 +163,24 @@ def test_intermittent_straggler_named_for_its_step_only(capsys: pytest.CaptureFi
     assert [b["last_rank"] for b in coll["by_step"]] == [3, 2, 0]
 
 
+def test_mild_persistent_straggler_named(capsys: pytest.CaptureFixture) -> None:
+    """Rank 2 sleeps 15 ms more than the others in every ~0.1 s step (README): 15% of the
+    job's time every step, well above the arrival noise, is a straggler (a quarter of the
+    step as the floor, the first choice, called this run balanced)."""
+    coll = _info(capsys, str(RECORDED / "ddp4_mild_straggler"))
+    assert coll["straggler"] == 2
+    assert [(s["rank"], s["steps"]) for s in coll["stragglers"]] == [(2, [2, 3, 4, 5])]
+    for b in coll["by_step"]:
+        assert b["straggler"] == 2 and b["last_rank"] == 2
+        assert 12_000 < b["held_us"]["2"] < 19_000  # the extra 15 ms, give or take the noise
+    t = coll["threshold"]
+    assert 95_000 < t["busy_step_us"] < 125_000 and t["noise_us"] < 2_000
+    assert t["step_fraction"] * t["busy_step_us"] < 12_000  # the floor a 15 ms straggler must pass
+
+
 @pytest.mark.parametrize(
-    "name", ["ddp4_balanced", "ddp4_subgroups_defaults_samepid", "ddp4", "ddp4_subgroups"]
+    "name",
+    ["ddp4_balanced", "ddp4_balanced_work", "ddp4_subgroups_defaults_samepid", "ddp4", "ddp4_subgroups"],
 )
 def test_balanced_runs_name_no_straggler(name: str, capsys: pytest.CaptureFixture) -> None:
     coll = _info(capsys, str(RECORDED / name))

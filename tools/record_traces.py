@@ -50,6 +50,10 @@ ddp4_intermittent    4 ranks, DDP on world; rank 2 sleeps 0.2 s before backward 
 ddp4_balanced   4 ranks, DDP on world, nobody sleeps.
 ddp4_subgroups_defaults_samepid  like ddp8_subgroups_slow with 4 ranks and no sleep,
                 every rank started in its own pid namespace (all ranks pid 1).
+ddp4_mild_straggler  4 ranks, DDP on world, schedule active=4 (ProfilerStep#2-#5);
+                every rank sleeps 0.1 s per step before backward (the step's work),
+                rank 2 0.015 s more: 15% of a step, every step.
+ddp4_balanced_work   the same with nobody sleeping more than the others.
 
 While recording, each worker prints the OS thread ids of the ``pt_gloo_runloop``
 threads each of its process groups started (``THREADS rank=R group=G tids=[...]``,
@@ -96,6 +100,10 @@ class TraceSet:
     sleeps: tuple[tuple[int, float], ...] = ()
     # loop indices (0-based training steps) in which `sleeps` apply; None = every step
     sleep_steps: tuple[int, ...] | None = None
+    # seconds EVERY rank sleeps per step before backward: the step's "work", so that a
+    # straggler's extra sleeps are a fraction of a step of realistic length (a sleep, not
+    # compute: 4 ranks on 2 cores do not slow each other down)
+    work_s: float = 0.0
     # >0: dist.new_subgroups(this size); DDP on world, plus a sub-group all_reduce and a
     # world all_reduce of the loss per step
     new_subgroups: int = 0
@@ -114,8 +122,8 @@ class TraceSet:
         if self.straggler is not None and rank == self.straggler:
             return self.straggler_sleep_s
         if self.sleep_steps is not None and step not in self.sleep_steps:
-            return 0.0
-        return dict(self.sleeps).get(rank, 0.0)
+            return self.work_s
+        return self.work_s + dict(self.sleeps).get(rank, 0.0)
 
     @property
     def ops_per_step(self) -> tuple[str, ...]:
@@ -142,6 +150,10 @@ SETS: dict[str, TraceSet] = {
         TraceSet("ddp4_intermittent", 4, active=3, sleeps=((2, 0.2),), sleep_steps=(3,)),
         TraceSet("ddp4_balanced", 4, active=3),
         TraceSet("ddp4_subgroups_defaults_samepid", 4, active=3, new_subgroups=2, samepid=True),
+        # steps of ~0.1 s of "work"; rank 2 takes 15% longer in every step: a mild,
+        # persistent straggler (what a throttled GPU or a rank that also logs looks like)
+        TraceSet("ddp4_mild_straggler", 4, active=4, work_s=0.1, sleeps=((2, 0.015),)),
+        TraceSet("ddp4_balanced_work", 4, active=4, work_s=0.1),
     ]
 }
 

@@ -31,7 +31,10 @@ derived from the run itself, never a fixed number:
 * a rank *passes* in a step when ``held > T = max(NOISE_FACTOR * sigma * sqrt(m),
   STEP_FRACTION * D, MIN_THRESHOLD)``, ``m`` being its instances in that step (a sum of
   m noisy lateness values grows about like sqrt(m)): the others waited for it longer
-  than the arrival noise explains and longer than the work of a step;
+  than the arrival noise explains, and long enough to cost the job (a twentieth of the
+  step's work: a rank 15% slower in every step is a straggler worth naming -- the
+  recorded ``ddp4_mild_straggler``, which a quarter of the step, the first choice,
+  called balanced);
 * it *stands out* in that step when it passes in more than half of the steps (a
   persistent straggler), or else -- an intermittent one -- when the others' wait for
   it in that step is also longer than a typical whole step (the median ProfilerStep
@@ -50,7 +53,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from tracefuse_stream.align.collectives import CollectiveTable, Instance
 
 NOISE_FACTOR = 8.0
-STEP_FRACTION = 0.25
+STEP_FRACTION = 0.05
 MIN_THRESHOLD_NS = 100_000  # 0.1 ms: below this, arrival order is clock conversion noise
 
 
