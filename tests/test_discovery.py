@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any, Dict, List
@@ -145,6 +146,34 @@ def test_a_log_root_with_run_subfolders_names_them(h, tmp_path):
     line = p.stderr_text
     assert line.count("\n") == 1
     assert "subfolders run_a/, run_b/ hold traces" in line and "notes/" not in line
+
+
+def test_one_subfolder_per_rank_is_told_to_give_them_together(h, tmp_path):
+    """A log root with one folder per rank (rank0/ ... rank3/, a different rank in each)
+    is one job: merging one of them, as the one-run-per-folder advice said, gives one
+    rank. The advice names all of them, and that merges the 4 ranks."""
+    root = tmp_path / "logs"
+    root.mkdir()
+    files = sorted(h.recorded("ddp4").glob("*.json.gz"))
+    for i, f in enumerate(files):
+        (root / f"rank{i}").mkdir()
+        shutil.copy(f, root / f"rank{i}" / f.name)
+    p = h.run_cli("merge", root, "-o", tmp_path / "x.json")
+    assert p.returncode == 2, p.stderr_text
+    sep = os.sep
+    assert p.stderr_text == (
+        f"tracefuse: error: {root}: no trace files here, but its 4 subfolders (rank0/, rank1/, rank2/, "
+        f"rank3/) hold ranks 0-3, a different rank in each (one job, one folder per rank?); give them "
+        f"together: {root}{sep}*{sep}\n"
+    )
+    (root / "notes").mkdir()  # not every subfolder holds traces: the folders by name
+    p = h.run_cli("merge", root, "-o", tmp_path / "x.json")
+    assert p.stderr_text.rstrip().endswith(
+        "give them together: " + " ".join(str(root / f"rank{i}") for i in range(4))
+    ), p.stderr_text
+    p = h.run_cli("merge", *(root / f"rank{i}" for i in range(4)), "-o", tmp_path / "x.json")
+    assert p.returncode == 0, p.stderr_text
+    assert sorted(h.load_output(tmp_path / "x.json")["tracefuse"]["ranks"]) == ["0", "1", "2", "3"]
 
 
 def _load(path: Path) -> Dict[str, Any]:

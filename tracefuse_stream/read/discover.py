@@ -13,7 +13,8 @@ like this:
   a damaged file is not judged here: the planner reports it (or salvages it);
 * a merged output of this tool (its ``tracefuse`` header key, known once the planner
   has read the file's keys) is skipped with a note (see :func:`is_own_output`);
-* without a trace at the top, subfolders that hold traces are named in the error.
+* without a trace at the top, subfolders that hold traces are named in the error, with
+  the advice their ranks suggest (one folder per rank: give them together).
 
 A file given explicitly by path is never skipped: not being a trace is an error there.
 
@@ -30,10 +31,11 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 from tracefuse_stream.errors import ErrorKind, InputError, UsageError
 from tracefuse_stream.listing import inline
+from tracefuse_stream.rankset import compress_ranges
 from tracefuse_stream.read.head import Head, scan_head
 from tracefuse_stream.read.sources import TRACE_SUFFIXES
 
@@ -41,6 +43,7 @@ PathLike = Union[str, "os.PathLike[str]"]
 
 #: subfolder files sniffed to decide whether a subfolder holds traces
 SUBFOLDER_SNIFF = 3
+SUBFOLDER_RANKS = 8  # traces per subfolder whose rank is read for the advice
 _DIGITS = re.compile(r"(\d+)")
 
 
@@ -146,6 +149,50 @@ def _run_subfolders(folder: Path) -> List[str]:
     return runs
 
 
+def _subfolder_ranks(sub: Path) -> Optional[Set[int]]:
+    """The ``distributedInfo.rank`` of the first :data:`SUBFOLDER_RANKS` traces in
+    ``sub``; None when one of them does not say its rank."""
+    ranks: Set[int] = set()
+    for f in _trace_files(sub)[:SUBFOLDER_RANKS]:
+        head = scan_head(f)
+        if head.why_not is not None:
+            continue
+        info = head.header.get("distributedInfo")
+        r = info.get("rank") if isinstance(info, dict) else None
+        if not isinstance(r, int) or isinstance(r, bool):
+            return None
+        ranks.add(r)
+    return ranks
+
+
+def _subfolders_message(path: Path, runs: List[str]) -> str:
+    """Why ``path`` holds no trace, and what to give instead: its subfolders together
+    when they hold different ranks of one job (one folder per rank: merging one of them
+    would give one rank), else one of them (one run per folder)."""
+    try:
+        ranks = [_subfolder_ranks(path / r) for r in runs]
+    except InputError:
+        ranks = [None]
+    seen: Set[int] = set()
+    disjoint = len(runs) > 1 and all(rs for rs in ranks)
+    for rs in ranks:
+        if disjoint and rs is not None:
+            disjoint = not (rs & seen)
+            seen |= rs
+    if disjoint:
+        every = len(runs) == sum(1 for c in path.iterdir() if c.is_dir())
+        given = f"{path}{os.sep}*{os.sep}" if every else " ".join(str(path / r) for r in runs)
+        return (
+            f"{path}: no trace files here, but its {len(runs)} subfolders ({inline(runs, limit=3)}) hold "
+            f"ranks {compress_ranges(sorted(seen))}, a different rank in each (one job, one folder per "
+            f"rank?); give them together: {given}"
+        )
+    return (
+        f"{path}: no trace files here, but the subfolders {inline(runs, limit=3)} hold traces "
+        f"(one run each?); pass the run folder to merge, e.g. {path / runs[0]}"
+    )
+
+
 def discover(paths: Sequence[PathLike]) -> Discovery:
     """Expand files and directories into candidate trace files (see module doc)."""
     out = Discovery()
@@ -166,10 +213,7 @@ def discover(paths: Sequence[PathLike]) -> Discovery:
             runs = _run_subfolders(path)
             if not kept:
                 if runs:
-                    raise UsageError(
-                        f"{path}: no trace files here, but the subfolders {inline(runs, limit=3)} hold traces "
-                        f"(one run each?); pass the run folder to merge, e.g. {path / runs[0]}"
-                    )
+                    raise UsageError(_subfolders_message(path, runs))
                 what = "no *.json, *.json.gz or *.json.zst trace files"
                 if files:
                     what = f"no trace files ({len(files)} JSON file(s), none a trace: {files[0].name}, ...)"
