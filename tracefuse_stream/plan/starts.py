@@ -21,6 +21,7 @@ from tracefuse_stream.rankset import compress_ranges
 from tracefuse_stream.read.head import Head
 from tracefuse_stream.read.readers import SalvageReader
 from tracefuse_stream.read.sources import TraceReader
+from tracefuse_stream.read.toplevel import IJSON_BUF
 from tracefuse_stream.timeunits import TimeCheck, iso_utc, time_problem, us_to_ns
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -61,7 +62,7 @@ def peek_first_ts(plan: RankPlan, head: Optional[Head] = None) -> None:
     prefix = "traceEvents.item" if plan.layout == "object" else "item"
     reader = TraceReader(plan.path, plan.compression)
     try:
-        for ev in ijson.items(reader, prefix, use_float=False, buf_size=1 << 16):
+        for ev in ijson.items(reader, prefix, use_float=False, buf_size=IJSON_BUF):
             if type(ev) is dict and ev.get("ph") != "M":
                 ts = ev.get("ts")
                 if isinstance(ts, (int, Decimal)) and not isinstance(ts, bool):

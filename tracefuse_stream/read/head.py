@@ -27,7 +27,7 @@ import ijson
 
 from tracefuse_stream.errors import TraceFuseError
 from tracefuse_stream.read.sources import TraceReader
-from tracefuse_stream.read.toplevel import ARRAY, OBJECT, StartReader, build_value, walk_keys
+from tracefuse_stream.read.toplevel import ARRAY, IJSON_BUF, OBJECT, StartReader, build_value, walk_keys
 
 PathLike = Union[str, "os.PathLike[str]"]
 Events = Iterator[Tuple[str, str, Any]]
@@ -117,7 +117,7 @@ def scan_head(path: PathLike) -> Head:
         return Head()
     try:
         checked = StartReader(reader)
-        events: Events = ijson.parse(checked, use_float=False, buf_size=1 << 16)
+        events: Events = ijson.parse(checked, use_float=False, buf_size=IJSON_BUF)
         _prefix, first_ev, _value0 = next(events)
         if first_ev == "start_map" and checked.looks_like_json:
             return _object_head(events, reader.compression)

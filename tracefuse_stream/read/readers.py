@@ -27,9 +27,9 @@ from tracefuse_stream.read.batches import EventBatches, NotBatchable, RawRewrite
 from tracefuse_stream.read.jsonerrors import describe_json_error
 from tracefuse_stream.read.salvage import Framer, SalvageReport, tolerant_chunks
 from tracefuse_stream.read.sources import TraceReader
-from tracefuse_stream.read.toplevel import find_trailer, trailer_of_file
+from tracefuse_stream.read.toplevel import IJSON_BUF, find_trailer, trailer_of_file
 
-PARSE_BUF = 1 << 18
+PARSE_BUF = IJSON_BUF  # read/toplevel.py: why 1 MiB
 Handover = NotBatchable  # "read this rank with the next reader instead"
 
 

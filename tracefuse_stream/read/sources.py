@@ -268,6 +268,7 @@ class TraceReader(io.RawIOBase):
         )
         self._started = False
         self._held_nuls = b""  # NUL bytes at the end of the data so far: padding, if nothing follows
+        self._pending: Optional[InputError] = None  # a problem met after bytes not yet delivered
         self.bom = False  # a UTF-8 byte order mark was skipped
         self.padding_nuls = 0  # NUL bytes after the JSON, dropped at the end
 
@@ -327,18 +328,33 @@ class TraceReader(io.RawIOBase):
             ) from None
 
     def read(self, n: int = -1) -> bytes:
+        if self._pending is not None and not self._buf:
+            error, self._pending = self._pending, None
+            raise error
         if n is None or n < 0:
             parts = [self._buf]
             self._buf = b""
-            while True:
+            while self._pending is None:
                 more = self._clean()
                 if not more:
                     break
                 parts.append(more)
             data = b"".join(parts)
         else:
-            if not self._buf:
-                self._buf = self._clean()
+            # up to n bytes, not one decompressed block: ijson hands yajl what read returns,
+            # and yajl's cost for a string spanning blocks grows with their count
+            # (read/toplevel.py IJSON_BUF)
+            while len(self._buf) < n and self._pending is None:
+                try:
+                    more = self._clean()
+                except InputError as e:
+                    if not self._buf:
+                        raise
+                    self._pending = e  # the bytes before the problem first, as one block did
+                    break
+                if not more:
+                    break
+                self._buf = self._buf + more if self._buf else more
             data, self._buf = self._buf[:n], self._buf[n:]
         self.offset += len(data)
         if self.keep_tail and data:

@@ -26,6 +26,7 @@ from tracefuse_stream.errors import ErrorKind, InputError
 from tracefuse_stream.read.batches import EventBatches, NotBatchable
 from tracefuse_stream.read.jsonerrors import describe_json_error, first_line, is_truncation
 from tracefuse_stream.read.sources import PathLike, TraceReader, open_trace
+from tracefuse_stream.read.toplevel import IJSON_BUF
 from tracefuse_stream.verify.toplevel import TopLevel, top_level, top_level_with_trailer
 
 #: ijson read size on the exact path.
@@ -179,7 +180,7 @@ def run_exact_pass(
     err_exc: Optional[Exception] = None
     try:
         try:
-            consume(_counted(ijson.items(tap, prefix, buf_size=READ_CHUNK), tap, skip))
+            consume(_counted(ijson.items(tap, prefix, buf_size=IJSON_BUF), tap, skip))
         except InputError as e:
             res.error = (e.offset if e.offset is not None else tap.offset, e.problem)
             res.error_kind = e.kind
