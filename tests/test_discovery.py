@@ -163,7 +163,7 @@ def test_one_subfolder_per_rank_is_told_to_give_them_together(h, tmp_path):
     sep = os.sep
     assert p.stderr_text == (
         f"tracefuse: error: {root}: no trace files here, but its 4 subfolders (rank0/, rank1/, rank2/, "
-        f"rank3/) hold ranks 0-3, a different rank in each (one job, one folder per rank?); give them "
+        f"rank3/) hold ranks 0-3, other ranks in each (one job, one folder per rank?); give them "
         f"together: {root}{sep}*{sep}\n"
     )
     (root / "notes").mkdir()  # not every subfolder holds traces: the folders by name

@@ -339,14 +339,9 @@ def plan_all(
     out = PlanList()
     cycle = parse_cycle(cycle)
     if isinstance(inputs, Mapping):
+        explicit = _plan_explicit(inputs, salvage, out)
         groups = [
-            Cycle(
-                1,
-                None,
-                _without_copies(
-                    _plan_explicit(inputs, salvage, out), keep_going, out, numbered_by="the {rank: path} keys"
-                ),
-            )
+            Cycle(1, None, _without_copies(explicit, keep_going, out, numbered_by="the {rank: path} keys"))
         ]
     else:
         if isinstance(inputs, (str, os.PathLike)):
@@ -397,8 +392,8 @@ def plan_all(
 def _without_copies(
     plans: List[RankPlan], keep_going: bool, out: PlanList, numbered_by: Optional[str]
 ) -> List[RankPlan]:
-    """The plans, none a byte-for-byte copy of another (plan/copies.py). A copy is a usage
-    error (exit 2) naming both files; ``info`` (``keep_going``) leaves copies out of its
+    """The plans, none holding the trace of another (plan/copies.py: the same bytes, or one
+    rank's recording from the same instant). A copy is a usage error (exit 2) naming both; ``info`` (``keep_going``) leaves copies out of its
     table with a warning that names them. ``numbered_by`` (``--rank-from order``, the keys
     of explicit ``{rank: path}`` inputs): the user numbered the files, copies included (a
     one-rank trace copied to try a merge, a test): kept, with a warning."""

@@ -170,21 +170,21 @@ def _subfolders_message(path: Path, runs: List[str]) -> str:
     when they hold different ranks of one job (one folder per rank: merging one of them
     would give one rank), else one of them (one run per folder)."""
     try:
-        ranks = [_subfolder_ranks(path / r) for r in runs]
+        sets = [_subfolder_ranks(path / r) for r in runs]
     except InputError:
-        ranks = [None]
-    seen: Set[int] = set()
-    disjoint = len(runs) > 1 and all(rs for rs in ranks)
-    for rs in ranks:
-        if disjoint and rs is not None:
-            disjoint = not (rs & seen)
-            seen |= rs
+        sets = [None]
+    known = [rs for rs in sets if rs]
+    seen: Set[int] = set().union(*known)
+    disjoint = len(runs) > 1 and len(known) == len(sets) and sum(map(len, known)) == len(seen)
     if disjoint:
-        every = len(runs) == sum(1 for c in path.iterdir() if c.is_dir())
+        try:
+            every = len(runs) == sum(1 for c in path.iterdir() if c.is_dir())
+        except OSError:
+            every = False
         given = f"{path}{os.sep}*{os.sep}" if every else " ".join(str(path / r) for r in runs)
         return (
             f"{path}: no trace files here, but its {len(runs)} subfolders ({inline(runs, limit=3)}) hold "
-            f"ranks {compress_ranges(sorted(seen))}, a different rank in each (one job, one folder per "
+            f"ranks {compress_ranges(sorted(seen))}, other ranks in each (one job, one folder per "
             f"rank?); give them together: {given}"
         )
     return (
