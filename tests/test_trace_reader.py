@@ -5,7 +5,8 @@ Why it matters: ijson hands yajl exactly what ``read`` returns, and yajl lexes a
 that spans two reads again from its start with every read (lloyd/yajl#202). When
 ``read`` returned one decompressed block (256 KiB) whatever was asked, one 100 MB
 ``args`` string took ~25 s per pass (merge and info made two): read(n) now fills n
-(read/toplevel.py ``IJSON_BUF``, benchmarks/giant_event.py). Filling n must not change
+(read/toplevel.py ``IJSON_BUF``; the rest of the giant-event path: tests/test_giant_event.py,
+benchmarks/giant_event.py). Filling n must not change
 what a damaged file yields: salvage keeps every byte before the damage.
 """
 

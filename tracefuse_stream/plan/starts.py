@@ -18,6 +18,7 @@ import ijson
 from tracefuse_stream.errors import OutputError, TraceFuseError
 from tracefuse_stream.plan.extent import scan_rank
 from tracefuse_stream.rankset import compress_ranges
+from tracefuse_stream.read.batches import EventBatches, NotBatchable
 from tracefuse_stream.read.head import Head
 from tracefuse_stream.read.readers import SalvageReader
 from tracefuse_stream.read.sources import TraceReader
@@ -59,18 +60,51 @@ def peek_first_ts(plan: RankPlan, head: Optional[Head] = None) -> None:
     if head is not None and head.ok and head.first_known:
         plan.first_ts, plan.empty = head.first_ts, head.empty
         return
+    try:
+        found = _first_ts_batched(plan)  # msgspec: linear in an event's size
+    except NotBatchable:
+        found = _first_ts_exact(plan)  # ijson: whatever msgspec refuses
+    except (TraceFuseError, OSError, ValueError):
+        return
+    if found is not None:
+        plan.first_ts, plan.empty = found
+
+
+def _timed(ev: Any) -> Any:
+    if type(ev) is dict and ev.get("ph") != "M":
+        ts = ev.get("ts")
+        if isinstance(ts, (int, Decimal)) and not isinstance(ts, bool):
+            return ts
+    return None
+
+
+def _first_ts_batched(plan: RankPlan) -> Optional[Tuple[Any, bool]]:
+    """``(first ts, empty)`` read with the batch decoder (exact numbers, as ijson gives)."""
+    reader = TraceReader(plan.path, plan.compression)
+    try:
+        for batch in EventBatches(reader, plan.layout):
+            for ev in batch:
+                ts = _timed(ev)
+                if ts is not None:
+                    return ts, False
+        return None, True
+    finally:
+        reader.close()
+
+
+def _first_ts_exact(plan: RankPlan) -> Optional[Tuple[Any, bool]]:
+    """The same with ijson; None when the file cannot be read that far (the streaming
+    pass reports it, or salvages)."""
     prefix = "traceEvents.item" if plan.layout == "object" else "item"
     reader = TraceReader(plan.path, plan.compression)
     try:
         for ev in ijson.items(reader, prefix, use_float=False, buf_size=IJSON_BUF):
-            if type(ev) is dict and ev.get("ph") != "M":
-                ts = ev.get("ts")
-                if isinstance(ts, (int, Decimal)) and not isinstance(ts, bool):
-                    plan.first_ts = ts
-                    return
-        plan.empty = True
+            ts = _timed(ev)
+            if ts is not None:
+                return ts, False
+        return None, True
     except (ijson.JSONError, UnicodeDecodeError, TraceFuseError, OSError, ValueError):
-        return
+        return None
     finally:
         reader.close()
 

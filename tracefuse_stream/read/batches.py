@@ -43,7 +43,10 @@ from tracefuse_stream.read.sources import TraceReader
 from tracefuse_stream.read.toplevel import EVENTS_KEY_BYTES, keys_before_at
 
 CHUNK_BYTES = 1 << 20  # read size; a batch is about this large
-MAX_BUFFER = 16 << 20  # no event boundary in this many bytes: not for this stage
+#: An event may be this large (its bytes are held whole to decode it); beyond, the exact
+#: reader takes over. Reads grow with the buffer (``_more``), so an event of N bytes costs
+#: O(N) reads and scans, not N / CHUNK_BYTES rescans of it (benchmarks/giant_event.py).
+MAX_BUFFER = 256 << 20
 HEADER_LIMIT = 16 << 20  # "traceEvents" must start within this many bytes (real headers: KBs)
 _CUT_ATTEMPTS = 3  # candidates that fail to decode before giving up on this stage
 _END_ATTEMPTS = 3  # possible ends of the array tried (from the last) after those failures
@@ -104,6 +107,13 @@ def _last_boundary(buf: bytearray, hi: int) -> int:
             if buf[m] == _CLOSE:
                 return k
         hi = j
+
+
+def _more(reader: TraceReader, buf: bytearray) -> bytes:
+    """The next read: CHUNK_BYTES, or as much as ``buf`` already holds when that is more.
+    ``buf`` is large only while one event does not end in it; reading as much again
+    each time makes that event cost a few reads and scans, not one per CHUNK_BYTES."""
+    return reader.read(max(CHUNK_BYTES, len(buf)))
 
 
 def _skip_ws(buf: bytearray, j: int) -> int:
@@ -187,7 +197,7 @@ class EventBatches:
     def __iter__(self) -> Iterator[List[Any]]:
         buf = _events_start(self.reader, self.layout)  # buf[0] == '['
         while True:
-            more = self.reader.read(CHUNK_BYTES)
+            more = _more(self.reader, buf)
             if not more:
                 break
             buf += more
@@ -251,7 +261,7 @@ class EventBatches:
             if pos > 1:
                 del buf[1:pos]
                 pos = 1
-            more = self.reader.read(CHUNK_BYTES)
+            more = _more(self.reader, buf)
             if not more:
                 if need_sep:
                     del buf[1:]  # what is left is white space (the kernel consumed the rest)

@@ -108,16 +108,45 @@ def _array_head(events: Events, compression: str) -> Head:
     return head
 
 
+#: Bytes of a file's start this parse reads at most. ijson (yajl) takes time ~ size^2 /
+#: buffer for one long string (read/toplevel.py ``IJSON_BUF``): a giant first event is
+#: left to the planner's peek (plan/starts.py), which reads events with msgspec in time
+#: linear in their size. A real trace's header and first timed event take a few KiB.
+HEAD_BUDGET = 4 << 20
+
+
+class _OverBudget(ValueError):
+    """The start is longer than :data:`HEAD_BUDGET`: what is not known yet stays unknown."""
+
+
+class _Budgeted:
+    """A reader for ijson that stops with :class:`_OverBudget` past ``budget`` bytes."""
+
+    def __init__(self, reader: StartReader, budget: int) -> None:
+        self._reader = reader
+        self._left = budget
+
+    def read(self, n: int = -1) -> bytes:
+        if n != 0 and self._left <= 0:
+            raise _OverBudget(f"the start of the file is over {HEAD_BUDGET >> 20} MB")
+        data = self._reader.read(n)
+        self._left -= len(data)
+        return data
+
+
 def scan_head(path: PathLike) -> Head:
     """One parse of the start of ``path`` (see the module docstring); never raises for
-    the file's content: what it cannot judge comes back unknown."""
+    the file's content: what it cannot judge comes back unknown, also past
+    :data:`HEAD_BUDGET` bytes (a header that long: all unknown; a first event that long:
+    the first ts unknown)."""
     try:
         reader = TraceReader(path)
     except TraceFuseError:
         return Head()
     try:
         checked = StartReader(reader)
-        events: Events = ijson.parse(checked, use_float=False, buf_size=IJSON_BUF)
+        budgeted = _Budgeted(checked, HEAD_BUDGET)
+        events: Events = ijson.parse(budgeted, use_float=False, buf_size=IJSON_BUF)
         _prefix, first_ev, _value0 = next(events)
         if first_ev == "start_map" and checked.looks_like_json:
             return _object_head(events, reader.compression)

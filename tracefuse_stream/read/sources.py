@@ -344,18 +344,21 @@ class TraceReader(io.RawIOBase):
             # up to n bytes, not one decompressed block: ijson hands yajl what read returns,
             # and yajl's cost for a string spanning blocks grows with their count
             # (read/toplevel.py IJSON_BUF)
-            while len(self._buf) < n and self._pending is None:
+            parts, have = [self._buf], len(self._buf)
+            while have < n and self._pending is None:
                 try:
                     more = self._clean()
                 except InputError as e:
-                    if not self._buf:
+                    if not have:
                         raise
                     self._pending = e  # the bytes before the problem first, as one block did
                     break
                 if not more:
                     break
-                self._buf = self._buf + more if self._buf else more
-            data, self._buf = self._buf[:n], self._buf[n:]
+                parts.append(more)
+                have += len(more)
+            buf = parts[0] if len(parts) == 1 else b"".join(parts)  # one join: linear in n
+            data, self._buf = (buf, b"") if len(buf) <= n else (buf[:n], buf[n:])
         self.offset += len(data)
         if self.keep_tail and data:
             self._tail.append(data)
