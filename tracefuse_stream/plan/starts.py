@@ -10,7 +10,6 @@ for all three and costs only the start of each file: the read stops there.
 
 from __future__ import annotations
 
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple
 
 import ijson
@@ -19,7 +18,7 @@ from tracefuse_stream.errors import OutputError, TraceFuseError
 from tracefuse_stream.plan.extent import scan_rank
 from tracefuse_stream.rankset import compress_ranges
 from tracefuse_stream.read.batches import EventBatches, NotBatchable
-from tracefuse_stream.read.head import Head
+from tracefuse_stream.read.head import Head, timed_ts
 from tracefuse_stream.read.readers import SalvageReader
 from tracefuse_stream.read.sources import TraceReader
 from tracefuse_stream.read.toplevel import IJSON_BUF
@@ -70,21 +69,13 @@ def peek_first_ts(plan: RankPlan, head: Optional[Head] = None) -> None:
         plan.first_ts, plan.empty = found
 
 
-def _timed(ev: Any) -> Any:
-    if type(ev) is dict and ev.get("ph") != "M":
-        ts = ev.get("ts")
-        if isinstance(ts, (int, Decimal)) and not isinstance(ts, bool):
-            return ts
-    return None
-
-
 def _first_ts_batched(plan: RankPlan) -> Optional[Tuple[Any, bool]]:
     """``(first ts, empty)`` read with the batch decoder (exact numbers, as ijson gives)."""
     reader = TraceReader(plan.path, plan.compression)
     try:
         for batch in EventBatches(reader, plan.layout):
             for ev in batch:
-                ts = _timed(ev)
+                ts = timed_ts(ev)
                 if ts is not None:
                     return ts, False
         return None, True
@@ -99,7 +90,7 @@ def _first_ts_exact(plan: RankPlan) -> Optional[Tuple[Any, bool]]:
     reader = TraceReader(plan.path, plan.compression)
     try:
         for ev in ijson.items(reader, prefix, use_float=False, buf_size=IJSON_BUF):
-            ts = _timed(ev)
+            ts = timed_ts(ev)
             if ts is not None:
                 return ts, False
         return None, True

@@ -54,8 +54,9 @@ class Head:
     empty: bool = False
 
 
-def _timed_ts(item: Any) -> Any:
-    """The ``ts`` the first-event peek takes from an event, or None."""
+def timed_ts(item: Any) -> Any:
+    """The ``ts`` the first-event peek takes from an event (a timed non-metadata one), or
+    None; plan/starts.py's peek uses the same rule."""
     if type(item) is dict and item.get("ph") != "M":
         ts = item.get("ts")
         if isinstance(ts, (int, Decimal)) and not isinstance(ts, bool):
@@ -67,13 +68,13 @@ def _first_timed(events: Events, head: Head, item: Any = None) -> None:
     """Go on through the event array (after ``item``, its first element, when given)
     to the first timed event; a problem there leaves it unknown."""
     try:
-        ts = _timed_ts(item)
+        ts = timed_ts(item)
         while ts is None:
             prefix, ev, val = next(events)
             if ev == "end_array":
                 head.empty = True
                 break
-            ts = _timed_ts(build_value(events, prefix, ev, val))
+            ts = timed_ts(build_value(events, prefix, ev, val))
         head.first_ts = ts
         head.first_known = True
     except (ijson.JSONError, UnicodeDecodeError, StopIteration, TraceFuseError, OSError, ValueError):
@@ -161,4 +162,4 @@ def scan_head(path: PathLike) -> Head:
         reader.close()
 
 
-__all__ = ["Head", "scan_head"]
+__all__ = ["HEAD_BUDGET", "Head", "scan_head", "timed_ts"]
