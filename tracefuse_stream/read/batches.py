@@ -40,13 +40,14 @@ import msgspec
 
 from tracefuse_stream.exactjson import DecodeError, loads_exact
 from tracefuse_stream.read.sources import TraceReader
-from tracefuse_stream.read.toplevel import EVENTS_KEY_BYTES, keys_before_at
+from tracefuse_stream.read.toplevel import EVENTS_KEY_BYTES, MAX_EVENT_BYTES, keys_before_at
 
 CHUNK_BYTES = 1 << 20  # read size; a batch is about this large
 #: An event may be this large (its bytes are held whole to decode it); beyond, the exact
-#: reader takes over. Reads grow with the buffer (``_more``), so an event of N bytes costs
-#: O(N) reads and scans, not N / CHUNK_BYTES rescans of it (benchmarks/giant_event.py).
-MAX_BUFFER = 256 << 20
+#: reader takes over (and stops: read/toplevel.py MAX_EVENT_BYTES). Reads grow with the
+#: buffer (``_more``), so an event of N bytes costs O(N) reads and scans, not
+#: N / CHUNK_BYTES rescans of it (benchmarks/giant_event.py).
+MAX_BUFFER = MAX_EVENT_BYTES
 HEADER_LIMIT = 16 << 20  # "traceEvents" must start within this many bytes (real headers: KBs)
 _CUT_ATTEMPTS = 3  # candidates that fail to decode before giving up on this stage
 _END_ATTEMPTS = 3  # possible ends of the array tried (from the last) after those failures

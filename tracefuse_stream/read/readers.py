@@ -27,7 +27,7 @@ from tracefuse_stream.read.batches import EventBatches, NotBatchable, RawRewrite
 from tracefuse_stream.read.jsonerrors import describe_json_error
 from tracefuse_stream.read.salvage import Framer, SalvageReport, tolerant_chunks
 from tracefuse_stream.read.sources import TraceReader
-from tracefuse_stream.read.toplevel import IJSON_BUF, find_trailer, trailer_of_file
+from tracefuse_stream.read.toplevel import IJSON_BUF, MAX_EVENT_BYTES, find_trailer, trailer_of_file
 
 PARSE_BUF = IJSON_BUF  # read/toplevel.py: why 1 MiB
 Handover = NotBatchable  # "read this rank with the next reader instead"
@@ -118,6 +118,28 @@ class BatchedReader(_FileReader):
         return dumps_fast(event)
 
 
+class _Capped:
+    """The exact reader's file for ijson: stops with an error once MAX_EVENT_BYTES have
+    been read without an event ending (ijson would build the rest of the file as one
+    value: memory without bound; read/toplevel.py)."""
+
+    def __init__(self, owner: ExactReader) -> None:
+        self._owner = owner
+        self.mark = 0  # the reader's offset when the last event was complete
+
+    def read(self, n: int = -1) -> bytes:
+        o = self._owner
+        if n != 0 and o.reader.offset - self.mark > MAX_EVENT_BYTES:
+            raise InputError(
+                o.path,
+                f"an event does not end within {MAX_EVENT_BYTES >> 20} MB (a brace or bracket never closed?)",
+                kind=ErrorKind.INVALID_JSON,
+                hint="use --salvage to keep the complete events before it",
+                event_index=o.index,
+            )
+        return o.reader.read(n)
+
+
 class ExactReader(_FileReader):
     """ijson, event by event: errors carry the exact offset and event index."""
 
@@ -130,9 +152,11 @@ class ExactReader(_FileReader):
 
     def batches(self) -> Iterator[List[Any]]:
         prefix = "traceEvents.item" if self.layout == "object" else "item"
+        capped = _Capped(self)
         try:
-            for ev in ijson.items(self.reader, prefix, use_float=False, buf_size=PARSE_BUF):
+            for ev in ijson.items(capped, prefix, use_float=False, buf_size=PARSE_BUF):
                 self.index += 1
+                capped.mark = self.reader.offset
                 yield [ev]
         except (ijson.JSONError, UnicodeDecodeError) as e:
             kind, problem = describe_json_error(e)

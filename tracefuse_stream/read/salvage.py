@@ -26,7 +26,7 @@ import orjson
 from tracefuse_stream.errors import InputError
 from tracefuse_stream.exactjson import FLOAT_EXACT_LIMIT, DecodeError
 from tracefuse_stream.read.sources import READ_SIZE, TraceReader
-from tracefuse_stream.read.toplevel import EVENTS_KEY_BYTES, decode_value
+from tracefuse_stream.read.toplevel import EVENTS_KEY_BYTES, MAX_EVENT_BYTES, decode_value
 
 _OUTSIDE = re.compile(rb'["{}\[\],:]')
 _INSIDE = re.compile(rb'["\\]')
@@ -208,7 +208,7 @@ class _ScanState:
     """Where :meth:`Framer.events` is in the text: the buffer and the open structures
     (positions are in ``buf``; -1 when none is open)."""
 
-    buf: bytes = b""
+    buf: bytearray = field(default_factory=bytearray)  # appended to in place: linear
     pos: int = 0
     depth: int = 0
     in_str: bool = False
@@ -243,7 +243,7 @@ def _in_string(st: _ScanState, c: bytes, p: int) -> None:
     if rest and rest[:1] not in b",:}]":
         return
     st.in_str = False
-    st.last_str = st.buf[st.str_start + 1 : p]
+    st.last_str = bytes(st.buf[st.str_start + 1 : p])
 
 
 class Framer:
@@ -271,6 +271,9 @@ class Framer:
                     more = False
                 else:
                     self._refill(st, m, chunk)
+                    if st.elem_start >= 0 and len(st.buf) - st.elem_start > MAX_EVENT_BYTES:
+                        self._event_too_long(st)
+                        return
                     continue
             if m is None:
                 break
@@ -299,7 +302,8 @@ class Framer:
         keep = min(
             x for x in (st.elem_start, st.val_start, st.str_start if st.in_str else -1, st.pos) if x >= 0
         )
-        st.buf = st.buf[keep:] + chunk
+        del st.buf[:keep]
+        st.buf += chunk
         self.offset += keep
         st.pos -= keep
         st.elem_start = st.elem_start - keep if st.elem_start >= 0 else -1
@@ -325,12 +329,12 @@ class Framer:
         st.depth -= 1
         event: Optional[Tuple[bool, Any]] = None
         if st.in_events and st.depth == st.events_depth and st.elem_start >= 0 and c == b"}":
-            event = parse_slice(st.buf[st.elem_start : p + 1], self.exact, self.report)
+            event = parse_slice(bytes(st.buf[st.elem_start : p + 1]), self.exact, self.report)
             st.elem_start = -1
         elif st.in_events and st.depth == st.events_depth - 1:
             st.in_events = False
         elif st.depth == 0 and self.layout == "object" and st.val_start >= 0:
-            self._header_value(st.key, st.buf[st.val_start : p])
+            self._header_value(st.key, bytes(st.buf[st.val_start : p]))
             st.val_start = -1
         if st.depth < 0:
             st.depth = 0
@@ -343,8 +347,20 @@ class Framer:
             st.val_start = p + 1
         elif c == b",":
             if st.val_start >= 0:
-                self._header_value(st.key, st.buf[st.val_start : p])
+                self._header_value(st.key, bytes(st.buf[st.val_start : p]))
             st.val_start = -1
+
+    def _event_too_long(self, st: _ScanState) -> None:
+        """An event that does not end within MAX_EVENT_BYTES (a brace never closed): keep
+        the events before it and stop there, as at a truncation (memory stays bounded)."""
+        self.report.truncated_at = self.offset + st.elem_start
+        if len(self.report.examples) < 5:
+            head = bytes(st.buf[st.elem_start : st.elem_start + 80]).decode("utf-8", "replace")
+            self.report.examples.append(
+                f"an event that does not end within {MAX_EVENT_BYTES >> 20} MB: {head}"
+            )
+        if self.layout == "object":
+            self.report.header_complete = False
 
     def _finish(self, st: _ScanState) -> None:
         """At the end of the data: record a truncation and the partial last event."""

@@ -64,6 +64,14 @@ TAIL_WINDOW = TAIL_WINDOWS[0]
 #: JSON; 2.1 vs 2.5 ms, gzip). Every ijson parse of a trace uses it.
 IJSON_BUF = 1 << 20
 
+#: The largest event any reader holds: a profiler's events are KiBs, and one that does
+#: not end within this many bytes is a damaged file (a brace never closed) or a hostile
+#: one. The batch readers hand a longer one over; the exact reader stops with an error
+#: and salvage keeps the events before it, so memory stays bounded whatever the input
+#: (an unclosed brace at 10% of a 76 MB file held the rest of it, 509 MB; salvage took
+#: 18 s, quadratic).
+MAX_EVENT_BYTES = 256 << 20
+
 
 def decode_value(data: Any) -> Any:
     """One JSON value, exactly (raises :class:`DecodeError`)."""
