@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """One giant event: time must grow linearly with its size (hostile-input check).
 
-    python benchmarks/giant_event.py [--sizes 10,20,40,80] [--reps 2] [--baseline DIR]
+    python benchmarks/giant_event.py [--sizes 8,16,32,60] [--reps 2] [--baseline DIR]
 
 Each input is one rank whose first event carries an ``args`` string of N MB (plain
 JSON, cached in ``/tmp/tfbench/giant``), then a second, small event. ``merge`` and
@@ -9,7 +9,8 @@ JSON, cached in ``/tmp/tfbench/giant``), then a second, small event. ``merge`` a
 start (ijson), the event pass (the kernel and msgspec up to 16 MB, ijson beyond). yajl,
 ijson's parser, lexes a string that spans two of its buffers again from its start with
 each new buffer (lloyd/yajl#202): with the reader handing it one 256 KiB block at a time,
-time grew as N^2 (a 100 MB string: ~50 s per merge). Printed per size: best wall time of
+time grew as N^2 (a 100 MB string: ~50 s per merge). Sizes stay under the 64 MiB an event
+may have (read/toplevel.py ``MAX_EVENT_BYTES``): a larger one is an error. Printed per size: best wall time of
 ``--reps`` runs, MB/s, and the growth exponent against the previous size
 (log(t2/t1) / log(N2/N1): 1 is linear, 2 quadratic), peak RSS. ``--baseline DIR``: the
 same commands with ``PYTHONPATH=DIR`` (another checkout), side by side.
@@ -63,7 +64,7 @@ def run(argv: List[str], path: Optional[str], reps: int, out: Optional[Path]) ->
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", default="10,20,40,80")
+    ap.add_argument("--sizes", default="8,16,32,60")
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--baseline", help="another checkout's root, run with PYTHONPATH=it")
     a = ap.parse_args()

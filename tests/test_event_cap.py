@@ -4,7 +4,7 @@ Without a cap, the exact reader's ijson built the rest of the file as one value 
 unclosed ``{"args": {"a": [1, 2,`` at 10% of a 76 MB rank: 509 MB) and salvage held it
 too, copying it again with every read (18 s, quadratic). Now the strict merge stops with
 an error that names the file and the event, and salvage keeps the events before it. The
-cap is 256 MiB (read/toplevel.py ``MAX_EVENT_BYTES``); these tests lower it to 1 MiB to
+cap is 64 MiB (read/toplevel.py ``MAX_EVENT_BYTES``); these tests lower it to 1 MiB to
 run on a small file.
 """
 
