@@ -46,6 +46,7 @@ from typing import Any, Callable, Dict, Hashable, List, Mapping, NamedTuple, Opt
 
 from tracefuse_stream.align import gloo_groups
 from tracefuse_stream.align.clock import _seq_value, _stream_of, is_collective_kernel
+from tracefuse_stream.align.instance_ends import check_ends
 from tracefuse_stream.align.sequences import match_group
 from tracefuse_stream.errors import ErrorKind, InputError
 from tracefuse_stream.rankset import compress_ranges
@@ -55,6 +56,8 @@ from tracefuse_stream.read.sources import PathLike
 from tracefuse_stream.timeunits import us_to_ns_or_none
 
 GLOO_PREFIX = "gloo:"
+#: point-to-point gloo ops: not collectives (no group-wide instance), reported apart
+P2P_GLOO = frozenset({"gloo:send", "gloo:recv", "gloo:recvAnysource", "gloo:recv_anysource"})
 GLOO_CAT = "user_annotation"
 STEP_PREFIX = "ProfilerStep#"
 _STEP_RE = re.compile(r"ProfilerStep#([0-9]+)", re.ASCII)
@@ -80,6 +83,7 @@ class CollectiveEvent(NamedTuple):
     ranks: Optional[Tuple[int, ...]]  # participants named by the event itself
     signature: Optional[str]  # gloo: shapes, when recorded
     kept: bool  # survives the merge's filters and window
+    size: Optional[Tuple[Any, Any, Any, Any]] = None  # (In msg nelems, Out msg nelems, dtype, Group size)
 
 
 @dataclass
@@ -113,6 +117,13 @@ def _ranks_arg(v: Any) -> Optional[Tuple[int, ...]]:
         return None
 
 
+def _plain(v: Any) -> Any:
+    """A size arg as a plain value (an int, a short string) or None."""
+    if type(v) is int or (type(v) is str and len(v) <= 32):
+        return v
+    return None
+
+
 def _describe(event: Dict[str, Any], index: int, kept: bool) -> Optional[CollectiveEvent]:
     ts, dur = us_to_ns_or_none(event.get("ts")), us_to_ns_or_none(event.get("dur"))
     if ts is None or dur is None or dur < 0 or event.get("ph") != "X":
@@ -130,7 +141,11 @@ def _describe(event: Dict[str, Any], index: int, kept: bool) -> Optional[Collect
         else:
             key = ("order", pg_s or "", name, _stream_of(event, args))
         ranks = _ranks_arg(args.get("Process Group Ranks"))
-        return CollectiveEvent(index, "gpu", name, ts, dur, event.get("tid"), key, pg_s, ranks, None, kept)
+        size = tuple(_plain(args.get(k)) for k in ("In msg nelems", "Out msg nelems", "dtype", "Group size"))
+        return CollectiveEvent(
+            index, "gpu", name, ts, dur, event.get("tid"), key, pg_s, ranks, None, kept,
+            size if any(v is not None for v in size) else None,  # type: ignore[arg-type]
+        )  # fmt: skip
     shapes = [args.get(k) for k in ("Input Dims", "Input type") if k in args]
     sig = repr(shapes) if shapes else None
     return CollectiveEvent(index, "gloo", name, ts, dur, event.get("tid"), (), None, None, sig, kept)
@@ -298,6 +313,8 @@ class CollectiveTable:
     steps: Dict[int, Dict[int, Tuple[int, int]]] = field(
         default_factory=dict
     )  # rank -> step -> abs (start, end)
+    point_to_point: Counter = field(default_factory=Counter)  # op name -> events (all ranks)
+    hosts: Dict[int, Optional[str]] = field(default_factory=dict)
 
     @property
     def unmatched_total(self) -> int:
@@ -379,8 +396,9 @@ def _match_gloo(
     offsets: Mapping[int, int],
     unmatched: Counter,
     notes: List[str],
+    p2p: Counter,
 ) -> List[Tuple[str, str, str, Dict[int, Entry]]]:
-    """gloo ops: attributed to groups (align/gloo_groups.py), matched per group in order."""
+    """gloo ops (point-to-point ones counted in ``p2p`` and left out): attributed to groups (align/gloo_groups.py), matched per group in order."""
     merged = sorted(scans)
     ops: Dict[int, List[Entry]] = {}
     for r in merged:
@@ -388,8 +406,9 @@ def _match_gloo(
         ops[r] = [
             Entry(e, base + e.ts_ns + off, base + e.ts_ns + off + e.dur_ns, None)
             for e in scans[r].events
-            if e.kind == "gloo"
+            if e.kind == "gloo" and e.name not in P2P_GLOO
         ]
+        p2p.update(e.name for e in scans[r].events if e.kind == "gloo" and e.name in P2P_GLOO)
     if not any(ops.values()):
         return []
     table = gloo_groups.group_table({r: cfgs.get(r, []) for r in merged}, notes)
@@ -446,7 +465,9 @@ def match_instances(
     unmatched: Counter = Counter()
     found = _match_gpu(scans, pg_configs, hosts, offsets, unmatched)
     n_gpu_order = sum(1 for f in found if f[2] == "order")
-    found += _match_gloo(scans, pg_configs, pg_counts or {}, hosts, offsets, unmatched, notes)
+    p2p: Counter = Counter()
+    found += _match_gloo(scans, pg_configs, pg_counts or {}, hosts, offsets, unmatched, notes, p2p)
+    found, _host_offsets, _tol = check_ends(found, hosts, unmatched)  # type: ignore[arg-type]
     found.sort(key=lambda f: (min(e.start_ns for e in f[3].values()), f[1], f[0]))
     instances = []
     for i, (name, group, match, entries) in enumerate(found):
@@ -469,7 +490,7 @@ def match_instances(
             for s, (lo, hi) in sorted(scans[r].steps.items())}
         for r in merged
     }  # fmt: skip
-    return CollectiveTable(merged, instances, unmatched, notes, steps)
+    return CollectiveTable(merged, instances, unmatched, notes, steps, p2p, {r: hosts.get(r) for r in merged})
 
 
 def _ranks_text(ranks: Any) -> str:

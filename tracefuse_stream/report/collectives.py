@@ -28,8 +28,9 @@ from tracefuse_stream.align.collectives import (
 from tracefuse_stream.errors import EXIT_INPUT, EXIT_OK
 from tracefuse_stream.plan.rankplan import RankPlan
 from tracefuse_stream.rankset import compress_ranges
+from tracefuse_stream.report import per_collective, why
 from tracefuse_stream.report import stragglers as S
-from tracefuse_stream.report.stragglers import Verdict, held_by_rank, judge, rule_text
+from tracefuse_stream.report.stragglers import DEFINITIONS, Verdict, held_by_rank, judge, rule_text, wait_by_rank
 from tracefuse_stream.workers import parallel_map
 
 WORST_PER_RANK = 3
@@ -77,19 +78,21 @@ def collect_table(plans: Sequence[RankPlan], jobs: int = 1) -> CollectiveTable:
     return table_from_scans(plans, scans)
 
 
-def rank_stats(table: CollectiveTable) -> List[RankStats]:
-    """One :class:`RankStats` per merged rank, in rank order."""
+def rank_stats(table: CollectiveTable, verdict: Optional[Verdict] = None) -> List[RankStats]:
+    """One :class:`RankStats` per merged rank, in rank order (wait and held: the per-step
+    figures of the verdict, summed)."""
+    v = verdict if verdict is not None else judge(table)
     stats = {r: RankStats(r) for r in table.ranks}
     for inst in table.instances:
         for r in inst.entries:
             s = stats[r]
             s.instances += 1
-            w = inst.wait_ns(r)
-            s.wait_ns += w
-            s.worst.append((w, inst.id))
+            s.worst.append((inst.wait_ns(r), inst.id))
         stats[inst.last_rank].last_arrivals += 1
-    for r, h in held_by_rank(table).items():
+    for r, h in held_by_rank(table, v).items():
         stats[r].held_ns = h
+    for r, w in wait_by_rank(v).items():
+        stats[r].wait_ns = w
     for s in stats.values():
         s.worst = sorted(s.worst, key=lambda x: (-x[0], x[1]))[:WORST_PER_RANK]
     return [stats[r] for r in sorted(stats)]
@@ -125,24 +128,71 @@ def _by_step_json(v: Verdict) -> List[Dict[str, Any]]:
             "wait_us": {str(r): _us(w) for r, w in sorted(row.wait.items())},
             "held_us": {str(r): _us(h) for r, h in sorted(row.held.items())},
             "threshold_us": {str(r): _us(t) for r, t in sorted(row.threshold.items())},
+            "lateness_us": {str(r): _us(t) for r, t in sorted(row.lateness.items())},
+            "busy_us": {str(r): _us(t) for r, t in sorted(row.busy.items())},
+            "worst_instance": row.worst_instance,
         })  # fmt: skip
     return out
 
 
-def to_json(table: CollectiveTable) -> Dict[str, Any]:
-    """``{"collectives": {...}}`` for ``--json`` (schema: docs/collectives.md)."""
-    stats = rank_stats(table)
+@dataclass
+class Analysis:
+    """One cycle's table with everything judged from it (and, with the plans, the why)."""
+
+    table: CollectiveTable
+    verdict: Verdict
+    stats: List[RankStats]
+    why: List[Dict[str, Any]] = field(default_factory=list)
+    breakdown: List[Dict[str, Any]] = field(default_factory=list)
+    why_notes: List[str] = field(default_factory=list)
+
+
+def analyse(table: CollectiveTable, plans: Optional[Sequence[RankPlan]] = None, jobs: int = 1) -> Analysis:
+    """Judge ``table``; with ``plans`` (same ranks), also break the stretches down
+    (report/why.py: one more pass over each file, in ``jobs`` workers)."""
     v = judge(table)
+    a = Analysis(table, v, rank_stats(table, v))
+    if plans and table.instances:
+        mine = [p for p in plans if p.rank in set(table.ranks)]
+        reqs, _ = why.requests(table, v, mine)
+        results = parallel_map(why.scan_breakdowns, [(r,) for r in reqs], jobs)
+        a.why, a.breakdown = why.compare(table, v, mine, results)
+        a.why_notes = [f"rank {p.rank}: why read only partly: {err}" for p, (_, err) in zip(mine, results) if err]
+    return a
+
+
+def _as_analysis(x: Any) -> Analysis:
+    return x if isinstance(x, Analysis) else analyse(x)
+
+
+def to_json(table: Any) -> Dict[str, Any]:
+    """``{"collectives": {...}}`` for ``--json`` (schema: docs/collectives.md); ``table``:
+    a :class:`CollectiveTable` or an :class:`Analysis`."""
+    a = _as_analysis(table)
+    table, v, stats = a.table, a.verdict, a.stats
     unmatched = [
-        {"kind": k, "name": n, "group": g, "reason": why, "instances": c}
-        for (k, n, g, why), c in sorted(table.unmatched.items(), key=lambda kv: (-kv[1], kv[0]))
+        {"kind": k, "name": n, "group": g, "reason": why_, "instances": c}
+        for (k, n, g, why_), c in sorted(table.unmatched.items(), key=lambda kv: (-kv[1], kv[0]))
     ]
     return {"collectives": {
         "ranks": [s.to_json() for s in stats],
         "instances": [_instance_json(i) for i in table.instances],
         "straggler": v.straggler,
         "stragglers": [{"rank": s.rank, "held_us": _us(s.held_ns), "steps": s.steps,
-                        "last_arrivals": s.last_arrivals, "instances": s.instances} for s in v.stragglers],
+                        "last_arrivals": s.last_arrivals, "instances": s.instances,
+                        "p_chance": round(s.p_chance, 6), "margin": round(s.margin, 3),
+                        "evidence": s.evidence} for s in v.stragglers],
+        "candidates": [{"rank": s.rank, "held_us": _us(s.held_ns), "steps": s.steps,
+                        "p_chance": round(s.p_chance, 6), "margin": round(s.margin, 3)} for s in v.candidates],
+        "verdict": {
+            "text": verdict_sentence(table, v, stats),
+            "evidence": v.stragglers[0].evidence if v.stragglers else "none",
+            "p_chance": round(v.stragglers[0].p_chance, 6) if v.stragglers else
+                        (round(v.candidates[0].p_chance, 6) if v.candidates else None),
+            "one_step": v.steps_profiled == 1,
+            "steps_profiled": v.steps_profiled,
+        },
+        "definitions": DEFINITIONS,
         "by_step": _by_step_json(v),
         "threshold": {
             "noise_us": _us(v.noise_ns),
@@ -151,13 +201,47 @@ def to_json(table: CollectiveTable) -> Dict[str, Any]:
             "noise_factor": S.NOISE_FACTOR, "step_fraction": S.STEP_FRACTION,
             "min_us": _us(S.MIN_THRESHOLD_NS), "rule": rule_text(v),
         },
+        "why": a.why,
+        "breakdown": a.breakdown,
+        "per_collective": per_collective.rows(table),
+        "hosts": {str(r): h for r, h in sorted(table.hosts.items())},
         "unmatched": {"total": table.unmatched_total, "by_reason": unmatched},
-        "notes": list(table.notes),
+        "point_to_point": {"total": sum(table.point_to_point.values()),
+                           "by_name": dict(sorted(table.point_to_point.items()))},
+        "notes": list(table.notes) + a.why_notes,
     }}  # fmt: skip
 
 
 def _ms(ns: int) -> str:
     return f"{ns / 1e6:.3f}"
+
+
+def _where(v: Verdict, steps: Sequence[Optional[int]]) -> str:
+    if v.steps_profiled == 1 and len(v.by_step) == 1:
+        return "the one step profiled"
+    if len(steps) == len(v.by_step):
+        return f"every step, {len(steps)} of {len(v.by_step)}"
+    return "step(s) " + ", ".join(_step(x) for x in steps)
+
+
+def verdict_sentence(table: CollectiveTable, v: Verdict, stats: Sequence[RankStats]) -> str:
+    """The verdict in one sentence, with the strength of the evidence."""
+    one = "one step profiled: " if v.steps_profiled == 1 else ""
+    if not table.instances:
+        return "no collective instance matched across ranks"
+    if not v.stragglers:
+        if v.candidates:
+            c = v.candidates[0]
+            return (f"{one}no rank stands out (closest: rank {c.rank}, most waited for in a pattern "
+                    f"with p_chance {c.p_chance:.2g}: as likely as that by chance, no evidence)")  # fmt: skip
+        worst = max(stats, key=lambda s: (s.held_ns, -s.rank))
+        return (f"{one}no rank stands out (most waited for: rank {worst.rank}, "
+                f"{_ms(worst.held_ns)} ms in total, below the threshold)")  # fmt: skip
+    parts = [f"rank {s.rank} in {_where(v, s.steps)}" for s in v.stragglers]
+    s0 = v.stragglers[0]
+    return (f"{one}{' and '.join(parts)} held the others back ({s0.evidence} evidence: the others waited "
+            f"{_ms(s0.held_ns)} ms for rank {s0.rank}, p_chance {s0.p_chance:.2g}, "
+            f"{s0.margin:.1f} x the threshold)")  # fmt: skip
 
 
 def verdict_lines(table: CollectiveTable, v: Verdict, stats: Sequence[RankStats]) -> List[str]:
@@ -166,21 +250,17 @@ def verdict_lines(table: CollectiveTable, v: Verdict, stats: Sequence[RankStats]
         return ["straggler: none (no collective instance matched across ranks)"]
     by_rank = {s.rank: s for s in stats}
     if not v.stragglers:
-        worst = max(stats, key=lambda s: (s.held_ns, -s.rank))
-        return [f"straggler: none -- no rank stands out (most waited for: rank {worst.rank}, "
-                f"{_ms(worst.held_ns)} ms in total, below the threshold)"]  # fmt: skip
+        return ["straggler: none -- " + verdict_sentence(table, v, stats).replace("one step profiled: ", "")]
     lines = []
     for i, s in enumerate(v.stragglers):
-        where = (
-            "every step"
-            if len(s.steps) == len(v.by_step)
-            else "step(s) " + ", ".join(_step(x) for x in s.steps)
-        )
         lines.append(
             f"{'straggler' if i == 0 else 'also     '}: rank {s.rank} -- the others waited {_ms(s.held_ns)} ms for it "
-            f"(in {where}); last to arrive in {s.last_arrivals} of {s.instances} instances, "
-            f"waited {_ms(by_rank[s.rank].wait_ns)} ms itself"
+            f"(in {_where(v, s.steps)}); last to arrive in {s.last_arrivals} of {s.instances} instances, "
+            f"waited {_ms(by_rank[s.rank].wait_ns)} ms itself; {s.evidence} evidence (p_chance "
+            f"{s.p_chance:.2g}, {s.margin:.1f} x the threshold)"
         )
+    if v.steps_profiled == 1:
+        lines.insert(0, "one step profiled: what follows is that step's, not a pattern over steps")
     return lines
 
 
@@ -237,10 +317,22 @@ def merge_command(v: Verdict, inputs: Sequence[str], cycle: Optional[int] = None
     return " ".join(shlex.quote(p) for p in parts + ["-o", name])
 
 
-def format_text(table: CollectiveTable, inputs: Sequence[str] = (), cycle: Optional[int] = None) -> str:
-    """The human report (see the module docstring)."""
-    stats = rank_stats(table)
-    v = judge(table)
+def why_lines(a: Analysis) -> List[str]:
+    """Per straggler and step: where its extra time went (the top contributors)."""
+    lines = []
+    for w in a.why:
+        share = "" if w["share"] is None else f", {100 * min(w['share'], 9.99):.0f}% explained"
+        lines.append(f"why rank {w['rank']} is late in step {w['step']}: {w['lateness_us'] / 1000:.1f} ms later "
+                     f"than rank {w['reference_rank']} (the median rank) at {w['collective']}{share}:")  # fmt: skip
+        for c in w["contributors"][:5]:
+            lines.append(f"  {why.headline(c)}  [{c['kind']}, {c['where']}; calls {c['count']} vs {c['others_count']}]")
+    return lines
+
+
+def format_text(table: Any, inputs: Sequence[str] = (), cycle: Optional[int] = None) -> str:
+    """The human report (see the module docstring); ``table``: a table or an analysis."""
+    a = _as_analysis(table)
+    table, v, stats = a.table, a.verdict, a.stats
     groups = len({i.group for i in table.instances})
     lines = [
         f"collectives: {len(table.instances)} instance(s) of {groups} process group(s) matched across ranks "
@@ -248,8 +340,11 @@ def format_text(table: CollectiveTable, inputs: Sequence[str] = (), cycle: Optio
         *verdict_lines(table, v, stats),
     ]
     if table.instances:
+        lines += why_lines(a)
         lines += step_table(v, table.ranks)
+        lines.append("figures: " + DEFINITIONS)
         lines.append("threshold: " + rule_text(v))
+        lines += per_collective.table_lines(per_collective.rows(table))
         lines.append(f"instances, largest arrival spread first (up to {INSTANCES_SHOWN}):")
         by_spread = sorted(table.instances, key=lambda i: (-i.spread_ns, i.id))
         for inst in by_spread[:INSTANCES_SHOWN]:
@@ -258,9 +353,12 @@ def format_text(table: CollectiveTable, inputs: Sequence[str] = (), cycle: Optio
                 f"by {inst.match}) on ranks {_ranks(inst.ranks)}: arrivals spread {_ms(inst.spread_ns)} ms, "
                 f"last rank {inst.last_rank}"
             )
-    for (kind, name, group, why), n in sorted(table.unmatched.items(), key=lambda kv: (-kv[1], kv[0])):
-        lines.append(f"unmatched: {n} x {kind} {name} (group {group or '?'}): {why}")
-    lines += [f"note: {n}" for n in table.notes]
+    for (kind, name, group, why_), n in sorted(table.unmatched.items(), key=lambda kv: (-kv[1], kv[0])):
+        lines.append(f"unmatched: {n} x {kind} {name} (group {group or '?'}): {why_}")
+    if table.point_to_point:
+        ops = ", ".join(f"{n} x {name}" for name, n in sorted(table.point_to_point.items()))
+        lines.append(f"point-to-point: {ops} (not collectives: not matched, no wait counted)")
+    lines += [f"note: {n}" for n in list(table.notes) + a.why_notes]
     cmd = merge_command(v, inputs, cycle) if inputs else None
     if cmd is not None:
         what = "the straggler" if v.straggler is not None else "its last-arriving rank"
@@ -273,7 +371,7 @@ def _ranks(ranks: Sequence[int]) -> str:
 
 
 def collectives_json(
-    tables: Dict[Optional[int], CollectiveTable],
+    tables: Dict[Optional[int], Any],
 ) -> Tuple[Dict[str, Any], Optional[Dict[str, Any]]]:
     """(``collectives``, ``collectives_by_cycle`` or None) for per-cycle tables:
     ``collectives`` is the latest cycle's."""
@@ -284,12 +382,30 @@ def collectives_json(
     return per[str(max(c for c in tables if c is not None))], per
 
 
-def collectives_text(tables: Dict[Optional[int], CollectiveTable], inputs: Sequence[str]) -> List[str]:
+def collectives_text(tables: Dict[Optional[int], Any], inputs: Sequence[str]) -> List[str]:
     """The human report, one part per cycle."""
     if len(tables) <= 1:
         table = next(iter(tables.values())) if tables else CollectiveTable([], [], Counter(), [])
         return [format_text(table, inputs)]
     return [f"cycle {c}: " + format_text(t, inputs, c) for c, t in tables.items()]
+
+
+def collect_analyses(
+    plans: Sequence[RankPlan], scans: Optional[Sequence[Optional[RankScan]]] = None, jobs: int = 1
+) -> Dict[Optional[int], Analysis]:
+    """cycle -> its :class:`Analysis` with the why (instances never span cycles)."""
+    cycles: Dict[Optional[int], List[Tuple[RankPlan, Optional[RankScan]]]] = {}
+    for i, p in enumerate(plans):
+        cycles.setdefault(p.cycle, []).append((p, scans[i] if scans is not None else None))
+    out = {}
+    for c, pairs in sorted(cycles.items(), key=lambda kv: kv[0] or 0):
+        ps = [p for p, _ in pairs]
+        if all(sc is not None for _, sc in pairs):
+            table = table_from_scans(ps, [sc for _, sc in pairs])  # type: ignore[misc]
+        else:
+            table = collect_table(ps, jobs)
+        out[c] = analyse(table, ps, jobs)
+    return out
 
 
 def info_collectives(
@@ -313,20 +429,11 @@ def info_collectives(
     """
     import json
 
-    cycles: Dict[Optional[int], List[Tuple[RankPlan, Optional[RankScan]]]] = {}
-    for i, p in enumerate(plans):
-        cycles.setdefault(p.cycle, []).append((p, scans[i] if scans is not None else None))
-    tables = {}
-    for c, pairs in sorted(cycles.items(), key=lambda kv: kv[0] or 0):
-        ps = [p for p, _ in pairs]
-        if all(sc is not None for _, sc in pairs):
-            tables[c] = table_from_scans(ps, [sc for _, sc in pairs])  # type: ignore[misc]
-        else:
-            tables[c] = collect_table(ps, jobs)
+    tables = collect_analyses(plans, scans, jobs)
     broken = list(getattr(plans, "broken", []))
     if not as_json:
         text = list(extra) + collectives_text(tables, inputs)
-        print("\n".join(text + [f"BROKEN {path}: {why}" for path, why in broken]))
+        print("\n".join(text + [f"BROKEN {path}: {err}" for path, err in broken]))
         return EXIT_INPUT if broken else EXIT_OK
     latest, by_cycle = collectives_json(tables)
     if into is not None:
@@ -337,13 +444,16 @@ def info_collectives(
         if by_cycle is not None:
             out["cycles"] = by_cycle
         if broken:
-            out["broken"] = [{"path": str(path), "broken": str(why)} for path, why in broken]
+            out["broken"] = [{"path": str(path), "broken": str(err)} for path, err in broken]
     print(json.dumps(out, indent=2, default=str))
     return EXIT_INPUT if broken else EXIT_OK
 
 
 __all__ = [
+    "Analysis",
     "RankStats",
+    "analyse",
+    "collect_analyses",
     "collect_table",
     "collectives_json",
     "collectives_text",

@@ -1,64 +1,69 @@
 """Who holds the others back, per step and over the run, from matched collective instances.
 
-Why "last to arrive" is not enough: with DDP the slow rank is last mainly at the first
-bucket after its delay; later buckets arrive in an order decided by noise. What costs
-the job is how long the OTHERS wait for a rank. So, for one instance with arrivals
-``a`` (:mod:`tracefuse_stream.align.collectives`):
+Every figure is a duration you can find on the timeline (docs/collectives.md has the
+definitions with an example). For one instance ``i`` with arrivals ``a`` (the start of
+each rank's collective, :mod:`tracefuse_stream.align.collectives`) and last arrival
+``L``:
 
-* ``wait`` of rank r = last arrival - a[r] (how long r sat in the collective);
-* ``held`` of rank r = max(0, a[r] - median of the other ranks' arrivals): how long
-  the typical other rank waited for r. For the last rank this is the others' median
-  wait; a second, smaller straggler is credited with its own lateness too (the
-  others would still wait that long for it if the first were fixed). In a group of
-  two it is simply the gap when r came second.
+* a rank's **wait** in a step is the length of the union of its intervals
+  ``[a[r], L]`` over the step's instances, clipped to its own step: DDP's gradient
+  buckets are all-reduced concurrently on gloo's two runloop threads (and NCCL's
+  streams), and two overlapping waits are one stretch of waiting, never two. It is
+  never more than the step.
+* **held** of rank R in a step: how long the others really waited for R. For each other
+  rank q, the union over the step's instances of ``[a[q], a[R]]`` (q sits in the
+  collective until R arrives), clipped to q's step; held is the median of that over
+  the others (zeros included: a rank that arrived after R did not wait for it), and
+  never more than R's **lateness**: at the step's instance where it is latest, R's
+  time from its step start to its arrival minus the median of the others' (what the
+  why analysis, report/why.py, breaks down). Without ProfilerStep spans the arrivals
+  themselves are compared.
+* **busy step**: a rank's step duration minus its wait: the step's work, which a
+  straggler does not inflate; ``D`` is the median over ranks and steps.
 
-Summed per step (the ``ProfilerStep#N`` of each instance) and per rank, ``held`` ranks
-the stragglers. Whether a rank *stands out* in a step is judged against a threshold
-derived from the run itself, never a fixed number:
+Whether a rank *passes* in a step is judged against thresholds derived from the run
+itself, never a fixed number: ``held > T = max(NOISE_FACTOR * sigma * sqrt(m),
+median of the others' held + NOISE_FACTOR * their spread, STEP_FRACTION * D,
+MIN_THRESHOLD)``, ``sigma`` being the arrival noise (:func:`noise_ns`), ``m`` the rank's
+instances in the step, the others' spread the scaled median absolute deviation of
+their held values in that step (a rank is an outlier among the ranks, not merely later
+than the median). A rank *stands out* in a step when it passes there and either passes
+in more than half of the steps (persistent) or the others' wait for it in that step is
+longer than a typical whole step (intermittent: one hiccup in one short step is none).
 
-* **noise** ``sigma``: the larger of two robust estimates of how far apart ranks that
-  are not held up arrive: (a) the median over instances of 3 ranks or more of the
-  arrival spread of the instance's *earliest half* of ranks -- stragglers arrive late,
-  so the earliest half leaves them out (in a group of two the gap is all there is, so
-  such instances are not used here); (b) the median, over ranks and over a group's k-th
-  collective of a step, of the median absolute deviation from step to step of the
-  rank's arrival relative to the instance's median arrival -- a rank always late by
-  the same amount at the same collective varies little. Medians ignore the minority of
-  steps where something was slow.
-* **busy step** ``D``: the median over ranks and steps of the step's duration minus the
-  time the rank spent waiting in collectives in it -- the step time without waiting,
-  which a straggler does not inflate.
-* a rank *passes* in a step when ``held > T = max(NOISE_FACTOR * sigma * sqrt(m),
-  STEP_FRACTION * D, MIN_THRESHOLD)``, ``m`` being its instances in that step (a sum of
-  m noisy lateness values grows about like sqrt(m)): the others waited for it longer
-  than the arrival noise explains, and long enough to cost the job (a twentieth of the
-  step's work: a rank 15% slower in every step is a straggler worth naming -- the
-  recorded ``ddp4_mild_straggler``, which a quarter of the step, the first choice,
-  called balanced);
-* it *stands out* in that step when it passes in more than half of the steps (a
-  persistent straggler), or else -- an intermittent one -- when the others' wait for
-  it in that step is also longer than a typical whole step (the median ProfilerStep
-  duration): one scheduler hiccup in one short step is not a straggler.
+**Evidence.** A rank that stands out is *named* only when the pattern is unlikely by
+chance: ``p_chance`` is the probability that a rank with no problem would be the most
+waited-for rank of its group in at least ``k`` of its ``N`` steps (binomial, ``1/g``
+per step for a group of ``g``); or when the wait for it is at least ``STRONG_MARGIN``
+times its threshold (no arrival noise makes that). ``strong``: margin >= STRONG_MARGIN
+or p_chance <= 0.01 with margin >= 3; ``moderate``: named otherwise; ``weak``: not named
+(the verdict says who came closest, with its p_chance). A coin flip names nobody.
 
-Stragglers are the ranks that stand out in at least one step, ordered by how long the
-others waited for them in total; an intermittent one lists the steps it stood out in.
+Every figure depends only on the ranks' own timelines and the instances they share,
+never on which other ranks were merged beyond them: the verdict on a subset that keeps
+the straggler and a rank that waits for it is the verdict of the whole run.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from tracefuse_stream.align.collectives import CollectiveTable, Instance
 
 NOISE_FACTOR = 8.0
 STEP_FRACTION = 0.05
 MIN_THRESHOLD_NS = 100_000  # 0.1 ms: below this, arrival order is clock conversion noise
+P_NAMED = 0.05  # p_chance at or below this names a rank that passes its threshold
+STRONG_MARGIN = 10.0  # held >= this x threshold names a rank whatever p_chance
+MAD_SCALE = 1.4826  # MAD -> standard deviation for normal noise
 
 
 def held_ns(inst: Instance) -> Dict[int, int]:
-    """rank -> how long the other ranks (median) waited for it in ``inst``."""
+    """rank -> how far behind the median of the other ranks' arrivals it arrived in
+    ``inst`` (the per-instance figure of the summary track's slice names)."""
     arrivals = {r: e.start_ns for r, e in inst.entries.items()}
     out = {}
     for r, a in arrivals.items():
@@ -75,17 +80,44 @@ def _median(values: Sequence[int]) -> int:
     return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) // 2
 
 
+def union_ns(intervals: Iterable[Tuple[int, int]], lo: Optional[int] = None, hi: Optional[int] = None) -> int:
+    """The length of the union of ``intervals``, clipped to ``[lo, hi]`` when given."""
+    total = 0
+    end: Optional[int] = None
+    start = 0
+    for a, b in sorted(intervals):
+        if lo is not None:
+            a = max(a, lo)
+        if hi is not None:
+            b = min(b, hi)
+        if b <= a:
+            continue
+        if end is None or a > end:
+            if end is not None:
+                total += end - start
+            start, end = a, b
+        elif b > end:
+            end = b
+    if end is not None:
+        total += end - start
+    return total
+
+
 def noise_ns(instances: Sequence[Instance]) -> int:
-    """Arrival noise: the larger of two robust estimates (module docstring)."""
+    """Arrival noise: the larger of two robust estimates of how far apart ranks that are
+    not held up arrive: (a) the median over instances of 3 ranks or more of the arrival
+    spread of the instance's earliest half of ranks (stragglers arrive late, so the
+    earliest half leaves them out; in a group of two the gap is all there is); (b) the
+    median, over ranks and over a group's k-th collective of a step, of the median
+    absolute deviation from step to step of the rank's arrival relative to the
+    instance's median arrival (a rank always late by the same amount at the same
+    collective varies little)."""
     early = _early_spread(instances)
     mad = _deviation_mad(instances)
     return mad if early is None else max(early, mad)
 
 
 def _early_spread(instances: Sequence[Instance]) -> Optional[int]:
-    """The median arrival spread of the earliest half of each instance's ranks, over
-    instances of 3 ranks or more (in a group of two the gap is all there is, straggler
-    or not); None without such instances."""
     spreads = []
     for inst in instances:
         a = sorted(e.start_ns for e in inst.entries.values())
@@ -95,10 +127,6 @@ def _early_spread(instances: Sequence[Instance]) -> Optional[int]:
 
 
 def _deviation_mad(instances: Sequence[Instance]) -> int:
-    """The median, over ranks and over a group's k-th collective of a step, of how much
-    the rank's arrival relative to the instance's median arrival varies from step to
-    step (median absolute deviation): the same collective of every step, so that a
-    rank always late at one of them and never at another still varies little."""
     dev: Dict[Tuple[int, str, int], List[int]] = {}
     kth: Dict[Tuple[str, Optional[int]], int] = {}
     for inst in sorted(instances, key=lambda i: i.first_arrival_ns):
@@ -120,25 +148,38 @@ class StepRow:
 
     step: Optional[int]
     instances: int = 0
-    wait: Dict[int, int] = field(default_factory=dict)  # rank -> ns waited in collectives
+    wait: Dict[int, int] = field(default_factory=dict)  # rank -> ns waited in collectives (union)
     held: Dict[int, int] = field(default_factory=dict)  # rank -> ns the others waited for it
+    lateness: Dict[int, int] = field(default_factory=dict)  # rank -> ns late at its latest instance
+    late_at: Dict[int, int] = field(default_factory=dict)  # rank -> instance id where it is latest
+    busy: Dict[int, int] = field(default_factory=dict)  # rank -> step duration - wait
     last: Dict[int, int] = field(default_factory=dict)  # rank -> instances it arrived last at
     count: Dict[int, int] = field(default_factory=dict)  # rank -> its instances in the step
     duration_ns: Optional[int] = None  # median ProfilerStep duration over the ranks
-    stragglers: List[int] = field(default_factory=list)  # ranks standing out, most held first
+    stragglers: List[int] = field(default_factory=list)  # ranks standing out (named), most held first
     threshold: Dict[int, int] = field(default_factory=dict)  # rank -> its threshold in this step
 
     worst_spread_ns: int = -1
     last_rank: Optional[int] = None  # last to arrive at the step's instance of widest arrival spread
+    worst_instance: Optional[int] = None  # the instance where the others waited longest (for the top rank)
+
+    @property
+    def most_held(self) -> Optional[int]:
+        if not self.held:
+            return None
+        return max(sorted(self.held), key=lambda r: self.held[r])
 
 
 @dataclass
 class Straggler:
     rank: int
-    held_ns: int  # over all instances
+    held_ns: int  # summed over the steps
     steps: List[Optional[int]]  # the steps it stood out in
     last_arrivals: int
     instances: int
+    p_chance: float = 1.0
+    margin: float = 0.0  # smallest held / threshold over its steps
+    evidence: str = "weak"
 
 
 @dataclass
@@ -150,15 +191,22 @@ class Verdict:
     noise_ns: int
     busy_step_ns: Optional[int]
     typical_step_ns: Optional[int] = None  # median ProfilerStep duration
+    candidates: List[Straggler] = field(default_factory=list)  # passed somewhere, not named (weak)
 
     @property
     def straggler(self) -> Optional[int]:
         return self.stragglers[0].rank if self.stragglers else None
 
-    def threshold_ns(self, m: int = 1) -> int:
-        """The threshold for a rank with ``m`` instances in a step."""
+    @property
+    def steps_profiled(self) -> int:
+        return sum(1 for r in self.by_step if r.step is not None)
+
+    def base_threshold_ns(self, m: int = 1) -> int:
+        """The threshold without the others' spread, for a rank with ``m`` instances."""
         step_part = int(STEP_FRACTION * self.busy_step_ns) if self.busy_step_ns is not None else 0
         return max(int(NOISE_FACTOR * self.noise_ns * math.sqrt(max(m, 1))), step_part, MIN_THRESHOLD_NS)
+
+    threshold_ns = base_threshold_ns
 
     def worst_step(self) -> Optional[StepRow]:
         """The step where the others waited longest for the straggler (no straggler: the
@@ -172,83 +220,210 @@ class Verdict:
         return max(rows, key=lambda r: (sum(r.wait.values()), -(r.step or 0)))
 
 
-def _step_rows(table: CollectiveTable) -> List[StepRow]:
-    rows: Dict[Optional[int], StepRow] = {}
-    for inst in table.instances:
-        row = rows.setdefault(inst.step, StepRow(inst.step))
-        row.instances += 1
-        held = held_ns(inst)
+def _step_span(table: CollectiveTable, rank: int, step: Optional[int]) -> Tuple[Optional[int], Optional[int]]:
+    if step is None:
+        return None, None
+    span = table.steps.get(rank, {}).get(step)
+    return (None, None) if span is None else span
+
+
+HELD_SAMPLE = 32  # held: the median over at most this many other ranks (evenly spread by rank)
+
+
+def _fill_row(table: CollectiveTable, row: StepRow, insts: Sequence[Instance]) -> None:
+    """Wait (union), lateness, held (median over the others of the union of their waits
+    for the rank) and busy time of every rank of one step."""
+    mine: Dict[int, List[Instance]] = {}
+    for inst in insts:
         for r in inst.entries:
-            row.wait[r] = row.wait.get(r, 0) + inst.wait_ns(r)
-            row.held[r] = row.held.get(r, 0) + held[r]
-            row.count[r] = row.count.get(r, 0) + 1
-        row.last[inst.last_rank] = row.last.get(inst.last_rank, 0) + 1
-        if inst.spread_ns > row.worst_spread_ns:
-            row.worst_spread_ns, row.last_rank = inst.spread_ns, inst.last_rank
-    for row in rows.values():
-        if row.step is not None:
-            durs = [s[row.step][1] - s[row.step][0] for s in table.steps.values() if row.step in s]
-            row.duration_ns = _median(durs) if durs else None
-    return [rows[k] for k in sorted(rows, key=lambda s: (s is None, s or 0))]
-
-
-def _busy_step(table: CollectiveTable, rows: Sequence[StepRow]) -> Optional[int]:
-    busy = []
-    for row in rows:
-        if row.step is None:
+            mine.setdefault(r, []).append(inst)
+    ranks = sorted(mine)
+    spans = {r: _step_span(table, r, row.step) for r in ranks}
+    for r in ranks:
+        lo, hi = spans[r]
+        row.count[r] = len(mine[r])
+        row.wait[r] = union_ns(((i.entries[r].start_ns, i.last_arrival_ns) for i in mine[r]), lo, hi)
+        if lo is not None and hi is not None:
+            row.busy[r] = max(0, hi - lo - row.wait[r])
+        row.lateness[r], row.late_at[r] = 0, -1
+    for inst in insts:  # lateness: arrival from the step start, against the others' median
+        if len(inst.entries) < 2:
             continue
-        for r, steps in table.steps.items():
-            if row.step in steps:
-                lo, hi = steps[row.step]
-                busy.append(max(0, hi - lo - row.wait.get(r, 0)))
+        rel = {q: e.start_ns - (spans[q][0] or 0) for q, e in inst.entries.items()}
+        ordered = sorted(rel.values())
+        for r, v in rel.items():
+            late = max(0, v - _median_without(ordered, v))
+            if late > row.lateness[r] or row.late_at[r] < 0:
+                row.lateness[r], row.late_at[r] = late, inst.id
+    for r in ranks:
+        row.held[r] = 0
+        if row.lateness[r] <= 0:
+            continue  # held is at most the lateness
+        others = sorted({q for i in mine[r] for q in i.entries if q != r})
+        if len(others) > HELD_SAMPLE:
+            others = [others[(j * len(others)) // HELD_SAMPLE] for j in range(HELD_SAMPLE)]
+        waits = []
+        for q in others:
+            lo, hi = spans[q]
+            pairs = ((i.entries[q].start_ns, i.entries[r].start_ns) for i in mine[r] if q in i.entries)
+            waits.append(union_ns(pairs, lo, hi))
+        row.held[r] = min(_median(waits), row.lateness[r]) if waits else 0
+
+
+def _median_without(ordered: Sequence[int], value: int) -> int:
+    """The median of sorted ``ordered`` with one occurrence of ``value`` left out (O(log n))."""
+    j = bisect.bisect_left(ordered, value)
+    m = len(ordered) - 1
+    if m <= 0:
+        return 0
+
+    def at(k: int) -> int:
+        return ordered[k] if k < j else ordered[k + 1]
+
+    return at(m // 2) if m % 2 else (at(m // 2 - 1) + at(m // 2)) // 2
+
+
+def _step_rows(table: CollectiveTable) -> List[StepRow]:
+    by: Dict[Optional[int], List[Instance]] = {}
+    for inst in table.instances:
+        by.setdefault(inst.step, []).append(inst)
+    rows = []
+    for step in sorted(by, key=lambda s: (s is None, s or 0)):
+        insts = by[step]
+        row = StepRow(step, instances=len(insts))
+        for inst in insts:
+            row.last[inst.last_rank] = row.last.get(inst.last_rank, 0) + 1
+            if inst.spread_ns > row.worst_spread_ns:
+                row.worst_spread_ns, row.last_rank = inst.spread_ns, inst.last_rank
+        _fill_row(table, row, insts)
+        top = row.most_held
+        row.worst_instance = row.late_at.get(top) if top is not None else None
+        if row.worst_instance is not None and row.worst_instance < 0:
+            row.worst_instance = None
+        if step is not None:
+            durs = [s[step][1] - s[step][0] for s in table.steps.values() if step in s]
+            row.duration_ns = _median(durs) if durs else None
+        rows.append(row)
+    return rows
+
+
+def _busy_step(rows: Sequence[StepRow]) -> Optional[int]:
+    busy = [b for row in rows if row.step is not None for b in row.busy.values()]
     return _median(busy) if busy else None
 
 
+def _spread(values: Sequence[int]) -> int:
+    """The scaled median absolute deviation of ``values`` (0 for fewer than 3)."""
+    if len(values) < 3:
+        return 0
+    m = _median(values)
+    return int(MAD_SCALE * _median([abs(v - m) for v in values]))
+
+
+def binomial_tail(n: int, k: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p)."""
+    if k <= 0:
+        return 1.0
+    if k > n:
+        return 0.0
+    return min(1.0, sum(math.comb(n, j) * p**j * (1 - p) ** (n - j) for j in range(k, n + 1)))
+
+
 def judge(table: CollectiveTable) -> Verdict:
-    """Per-step waits and holds, the noise-derived threshold, and the stragglers."""
+    """Per-step waits and holds, the thresholds, the stragglers and the evidence."""
     rows = _step_rows(table)
     durs = [r.duration_ns for r in rows if r.duration_ns is not None]
-    verdict = Verdict(
-        rows, [], noise_ns(table.instances), _busy_step(table, rows), _median(durs) if durs else None
-    )
+    verdict = Verdict(rows, [], noise_ns(table.instances), _busy_step(rows), _median(durs) if durs else None)
     passes: Dict[int, List[StepRow]] = {}
     for row in rows:
         for r, h in row.held.items():
-            row.threshold[r] = verdict.threshold_ns(row.count[r])
+            others = [v for q, v in row.held.items() if q != r]
+            outlier = (_median(others) + int(NOISE_FACTOR * _spread(others))) if others else 0
+            row.threshold[r] = max(verdict.base_threshold_ns(row.count[r]), outlier)
             if h > row.threshold[r]:
                 passes.setdefault(r, []).append(row)
-    standing: Dict[int, List[Optional[int]]] = {}
-    for r, where in passes.items():
+    group_size = _group_sizes(table)
+    found: List[Straggler] = []
+    for r, where in sorted(passes.items()):
         persistent = 2 * len(where) > len(rows)
-        for row in where:
-            typical = verdict.typical_step_ns
-            if persistent or typical is None or row.held[r] > typical:
-                row.stragglers.append(r)
-                standing.setdefault(r, []).append(row.step)
+        typical = verdict.typical_step_ns
+        steps = [row for row in where if persistent or typical is None or row.held[r] > typical]
+        if steps:
+            mine = [row for row in rows if r in row.held]
+            found.append(Straggler(
+                r, sum(row.held[r] for row in mine), [row.step for row in steps],
+                sum(row.last.get(r, 0) for row in mine), sum(row.count[r] for row in mine),
+                margin=min(row.held[r] / max(row.threshold[r], 1) for row in steps),
+            ))  # fmt: skip
+    found.sort(key=lambda s: (-s.held_ns, s.rank))
+    named: List[int] = []  # step-down: each rank is tested leaving out the stronger ones named
+    for s in found:
+        mine = [row for row in rows if s.rank in row.held]
+        k = sum(1 for row in mine if _most_held(row, named) == s.rank)
+        g = max(group_size.get(s.rank, 2) - len(named), 2)
+        s.p_chance = binomial_tail(len(mine), k, 1.0 / g)
+        s.evidence = _evidence(s)
+        if s.evidence != "weak":
+            named.append(s.rank)
+    found.sort(key=lambda s: (-s.held_ns, s.rank))
+    verdict.stragglers = [s for s in found if s.evidence != "weak"]
+    verdict.candidates = [s for s in found if s.evidence == "weak"]
+    for s in verdict.stragglers:
+        for row in rows:
+            if row.step in s.steps:
+                row.stragglers.append(s.rank)
     for row in rows:
         row.stragglers.sort(key=lambda r: (-row.held[r], r))
-    total_held: Dict[int, int] = {}
-    lasts: Dict[int, int] = {}
-    counts: Dict[int, int] = {}
-    for row in rows:
-        for r in row.held:
-            total_held[r] = total_held.get(r, 0) + row.held[r]
-            lasts[r] = lasts.get(r, 0) + row.last.get(r, 0)
-            counts[r] = counts.get(r, 0) + row.count[r]
-    verdict.stragglers = sorted(
-        (Straggler(r, total_held[r], steps, lasts[r], counts[r]) for r, steps in standing.items()),
-        key=lambda s: (-s.held_ns, s.rank),
-    )
     return verdict
 
 
-def held_by_rank(table: CollectiveTable) -> Dict[int, int]:
-    """rank -> ns the others waited for it over all instances."""
-    out: Dict[int, int] = {r: 0 for r in table.ranks}
+def _most_held(row: StepRow, leave_out: Sequence[int]) -> Optional[int]:
+    rest = [r for r in sorted(row.held) if r not in leave_out]
+    return max(rest, key=lambda r: row.held[r]) if rest else None
+
+
+def _evidence(s: Straggler) -> str:
+    if s.margin >= STRONG_MARGIN or (s.p_chance <= 0.01 and s.margin >= 3):
+        return "strong"
+    if s.p_chance <= P_NAMED:
+        return "moderate"
+    return "weak"
+
+
+def _group_sizes(table: CollectiveTable) -> Dict[int, int]:
+    """rank -> the median size of the instances it took part in."""
+    sizes: Dict[int, List[int]] = {}
     for inst in table.instances:
-        for r, h in held_ns(inst).items():
+        for r in inst.entries:
+            sizes.setdefault(r, []).append(len(inst.entries))
+    return {r: _median(v) for r, v in sizes.items()}
+
+
+def held_by_rank(table: CollectiveTable, verdict: Optional[Verdict] = None) -> Dict[int, int]:
+    """rank -> ns the others waited for it, summed over the steps."""
+    v = verdict if verdict is not None else judge(table)
+    out: Dict[int, int] = {r: 0 for r in table.ranks}
+    for row in v.by_step:
+        for r, h in row.held.items():
             out[r] = out.get(r, 0) + h
     return out
+
+
+def wait_by_rank(verdict: Verdict) -> Dict[int, int]:
+    """rank -> ns it waited in collectives, summed over the steps (unions per step)."""
+    out: Dict[int, int] = {}
+    for row in verdict.by_step:
+        for r, w in row.wait.items():
+            out[r] = out.get(r, 0) + w
+    return out
+
+
+DEFINITIONS = (
+    "wait = union of a rank's time in collectives before the last member arrives (concurrent ones "
+    "counted once, within its step); held = median over the other ranks of the union of their time "
+    "in collectives before the rank arrived, at most its lateness; lateness = its time from step start "
+    "to arrival minus the others' median, at its latest collective; busy step = step - wait"
+)
 
 
 def rule_text(v: Verdict) -> str:
@@ -260,13 +435,16 @@ def rule_text(v: Verdict) -> str:
         else f" or, in at most half of them, also > a typical step {_ms(v.typical_step_ns)} ms"
     )
     return (f"a rank stands out in a step when the others wait longer for it than max({NOISE_FACTOR:g} x "
-            f"{_ms(v.noise_ns)} ms arrival noise x sqrt(its instances in the step), {STEP_FRACTION:g} x "
-            f"busy step {d}, {_ms(MIN_THRESHOLD_NS)} ms) in more than half of the steps{t}")  # fmt: skip
+            f"{_ms(v.noise_ns)} ms arrival noise x sqrt(its instances in the step), the others' median + "
+            f"{NOISE_FACTOR:g} x their spread, {STEP_FRACTION:g} x busy step {d}, {_ms(MIN_THRESHOLD_NS)} ms) "
+            f"in more than half of the steps{t}; it is named when p_chance <= {P_NAMED:g} or the wait is "
+            f">= {STRONG_MARGIN:g} x the threshold")  # fmt: skip
 
 
 def _ms(ns: Any) -> str:
     return f"{ns / 1e6:.3f}"
 
 
-__all__ = ["MIN_THRESHOLD_NS", "NOISE_FACTOR", "STEP_FRACTION", "StepRow", "Straggler", "Verdict",
-           "held_by_rank", "held_ns", "judge", "noise_ns", "rule_text"]  # fmt: skip
+__all__ = ["DEFINITIONS", "MIN_THRESHOLD_NS", "NOISE_FACTOR", "STEP_FRACTION", "StepRow", "Straggler",
+           "Verdict", "binomial_tail", "held_by_rank", "held_ns", "judge", "noise_ns", "rule_text",
+           "union_ns", "wait_by_rank"]  # fmt: skip

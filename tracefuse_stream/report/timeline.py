@@ -1,0 +1,209 @@
+"""Where one rank's time went over given stretches of its timeline (the why's raw data).
+
+Why: "rank 5 is late" is half an answer; the user's next question is *why*. For each
+stretch asked for -- from a step's start to the rank's arrival at one collective -- this
+module partitions the stretch of the rank's **main thread** (the thread holding its
+``ProfilerStep#N``) into the innermost thing running at each instant, so the parts add
+up to the stretch exactly:
+
+* ``op``: the self time of each operator by name (a ``cpu_op`` not covered by its
+  child ops: a slow ``aten::mm`` inside ``aten::linear`` counts as ``aten::mm``),
+  with the number of calls that start in the stretch;
+* ``outside_ops``: time inside no operator, named by the innermost user annotation
+  (``record_function`` / ``user_annotation``) holding it, or "outside every annotation"
+  (the ``ProfilerStep`` itself is the profiler's, not the user's).
+
+For a GPU collective, the stream it ran on is partitioned the same way: ``kernel``
+(kernels, memcpy, memset by name) and ``gpu_idle`` (the stream waiting for the CPU to
+launch work). Each part also keeps its largest single stretch (where to show it).
+
+Memory: only the events that overlap an asked stretch are held, compactly (a tuple
+each), for one file at a time; what is returned is one aggregate per (stretch, kind,
+name). The events come from the compiled kernel's scan (``ph`` X only, read/scan.py);
+without the kernel every event is offered and filtered here, to the same result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, Hashable, List, Optional, Sequence, Tuple
+
+from tracefuse_stream.timeunits import us_to_ns_or_none
+
+OP_CATS = frozenset({"cpu_op", "user_annotation"})
+GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+OUTSIDE_ALL = "outside every annotation"
+STEP_PREFIX = "ProfilerStep#"
+Key = Tuple[str, str]  # (kind, name): the same on every rank (where: Breakdown.main_thread / stream)
+
+
+@dataclass(frozen=True)
+class Stretch:
+    """A stretch of one rank's timeline to break down (file-relative ns)."""
+
+    key: Hashable  # the caller's name for it: (step, instance id)
+    step: int
+    lo_ns: int
+    hi_ns: int
+    gpu_tid: Any = None  # the GPU stream of the collective (None: a CPU collective)
+
+
+@dataclass
+class Part:
+    """One contributor of one stretch: total ns, calls (or gaps), largest piece."""
+
+    ns: int = 0
+    count: int = 0
+    piece: Tuple[int, int] = (0, 0)  # the largest single interval (file-relative ns)
+    span: Tuple[int, int] = (0, 0)  # first start .. last end of what it holds
+
+    def add(self, a: int, b: int) -> None:
+        self.ns += b - a
+        if b - a > self.piece[1] - self.piece[0]:
+            self.piece = (a, b)
+        self.span = (a, b) if self.span == (0, 0) else (min(self.span[0], a), max(self.span[1], b))
+
+
+@dataclass
+class Breakdown:
+    """What one stretch of one rank was made of."""
+
+    stretch_ns: int
+    parts: Dict[Key, Part] = field(default_factory=dict)
+    main_thread: Optional[str] = None
+    stream: Optional[str] = None
+
+
+class TimelineCollector:
+    """Feeds on one rank's events (any order) and breaks the asked stretches down."""
+
+    def __init__(self, stretches: Sequence[Stretch]) -> None:
+        self.stretches = list(stretches)
+        self.lo = min((s.lo_ns for s in stretches), default=0)
+        self.hi = max((s.hi_ns for s in stretches), default=-1)
+        self.gpu_tids = {s.gpu_tid for s in stretches if s.gpu_tid is not None}
+        self.cpu: Dict[Tuple[Any, Any], List[Tuple[int, int, str, bool]]] = {}  # thread -> (a, b, name, is_op)
+        self.gpu: Dict[Any, List[Tuple[int, int, str]]] = {}  # stream tid -> (a, b, name)
+        self.step_thread: Dict[int, Tuple[Any, Any]] = {}  # step -> (pid, tid) holding ProfilerStep#N
+
+    def feed(self, ev: Any) -> None:
+        if type(ev) is not dict or ev.get("ph") != "X":
+            return
+        cat = ev.get("cat")
+        if cat not in OP_CATS and cat not in GPU_CATS:
+            return
+        name = ev.get("name")
+        if type(name) is not str:
+            return
+        a = us_to_ns_or_none(ev.get("ts"))
+        d = us_to_ns_or_none(ev.get("dur"))
+        if a is None or d is None or d < 0:
+            return
+        b = a + d
+        if b < self.lo or a > self.hi:
+            return
+        pid, tid = ev.get("pid"), ev.get("tid")
+        if not isinstance(pid, (int, str)) or not isinstance(tid, (int, str)) or isinstance(pid, bool):
+            return
+        if cat in GPU_CATS:
+            if tid in self.gpu_tids:
+                self.gpu.setdefault(tid, []).append((a, b, name))
+            return
+        self.cpu.setdefault((pid, tid), []).append((a, b, name, cat == "cpu_op"))
+        if name.startswith(STEP_PREFIX) and name[len(STEP_PREFIX) :].isdigit():
+            self.step_thread[int(name[len(STEP_PREFIX) :])] = (pid, tid)
+
+    def result(self) -> Dict[Hashable, Breakdown]:
+        """stretch key -> its breakdown (a stretch whose step has no thread: CPU parts
+        left out, GPU parts still there)."""
+        for events in self.cpu.values():
+            events.sort(key=lambda e: (e[0], -e[1]))
+        for kernels in self.gpu.values():
+            kernels.sort()
+        out: Dict[Hashable, Breakdown] = {}
+        for s in self.stretches:
+            bd = Breakdown(max(0, s.hi_ns - s.lo_ns))
+            thread = self.step_thread.get(s.step)
+            if thread is not None:
+                bd.main_thread = f"thread {thread[1]}"
+                _cpu_parts(self.cpu.get(thread, []), s.lo_ns, s.hi_ns, bd)
+            if s.gpu_tid is not None:
+                bd.stream = f"stream {s.gpu_tid}"
+                _gpu_parts(self.gpu.get(s.gpu_tid, []), s.lo_ns, s.hi_ns, bd)
+            out[s.key] = bd
+        return out
+
+
+def _part(bd: Breakdown, key: Key) -> Part:
+    p = bd.parts.get(key)
+    if p is None:
+        p = bd.parts[key] = Part()
+    return p
+
+
+def _cpu_parts(events: Sequence[Tuple[int, int, str, bool]], lo: int, hi: int, bd: Breakdown) -> None:
+    """Partition [lo, hi] of one thread into the innermost op / annotation gap."""
+    none: Key = ("outside_ops", OUTSIDE_ALL)
+    stack: List[Tuple[int, Key]] = []  # (end, owner key)
+    t = lo
+
+    def give(a: int, b: int, key: Key) -> None:
+        if b > a:
+            _part(bd, key).add(a, b)
+
+    for a0, b0, name, is_op in events:
+        if b0 <= lo or a0 >= hi:
+            continue
+        a, b = max(a0, lo), min(b0, hi)
+        while stack and stack[-1][0] <= a:
+            end, key = stack.pop()
+            give(t, end, key)
+            t = max(t, end)
+        owner = stack[-1][1] if stack else none
+        give(t, a, owner)
+        t = max(t, a)
+        if stack and b > stack[-1][0]:
+            b = stack[-1][0]  # overlaps its parent's end without nesting: clipped there
+        if is_op:
+            key: Key = ("op", name)
+            if a0 >= lo:
+                _part(bd, key).count += 1
+        elif owner[0] == "op":
+            key = owner  # an annotation inside an operator is the operator's time
+        elif name.startswith(STEP_PREFIX):
+            key = none
+        else:
+            key = ("outside_ops", name)
+        stack.append((b, key))
+    while stack:
+        end, key = stack.pop()
+        give(t, end, key)
+        t = max(t, end)
+    give(t, hi, none)
+    for key, p in bd.parts.items():
+        if key[0] == "outside_ops":
+            p.count = max(p.count, 1)
+
+
+def _gpu_parts(kernels: Sequence[Tuple[int, int, str]], lo: int, hi: int, bd: Breakdown) -> None:
+    """Partition [lo, hi] of one stream into kernels by name and idle gaps."""
+    t = lo
+    idle: Key = ("gpu_idle", "idle")
+    for a0, b0, name in kernels:
+        if b0 <= lo or a0 >= hi:
+            continue
+        a, b = max(a0, lo, t), min(b0, hi)
+        if a > t:
+            _part(bd, idle).add(t, a)
+            _part(bd, idle).count += 1
+        if b > a:
+            p = _part(bd, ("kernel", name))
+            p.add(a, b)
+            p.count += 1
+        t = max(t, b)
+    if hi > t:
+        _part(bd, idle).add(t, hi)
+        _part(bd, idle).count += 1
+
+
+__all__ = ["Breakdown", "GPU_CATS", "OP_CATS", "OUTSIDE_ALL", "Part", "Stretch", "TimelineCollector"]
