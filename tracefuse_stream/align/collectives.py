@@ -144,7 +144,7 @@ def _describe(event: Dict[str, Any], index: int, kept: bool) -> Optional[Collect
         size = tuple(_plain(args.get(k)) for k in ("In msg nelems", "Out msg nelems", "dtype", "Group size"))
         return CollectiveEvent(
             index, "gpu", name, ts, dur, event.get("tid"), key, pg_s, ranks, None, kept,
-            size if any(v is not None for v in size) else None,  # type: ignore[arg-type]
+            size if any(v is not None for v in size) else None,
         )  # fmt: skip
     shapes = [args.get(k) for k in ("Input Dims", "Input type") if k in args]
     sig = repr(shapes) if shapes else None
@@ -467,7 +467,7 @@ def match_instances(
     n_gpu_order = sum(1 for f in found if f[2] == "order")
     p2p: Counter = Counter()
     found += _match_gloo(scans, pg_configs, pg_counts or {}, hosts, offsets, unmatched, notes, p2p)
-    found, _host_offsets, _tol = check_ends(found, hosts, unmatched)  # type: ignore[arg-type]
+    found, _host_offsets, _tol = check_ends(found, hosts, unmatched)  # type: ignore[arg-type,assignment]
     found.sort(key=lambda f: (min(e.start_ns for e in f[3].values()), f[1], f[0]))
     instances = []
     for i, (name, group, match, entries) in enumerate(found):

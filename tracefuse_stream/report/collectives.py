@@ -30,7 +30,14 @@ from tracefuse_stream.plan.rankplan import RankPlan
 from tracefuse_stream.rankset import compress_ranges
 from tracefuse_stream.report import per_collective, why
 from tracefuse_stream.report import stragglers as S
-from tracefuse_stream.report.stragglers import DEFINITIONS, Verdict, held_by_rank, judge, rule_text, wait_by_rank
+from tracefuse_stream.report.stragglers import (
+    DEFINITIONS,
+    Verdict,
+    held_by_rank,
+    judge,
+    rule_text,
+    wait_by_rank,
+)
 from tracefuse_stream.workers import parallel_map
 
 WORST_PER_RANK = 3
@@ -157,7 +164,9 @@ def analyse(table: CollectiveTable, plans: Optional[Sequence[RankPlan]] = None, 
         reqs, _ = why.requests(table, v, mine)
         results = parallel_map(why.scan_breakdowns, [(r,) for r in reqs], jobs)
         a.why, a.breakdown = why.compare(table, v, mine, results)
-        a.why_notes = [f"rank {p.rank}: why read only partly: {err}" for p, (_, err) in zip(mine, results) if err]
+        a.why_notes = [
+            f"rank {p.rank}: why read only partly: {err}" for p, (_, err) in zip(mine, results) if err
+        ]
     return a
 
 
@@ -181,7 +190,7 @@ def to_json(table: Any) -> Dict[str, Any]:
         "stragglers": [{"rank": s.rank, "held_us": _us(s.held_ns), "steps": s.steps,
                         "last_arrivals": s.last_arrivals, "instances": s.instances,
                         "p_chance": round(s.p_chance, 6), "margin": round(s.margin, 3),
-                        "evidence": s.evidence} for s in v.stragglers],
+                        "noise_margin": round(s.noise_margin, 3), "evidence": s.evidence} for s in v.stragglers],
         "candidates": [{"rank": s.rank, "held_us": _us(s.held_ns), "steps": s.steps,
                         "p_chance": round(s.p_chance, 6), "margin": round(s.margin, 3)} for s in v.candidates],
         "verdict": {
@@ -241,7 +250,7 @@ def verdict_sentence(table: CollectiveTable, v: Verdict, stats: Sequence[RankSta
     s0 = v.stragglers[0]
     return (f"{one}{' and '.join(parts)} held the others back ({s0.evidence} evidence: the others waited "
             f"{_ms(s0.held_ns)} ms for rank {s0.rank}, p_chance {s0.p_chance:.2g}, "
-            f"{s0.margin:.1f} x the threshold)")  # fmt: skip
+            f"{s0.noise_margin:.1f} x the noise bound)")  # fmt: skip
 
 
 def verdict_lines(table: CollectiveTable, v: Verdict, stats: Sequence[RankStats]) -> List[str]:
@@ -257,7 +266,7 @@ def verdict_lines(table: CollectiveTable, v: Verdict, stats: Sequence[RankStats]
             f"{'straggler' if i == 0 else 'also     '}: rank {s.rank} -- the others waited {_ms(s.held_ns)} ms for it "
             f"(in {_where(v, s.steps)}); last to arrive in {s.last_arrivals} of {s.instances} instances, "
             f"waited {_ms(by_rank[s.rank].wait_ns)} ms itself; {s.evidence} evidence (p_chance "
-            f"{s.p_chance:.2g}, {s.margin:.1f} x the threshold)"
+            f"{s.p_chance:.2g}, {s.noise_margin:.1f} x the noise bound)"
         )
     if v.steps_profiled == 1:
         lines.insert(0, "one step profiled: what follows is that step's, not a pattern over steps")
@@ -325,7 +334,9 @@ def why_lines(a: Analysis) -> List[str]:
         lines.append(f"why rank {w['rank']} is late in step {w['step']}: {w['lateness_us'] / 1000:.1f} ms later "
                      f"than rank {w['reference_rank']} (the median rank) at {w['collective']}{share}:")  # fmt: skip
         for c in w["contributors"][:5]:
-            lines.append(f"  {why.headline(c)}  [{c['kind']}, {c['where']}; calls {c['count']} vs {c['others_count']}]")
+            lines.append(
+                f"  {why.headline(c)}  [{c['kind']}, {c['where']}; calls {c['count']} vs {c['others_count']}]"
+            )
     return lines
 
 

@@ -34,10 +34,13 @@ longer than a typical whole step (intermittent: one hiccup in one short step is 
 **Evidence.** A rank that stands out is *named* only when the pattern is unlikely by
 chance: ``p_chance`` is the probability that a rank with no problem would be the most
 waited-for rank of its group in at least ``k`` of its ``N`` steps (binomial, ``1/g``
-per step for a group of ``g``); or when the wait for it is at least ``STRONG_MARGIN``
-times its threshold (no arrival noise makes that). ``strong``: margin >= STRONG_MARGIN
-or p_chance <= 0.01 with margin >= 3; ``moderate``: named otherwise; ``weak``: not named
-(the verdict says who came closest, with its p_chance). A coin flip names nobody.
+per step for a group of ``g``; a step-down test: a second straggler is tested leaving
+out the stronger ones already named); or when the wait for it is at least
+``NOISE_MARGIN`` times what arrival noise explains (``NOISE_FACTOR x sigma x sqrt(m)``:
+a few steps of two ranks can never make p_chance small, a 90 ms lead over 1.7 ms of
+noise is no chance). ``strong``: noise margin >= ``STRONG_MARGIN``, or p_chance <= 0.01
+with a noise margin >= 1; ``moderate``: named otherwise; ``weak``: not named (the verdict
+says who came closest, with its p_chance). A coin flip names nobody.
 
 Every figure depends only on the ranks' own timelines and the instances they share,
 never on which other ranks were merged beyond them: the verdict on a subset that keeps
@@ -57,7 +60,8 @@ NOISE_FACTOR = 8.0
 STEP_FRACTION = 0.05
 MIN_THRESHOLD_NS = 100_000  # 0.1 ms: below this, arrival order is clock conversion noise
 P_NAMED = 0.05  # p_chance at or below this names a rank that passes its threshold
-STRONG_MARGIN = 10.0  # held >= this x threshold names a rank whatever p_chance
+NOISE_MARGIN = 3.0  # ... and so does held >= this x NOISE_FACTOR x the arrival noise (x sqrt(m))
+STRONG_MARGIN = 10.0  # a noise margin this large is strong evidence whatever p_chance
 MAD_SCALE = 1.4826  # MAD -> standard deviation for normal noise
 
 
@@ -179,6 +183,7 @@ class Straggler:
     instances: int
     p_chance: float = 1.0
     margin: float = 0.0  # smallest held / threshold over its steps
+    noise_margin: float = 0.0  # smallest held / (NOISE_FACTOR x noise x sqrt(m)) over its steps
     evidence: str = "weak"
 
 
@@ -207,6 +212,10 @@ class Verdict:
         return max(int(NOISE_FACTOR * self.noise_ns * math.sqrt(max(m, 1))), step_part, MIN_THRESHOLD_NS)
 
     threshold_ns = base_threshold_ns
+
+    def noise_part_ns(self, m: int = 1) -> int:
+        """What arrival noise alone explains for ``m`` instances (at least the minimum)."""
+        return max(int(NOISE_FACTOR * self.noise_ns * math.sqrt(max(m, 1))), MIN_THRESHOLD_NS)
 
     def worst_step(self) -> Optional[StepRow]:
         """The step where the others waited longest for the straggler (no straggler: the
@@ -354,6 +363,7 @@ def judge(table: CollectiveTable) -> Verdict:
                 r, sum(row.held[r] for row in mine), [row.step for row in steps],
                 sum(row.last.get(r, 0) for row in mine), sum(row.count[r] for row in mine),
                 margin=min(row.held[r] / max(row.threshold[r], 1) for row in steps),
+                noise_margin=min(row.held[r] / verdict.noise_part_ns(row.count[r]) for row in steps),
             ))  # fmt: skip
     found.sort(key=lambda s: (-s.held_ns, s.rank))
     named: List[int] = []  # step-down: each rank is tested leaving out the stronger ones named
@@ -383,9 +393,9 @@ def _most_held(row: StepRow, leave_out: Sequence[int]) -> Optional[int]:
 
 
 def _evidence(s: Straggler) -> str:
-    if s.margin >= STRONG_MARGIN or (s.p_chance <= 0.01 and s.margin >= 3):
+    if s.noise_margin >= STRONG_MARGIN or (s.p_chance <= 0.01 and s.noise_margin >= 1):
         return "strong"
-    if s.p_chance <= P_NAMED:
+    if s.p_chance <= P_NAMED or s.noise_margin >= NOISE_MARGIN:
         return "moderate"
     return "weak"
 
@@ -438,7 +448,7 @@ def rule_text(v: Verdict) -> str:
             f"{_ms(v.noise_ns)} ms arrival noise x sqrt(its instances in the step), the others' median + "
             f"{NOISE_FACTOR:g} x their spread, {STEP_FRACTION:g} x busy step {d}, {_ms(MIN_THRESHOLD_NS)} ms) "
             f"in more than half of the steps{t}; it is named when p_chance <= {P_NAMED:g} or the wait is "
-            f">= {STRONG_MARGIN:g} x the threshold")  # fmt: skip
+            f">= {NOISE_MARGIN:g} x {NOISE_FACTOR:g} x the arrival noise")  # fmt: skip
 
 
 def _ms(ns: Any) -> str:

@@ -82,7 +82,9 @@ class TimelineCollector:
         self.lo = min((s.lo_ns for s in stretches), default=0)
         self.hi = max((s.hi_ns for s in stretches), default=-1)
         self.gpu_tids = {s.gpu_tid for s in stretches if s.gpu_tid is not None}
-        self.cpu: Dict[Tuple[Any, Any], List[Tuple[int, int, str, bool]]] = {}  # thread -> (a, b, name, is_op)
+        self.cpu: Dict[
+            Tuple[Any, Any], List[Tuple[int, int, str, bool]]
+        ] = {}  # thread -> (a, b, name, is_op)
         self.gpu: Dict[Any, List[Tuple[int, int, str]]] = {}  # stream tid -> (a, b, name)
         self.step_thread: Dict[int, Tuple[Any, Any]] = {}  # step -> (pid, tid) holding ProfilerStep#N
 
@@ -145,6 +147,7 @@ def _cpu_parts(events: Sequence[Tuple[int, int, str, bool]], lo: int, hi: int, b
     """Partition [lo, hi] of one thread into the innermost op / annotation gap."""
     none: Key = ("outside_ops", OUTSIDE_ALL)
     stack: List[Tuple[int, Key]] = []  # (end, owner key)
+    key: Key
     t = lo
 
     def give(a: int, b: int, key: Key) -> None:
@@ -165,7 +168,7 @@ def _cpu_parts(events: Sequence[Tuple[int, int, str, bool]], lo: int, hi: int, b
         if stack and b > stack[-1][0]:
             b = stack[-1][0]  # overlaps its parent's end without nesting: clipped there
         if is_op:
-            key: Key = ("op", name)
+            key = ("op", name)
             if a0 >= lo:
                 _part(bd, key).count += 1
         elif owner[0] == "op":

@@ -95,7 +95,7 @@ def requests(
         stretches = []
         for step, ids in todo.items():
             span = table.steps.get(p.rank, {}).get(step) if step is not None else None
-            if span is None:
+            if span is None or step is None:
                 continue
             for i in ids:
                 e = by_id[i].entries.get(p.rank)
@@ -115,7 +115,9 @@ def _median_rank(values: Dict[int, int]) -> Optional[int]:
     return order[(len(order) - 1) // 2]
 
 
-def _contributors(mine: Breakdown, ref: Breakdown, others: Sequence[Breakdown], top: int) -> List[Dict[str, Any]]:
+def _contributors(
+    mine: Breakdown, ref: Breakdown, others: Sequence[Breakdown], top: int
+) -> List[Dict[str, Any]]:
     keys = set(mine.parts) | set(ref.parts)
     rows = []
     for key in keys:
@@ -175,13 +177,17 @@ def compare(
         mine = bds.get((r, (step, inst_id)))
         if mine is None:
             return None
-        others = {q: bds[(q, (step, inst_id))] for q in inst.entries if q != r and (q, (step, inst_id)) in bds}
+        others = {
+            q: bds[(q, (step, inst_id))] for q in inst.entries if q != r and (q, (step, inst_id)) in bds
+        }
         ref_rank = _median_rank({q: b.stretch_ns for q, b in others.items()})
         if ref_rank is None:
             return None
         ref = others[ref_rank]
         gpu = inst.match != "gloo order"
-        cpu_c = _contributors(_view(mine, False), _view(ref, False), [_view(b, False) for b in others.values()], top)
+        cpu_c = _contributors(
+            _view(mine, False), _view(ref, False), [_view(b, False) for b in others.values()], top
+        )
         gpu_c = (
             _contributors(_view(mine, True), _view(ref, True), [_view(b, True) for b in others.values()], top)
             if gpu
@@ -226,7 +232,9 @@ def compare(
 
 def _view(bd: Breakdown, gpu: bool) -> Breakdown:
     kinds = ("kernel", "gpu_idle") if gpu else ("op", "outside_ops")
-    return Breakdown(bd.stretch_ns, {k: p for k, p in bd.parts.items() if k[0] in kinds}, bd.main_thread, bd.stream)
+    return Breakdown(
+        bd.stretch_ns, {k: p for k, p in bd.parts.items() if k[0] in kinds}, bd.main_thread, bd.stream
+    )
 
 
 def headline(c: Dict[str, Any]) -> str:
