@@ -19,6 +19,9 @@ The public API, all importable from here and typed (``py.typed``)::
   :class:`UsageError` (arguments), :class:`OutputError` (the output cannot be
   written), :class:`Interrupted` (SIGINT/SIGTERM; nothing written) and
   :class:`VerifyFailed` (``verify=True`` found an error in the written file);
+* :func:`stragglers` ``(inputs, ranks=None, cycle=None, jobs=1)``: the straggler report
+  of ``info --collectives --json`` (who holds the others back, per step, and why) as a
+  :class:`StragglerReport` dict (report/api.py; schema in docs/collectives.md);
 * :class:`TraceFuse`: the TraceLens-compatible class (compat.py).
 
 Where the stages live (read -> plan -> select/rewrite -> write, run by pipeline; align,
@@ -42,6 +45,7 @@ if TYPE_CHECKING:  # loaded on first use: __getattr__ below
     from tracefuse_stream.compat import TraceFuse
     from tracefuse_stream.options import MergeOptions
     from tracefuse_stream.pipeline.orchestrate import MergeSummary, RankSummary, merge
+    from tracefuse_stream.report.api import StragglerReport, stragglers
 
 
 def __getattr__(name: str) -> Any:
@@ -56,6 +60,8 @@ def __getattr__(name: str) -> Any:
         from tracefuse_stream import options as module  # lazy on purpose: see the docstring
     elif name in ("MergeSummary", "RankSummary", "merge"):
         from tracefuse_stream.pipeline import orchestrate as module  # lazy on purpose: see the docstring
+    elif name in ("StragglerReport", "stragglers"):
+        from tracefuse_stream.report import api as module  # lazy on purpose: see the docstring
     else:
         raise AttributeError(f"module 'tracefuse_stream' has no attribute {name!r}")
     value = getattr(module, name)
@@ -73,6 +79,8 @@ __all__ = [
     "MergeOptions",
     "MergeSummary",
     "RankSummary",
+    "stragglers",
+    "StragglerReport",
     "TraceFuseError",
     "InputError",
     "OutputError",

@@ -48,7 +48,7 @@ def cmd_info(a: argparse.Namespace) -> int:
         text.append(format_alignment_table(al))
     if a.collectives:
         return info_collectives(
-            plans, a.json, into=out, inputs=a.inputs, scans=scans, extra=text[sections_from:]
+            plans, a.json, into=out, inputs=a.inputs, scans=scans, jobs=a.jobs, extra=text[sections_from:]
         )
     if a.json:
         print(json.dumps(out, indent=2, default=str))  # one shape: report/info.py INFO_JSON_KEYS

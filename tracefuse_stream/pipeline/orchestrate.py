@@ -259,7 +259,7 @@ def _write_files(
         for s in sinks:
             s.begin(base_ns)
         if links is not None:  # --link-collectives: the "Collectives" summary process first
-            links.summary_notes = write_summaries(sinks, links, base_ns)
+            links.summary_notes = write_summaries(sinks, links, base_ns, plans, n_jobs)
         group_of = {p.rank: gi for gi, g in enumerate(groups) for p in g}
         tasks = [
             RankTask(

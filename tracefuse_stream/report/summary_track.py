@@ -12,8 +12,13 @@ when" needs one glance. So the merged trace gets one extra process, sorted first
   overlap go to a second track of the group (``group <name> (ranks ...) #2``), so that
   no slices overlap without nesting;
 * one counter track per rank, ``collective wait (ms) rank R``: the time the rank spent
-  waiting in collectives in each step (summed over the step's linked instances), set
-  at the step's start on the lowest rank, back to 0 at the end of the last step.
+  waiting in collectives in each step (the union of its waits, concurrent ones once, as
+  ``info --collectives`` gives it), set at the step's start on the lowest rank, back to 0
+  at the end of the last step;
+* one "why rank R" track per straggler (report/why.py): one slice per step it stands out
+  in, on the stretch that holds its largest contributor (time outside operators: the gap
+  itself), named with the finding (``rank 5 step 3: +200.3 ms outside any operator and
+  annotation``), args with the top contributors.
 
 The events carry ``args.collectives_summary: true`` (the counters, whose args are
 their values, are known by pid and name) and no ``rank``: they belong to no
@@ -82,7 +87,10 @@ def encode(events: Sequence[Dict[str, Any]]) -> bytes:
 
 
 def summary_events(
-    instances: Sequence[Instance], steps: Dict[int, Dict[int, Tuple[int, int]]], base_ns: int
+    instances: Sequence[Instance],
+    steps: Dict[int, Dict[int, Tuple[int, int]]],
+    base_ns: int,
+    waits: Optional[Dict[Optional[int], Dict[int, int]]] = None,
 ) -> List[Dict[str, Any]]:
     """The summary process's events for ``instances`` (aligned absolute ns; the
     output's ts are relative to ``base_ns``); empty when there are none."""
@@ -110,7 +118,7 @@ def summary_events(
                 free = len(ends) - 1
             ends[free] = (ends[free][0], inst.last_arrival_ns)
             out.append(_slice(inst, ends[free][0], base_ns))
-    out += _counters(instances, steps, base_ns)
+    out += _counters(instances, steps, base_ns, waits)
     return out
 
 
@@ -128,16 +136,63 @@ def _slice(inst: Instance, tid: int, base_ns: int) -> Dict[str, Any]:
             "ts": _us(inst.first_arrival_ns - base_ns), "dur": _us(inst.spread_ns), "args": args}  # fmt: skip
 
 
-def write_summaries(sinks: Sequence[Any], plan: Any, base_ns: int) -> List[str]:
+def why_events(
+    why: Sequence[Dict[str, Any]], plans: Sequence[Any], base_ns: int, tid0: int
+) -> List[Dict[str, Any]]:
+    """One "why rank R" track per straggler: a slice per step it stands out in, on the
+    stretch that holds its largest contributor (time outside operators: the gap itself;
+    an operator: from its first to its last call in the stretch), named with the finding."""
+    from tracefuse_stream.report.why import headline
+
+    by_rank = {p.rank: p for p in plans}
+    out: List[Dict[str, Any]] = []
+    tids: Dict[int, int] = {}
+    for w in why:
+        top = next((c for c in w["contributors"] if c.get("piece_ns")), None)
+        p = by_rank.get(w["rank"])
+        if top is None or p is None:
+            continue
+        lo, hi = top["piece_ns"] if top["kind"] in ("outside_ops", "gpu_idle") else top["span_ns"]
+        shift = int(p.base_time_ns or 0) + int(p.align_offset_ns or 0) - base_ns
+        if w["rank"] not in tids:
+            tids[w["rank"]] = tid0 + len(tids)
+            t = tids[w["rank"]]
+            out.append(_meta("thread_name", t, {"name": f"why rank {w['rank']}"}, _us(lo + shift)))
+            out.append(_meta("thread_sort_index", t, {"sort_index": t}, _us(lo + shift)))
+        name = f"rank {w['rank']} step {w['step']}: " + headline(top)
+        args = {SUMMARY_ARG: True, "straggler_rank": w["rank"], "step": w["step"], "lateness_us": w["lateness_us"],
+                "explained_us": w["explained_us"], "reference_rank": w["reference_rank"],
+                "collective": w["collective"],
+                "contributors": [headline(c) for c in w["contributors"][:5]]}  # fmt: skip
+        out.append({"ph": "X", "cat": SUMMARY_CAT, "name": name, "pid": SUMMARY_PID, "tid": tids[w["rank"]],
+                    "ts": _us(lo + shift), "dur": _us(max(hi - lo, 0)), "args": args})  # fmt: skip
+    return out
+
+
+def write_summaries(
+    sinks: Sequence[Any], plan: Any, base_ns: int, plans: Sequence[Any] = (), jobs: int = 1
+) -> List[str]:
     """Put each output file's summary process first in it (right after the head), for
     the instances ``plan`` (a :class:`~tracefuse_stream.align.links.LinkPlan`) linked
-    in that file; notes for the merge summary."""
+    in that file, with the why tracks of the stragglers (``plans``: the merged ranks'
+    plans, read once more for the why: report/why.py); notes for the merge summary."""
     notes = []
     steps = plan.table.steps if plan.table is not None else {}
+    waits: Dict[Optional[int], Dict[int, int]] = {}
+    why: List[Dict[str, Any]] = []
+    if plan.table is not None and plan.table.instances:
+        from tracefuse_stream.report.collectives import analyse
+
+        a = analyse(plan.table, list(plans) or None, jobs)
+        waits = {row.step: dict(row.wait) for row in a.verdict.by_step}
+        why = a.why
     for gi, sink in enumerate(sinks):
-        events = summary_events(plan.linked.get(gi, []), steps, base_ns)
+        events = summary_events(plan.linked.get(gi, []), steps, base_ns, waits)
         if not events:
             continue
+        ranks_here = {r for inst in plan.linked.get(gi, []) for r in inst.entries}
+        tid0 = 1 + max((e["tid"] for e in events if e["ph"] == "M"), default=0)
+        events += why_events([w for w in why if w["rank"] in ranks_here], plans, base_ns, tid0)
         if not isinstance(sink, JsonSink):
             notes.append("collective summary: not written into a Perfetto archive (one member per rank)")
             continue
@@ -150,16 +205,23 @@ def write_summaries(sinks: Sequence[Any], plan: Any, base_ns: int) -> List[str]:
 
 
 def _counters(
-    instances: Sequence[Instance], steps: Dict[int, Dict[int, Tuple[int, int]]], base_ns: int
+    instances: Sequence[Instance],
+    steps: Dict[int, Dict[int, Tuple[int, int]]],
+    base_ns: int,
+    step_waits: Optional[Dict[Optional[int], Dict[int, int]]] = None,
 ) -> List[Dict[str, Any]]:
-    """Per step, one counter event with each rank's wait in that step (ms)."""
+    """Per step, one counter event with each rank's wait in that step (ms): the union of
+    its waits (report/stragglers.py), as ``info --collectives`` reports it."""
     waits: Dict[int, Dict[int, int]] = {}
     for inst in instances:
         if inst.step is None:
             continue
         w = waits.setdefault(inst.step, {})
         for r in inst.entries:
-            w[r] = w.get(r, 0) + inst.wait_ns(r)
+            if step_waits is not None and inst.step in step_waits:
+                w[r] = step_waits[inst.step].get(r, 0)
+            else:
+                w[r] = w.get(r, 0) + inst.wait_ns(r)
     ranks = sorted({r for inst in instances for r in inst.entries})
     out: List[Dict[str, Any]] = []
     last_end: Optional[int] = None

@@ -1,0 +1,88 @@
+"""``tracefuse_stream.stragglers()``: the straggler report as a Python object.
+
+Why: the report ``info --collectives --json`` prints is what notebooks and dashboards
+want, without a subprocess and a JSON parse. This is that same object (the same
+planning, the same single pass per file, the same judgement and why; schema in
+docs/collectives.md), for the latest profiling cycle or the one asked for.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence, TypedDict, Union
+
+from tracefuse_stream.errors import InputError, UsageError
+from tracefuse_stream.rankset import parse_rank_spec
+
+
+class StragglerReport(TypedDict, total=False):
+    """``info --collectives --json``'s ``collectives`` object (docs/collectives.md)."""
+
+    ranks: List[Dict[str, Any]]
+    instances: List[Dict[str, Any]]
+    straggler: Optional[int]
+    stragglers: List[Dict[str, Any]]
+    candidates: List[Dict[str, Any]]
+    verdict: Dict[str, Any]
+    definitions: str
+    by_step: List[Dict[str, Any]]
+    threshold: Dict[str, Any]
+    why: List[Dict[str, Any]]
+    breakdown: List[Dict[str, Any]]
+    per_collective: List[Dict[str, Any]]
+    hosts: Dict[str, Optional[str]]
+    unmatched: Dict[str, Any]
+    point_to_point: Dict[str, Any]
+    notes: List[str]
+
+
+def stragglers(
+    inputs: Union[str, Sequence[str]],
+    *,
+    ranks: Union[None, str, Sequence[int]] = None,
+    rank_from: str = "auto",
+    cycle: Optional[int] = None,
+    jobs: int = 1,
+) -> StragglerReport:
+    """Who holds the others back, per step, and why (see :mod:`tracefuse_stream.report.stragglers`
+    and :mod:`tracefuse_stream.report.why`).
+
+    ``inputs``: files and run directories as ``merge`` takes them; ``ranks``: a subset
+    (``"0,4"``, ``"0-7"`` or a list); ``cycle``: the profiling cycle (1-based; default the
+    latest, as ``info --collectives``); ``jobs``: worker processes. A file that cannot be
+    read raises :class:`~tracefuse_stream.errors.InputError` naming it.
+    """
+    from tracefuse_stream.report.collectives import collect_analyses, to_json
+    from tracefuse_stream.report.info import collect_info
+
+    paths = [inputs] if isinstance(inputs, str) else list(inputs)
+    wanted = parse_rank_spec(ranks) if isinstance(ranks, str) else (None if ranks is None else list(ranks))
+    scans: List[Any] = []
+    plans, _rows, _out, _text = collect_info(
+        paths, rank_from=rank_from, ranks=wanted, jobs=jobs, sections=["collectives"], scans_out=scans
+    )
+    if plans.broken:
+        path, why = plans.broken[0]
+        raise InputError(path, str(why))
+    analyses = collect_analyses(list(plans), scans, jobs)
+    if cycle is None:
+        key = max((c for c in analyses if c is not None), default=None)
+    elif cycle in analyses:
+        key = cycle
+    else:
+        have = ", ".join(str(c) for c in analyses if c is not None) or "one (no cycles)"
+        raise UsageError(f"cycle {cycle}: the inputs hold cycle(s) {have}")
+    if key not in analyses:
+        return StragglerReport(**to_json(_empty())["collectives"])
+    report: Dict[str, Any] = to_json(analyses[key])["collectives"]
+    return report  # type: ignore[return-value]
+
+
+def _empty() -> Any:
+    from collections import Counter
+
+    from tracefuse_stream.align.collectives import CollectiveTable
+
+    return CollectiveTable([], [], Counter(), [])
+
+
+__all__ = ["StragglerReport", "stragglers"]
