@@ -333,7 +333,8 @@ def why_lines(a: Analysis) -> List[str]:
         share = "" if w["share"] is None else f", {100 * min(w['share'], 9.99):.0f}% explained"
         lines.append(f"why rank {w['rank']} is late in step {w['step']}: {w['lateness_us'] / 1000:.1f} ms later "
                      f"than rank {w['reference_rank']} (the median rank) at {w['collective']}{share}:")  # fmt: skip
-        for c in w["contributors"][:5]:
+        shown = [c for c in w["contributors"] if c["extra_us"] >= max(50.0, 0.01 * w["lateness_us"])]
+        for c in shown[:5]:
             lines.append(
                 f"  {why.headline(c)}  [{c['kind']}, {c['where']}; calls {c['count']} vs {c['others_count']}]"
             )
