@@ -17,7 +17,7 @@ import tracefuse_stream
 from tracefuse_stream.align.collectives import CollectiveEvent, CollectiveTable, Entry, Instance
 from tracefuse_stream.align.instance_ends import check_ends
 from tracefuse_stream.cli.app import main
-from tracefuse_stream.report.stragglers import binomial_tail, judge, union_ns
+from tracefuse_stream.report.stragglers import binomial_tail, union_ns
 from tracefuse_stream.report.timeline import Breakdown, Stretch, TimelineCollector
 
 RECORDED = Path(__file__).resolve().parent / "data" / "recorded"

@@ -25,6 +25,7 @@ without the kernel every event is offered and filtered here, to the same result.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from typing import Any, Dict, Hashable, List, Optional, Sequence, Tuple
 
@@ -82,6 +83,14 @@ class TimelineCollector:
         self.lo = min((s.lo_ns for s in stretches), default=0)
         self.hi = max((s.hi_ns for s in stretches), default=-1)
         self.gpu_tids = {s.gpu_tid for s in stretches if s.gpu_tid is not None}
+        merged: List[List[int]] = []  # the stretches' union, sorted: only events in it are kept
+        for lo, hi in sorted((s.lo_ns, s.hi_ns) for s in stretches):
+            if merged and lo <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], hi)
+            else:
+                merged.append([lo, hi])
+        self._los = [m[0] for m in merged]
+        self._his = [m[1] for m in merged]
         self.cpu: Dict[
             Tuple[Any, Any], List[Tuple[int, int, str, bool]]
         ] = {}  # thread -> (a, b, name, is_op)
@@ -102,8 +111,9 @@ class TimelineCollector:
         if a is None or d is None or d < 0:
             return
         b = a + d
-        if b < self.lo or a > self.hi:
-            return
+        i = bisect.bisect_right(self._los, b) - 1
+        if i < 0 or self._his[i] < a:
+            return  # in no asked stretch
         pid, tid = ev.get("pid"), ev.get("tid")
         if not isinstance(pid, (int, str)) or not isinstance(tid, (int, str)) or isinstance(pid, bool):
             return
@@ -118,8 +128,11 @@ class TimelineCollector:
     def result(self) -> Dict[Hashable, Breakdown]:
         """stretch key -> its breakdown (a stretch whose step has no thread: CPU parts
         left out, GPU parts still there)."""
-        for events in self.cpu.values():
+        index: Dict[Tuple[Any, Any], Tuple[List[int], List[Tuple[int, int, str, bool]], int]] = {}
+        for thread, events in self.cpu.items():
             events.sort(key=lambda e: (e[0], -e[1]))
+            longest = max((e[1] - e[0] for e in events), default=0)
+            index[thread] = ([e[0] for e in events], events, longest)
         for kernels in self.gpu.values():
             kernels.sort()
         out: Dict[Hashable, Breakdown] = {}
@@ -128,12 +141,26 @@ class TimelineCollector:
             thread = self.step_thread.get(s.step)
             if thread is not None:
                 bd.main_thread = f"thread {thread[1]}"
-                _cpu_parts(self.cpu.get(thread, []), s.lo_ns, s.hi_ns, bd)
+                _cpu_parts(_window(index.get(thread), s.lo_ns, s.hi_ns), s.lo_ns, s.hi_ns, bd)
             if s.gpu_tid is not None:
                 bd.stream = f"stream {s.gpu_tid}"
                 _gpu_parts(self.gpu.get(s.gpu_tid, []), s.lo_ns, s.hi_ns, bd)
             out[s.key] = bd
         return out
+
+
+def _window(
+    idx: Optional[Tuple[List[int], List[Tuple[int, int, str, bool]], int]], lo: int, hi: int
+) -> List[Tuple[int, int, str, bool]]:
+    """The thread's events that may overlap [lo, hi], in order (those starting before
+    ``lo`` are kept when they can reach it: ProfilerStep, annotations)."""
+    if idx is None:
+        return []
+    starts, events, longest = idx
+    j = bisect.bisect_left(starts, hi)
+    i = bisect.bisect_left(starts, lo)
+    early = [e for e in events[bisect.bisect_left(starts, lo - longest) : i] if e[1] > lo]
+    return early + events[i:j]
 
 
 def _part(bd: Breakdown, key: Key) -> Part:
