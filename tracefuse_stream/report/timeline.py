@@ -129,10 +129,10 @@ class TimelineCollector:
         """stretch key -> its breakdown (a stretch whose step has no thread: CPU parts
         left out, GPU parts still there)."""
         index: Dict[Tuple[Any, Any], Tuple[List[int], List[Tuple[int, int, str, bool]], int]] = {}
-        for thread, events in self.cpu.items():
+        for th, events in self.cpu.items():
             events.sort(key=lambda e: (e[0], -e[1]))
             longest = max((e[1] - e[0] for e in events), default=0)
-            index[thread] = ([e[0] for e in events], events, longest)
+            index[th] = ([e[0] for e in events], events, longest)
         for kernels in self.gpu.values():
             kernels.sort()
         out: Dict[Hashable, Breakdown] = {}
