@@ -3,7 +3,7 @@
  * This part: scan(): the side passes' validating event scan. */
 /* ---- side passes: count, time and select events without building them ------- */
 typedef struct {
-    PyObject *ph, *cat, *name_prefix; /* bytes or None: what a selected event must have */
+    PyObject *ph, *cat, *name_prefix; /* bytes or None (cat: or a tuple of bytes, any of them) */
     PyObject *name_contains;          /* tuple of bytes or None: ... and a name holding one, */
     PyObject *text_contains;          /* bytes or None: ... or an event text holding this */
     int extremes;                     /* fold first ts / last end of unselected events */
@@ -44,6 +44,14 @@ static int bytes_match(PyObject *want, Span got, int prefix) {
     Py_ssize_t n = PyBytes_GET_SIZE(want);
     if (prefix ? got.n < n : got.n != n) return 0;
     return memcmp(PyBytes_AS_STRING(want), got.p, n) == 0;
+}
+
+/* the selection's cat (bytes, or a tuple of bytes: any of them) is the event's */
+static int cat_match(PyObject *want, Span got) {
+    if (!PyTuple_Check(want)) return bytes_match(want, got, 0);
+    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(want); j++)
+        if (bytes_match(PyTuple_GET_ITEM(want, j), got, 0)) return 1;
+    return 0;
 }
 
 typedef struct {
@@ -108,7 +116,7 @@ static int scan_event(St *st, const Sel *sel, ScanEv *ev) {
     }
     int match = 1;
     if (sel->ph != Py_None) match = match && has_ph && bytes_match(sel->ph, ph, 0);
-    if (sel->cat != Py_None) match = match && has_cat && bytes_match(sel->cat, cat, 0);
+    if (sel->cat != Py_None) match = match && has_cat && cat_match(sel->cat, cat);
     if (sel->name_prefix != Py_None) match = match && has_name && bytes_match(sel->name_prefix, name, 1);
     if (sel->ph == Py_None && sel->cat == Py_None && sel->name_prefix == Py_None) match = 0;
     if (match && (sel->name_contains != Py_None || sel->text_contains != Py_None)) {

@@ -122,7 +122,7 @@ static int walk_value(St *st, Py_ssize_t *i, int bit, const Needles *nd, Walk *w
 static int walk_selects(const Sel *sel, const Walk *w, Span text, int quoted) {
     int match = 1;
     if (sel->ph != Py_None) match = match && (w->seen & 1) && bytes_match(sel->ph, w->f[0], 0);
-    if (sel->cat != Py_None) match = match && (w->seen & 2) && bytes_match(sel->cat, w->f[1], 0);
+    if (sel->cat != Py_None) match = match && (w->seen & 2) && cat_match(sel->cat, w->f[1]);
     if (sel->name_prefix != Py_None) match = match && (w->seen & 4) && bytes_match(sel->name_prefix, w->f[2], 1);
     if (sel->ph == Py_None && sel->cat == Py_None && sel->name_prefix == Py_None) match = 0;
     if (!match || (sel->name_contains == Py_None && sel->text_contains == Py_None)) return match;
@@ -198,8 +198,10 @@ static PyObject *kernel_scan(PyObject *self, PyObject *args) {
     PyObject **slots[NSEL] = {&sel.ph, &sel.cat, &sel.name_prefix, &sel.text_contains, &sel.name_contains};
     for (int j = 0; j < NSEL; j++) {
         held[j] = PyObject_GetAttrString(sel_obj, names[j]);
-        int ok = held[j] && (held[j] == Py_None || (j < 4 ? PyBytes_Check(held[j]) : PyTuple_Check(held[j])));
-        if (ok && j == 4 && held[j] != Py_None)
+        /* cat: bytes, or a tuple of bytes (one of them) */
+        int ok = held[j] && (held[j] == Py_None || (j < 4 ? PyBytes_Check(held[j]) : PyTuple_Check(held[j])) ||
+                             (j == 1 && PyTuple_Check(held[j])));
+        if (ok && (j == 4 || j == 1) && held[j] != Py_None && PyTuple_Check(held[j]))
             for (Py_ssize_t m = 0; m < PyTuple_GET_SIZE(held[j]); m++)
                 ok = ok && PyBytes_Check(PyTuple_GET_ITEM(held[j], m));
         if (!ok) {
@@ -218,7 +220,7 @@ static PyObject *kernel_scan(PyObject *self, PyObject *args) {
     Py_XDECREF(va);
     Needles nd;
     if (walk) walk_needle(&sel, &nd); /* the walk's own needle, when it has one */
-    else if (skim && !skim_needles(&sel, &nd)) skim = 0;
+    else if (skim && (PyTuple_Check(sel.cat) || !skim_needles(&sel, &nd))) skim = 0; /* several cats: scan */
     if (PyErr_Occurred()) {
         for (int j = 0; j < NSEL; j++) Py_DECREF(held[j]);
         PyBuffer_Release(&buf);

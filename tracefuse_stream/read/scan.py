@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Optional, Tuple
+from typing import Any, Optional, Tuple, Union
 
 from tracefuse_stream import native
 
@@ -39,7 +39,7 @@ class ScanSelection:
     ``dur`` exactly), what is nested only delimited."""
 
     ph: Optional[str] = None
-    cat: Optional[str] = None
+    cat: Union[None, str, Tuple[str, ...]] = None  # a tuple: any of these categories
     name_prefix: Optional[str] = None
     name_contains: Tuple[str, ...] = ()
     text_contains: Optional[str] = None
@@ -83,7 +83,13 @@ class _Args:
 
     def __init__(self, sel: ScanSelection) -> None:
         self.ph = None if sel.ph is None else sel.ph.encode()
-        self.cat = None if sel.cat is None else sel.cat.encode()
+        self.cat: Any = (
+            None
+            if sel.cat is None
+            else tuple(c.encode() for c in sel.cat)
+            if isinstance(sel.cat, tuple)
+            else sel.cat.encode()
+        )
         self.name_prefix = None if sel.name_prefix is None else sel.name_prefix.encode()
         self.name_contains = tuple(n.encode() for n in sel.name_contains) if sel.name_contains else None
         self.text_contains = None if sel.text_contains is None else sel.text_contains.encode()
