@@ -29,7 +29,14 @@ from tracefuse_stream.plan.rankplan import RankPlan
 from tracefuse_stream.read.events import StepFields, iter_event_batches
 from tracefuse_stream.read.scan import ScanSelection, Tally
 from tracefuse_stream.report.stragglers import Verdict
-from tracefuse_stream.report.timeline import GPU_CATS, OP_CATS, OUTSIDE_ALL, Breakdown, Stretch, TimelineCollector
+from tracefuse_stream.report.timeline import (
+    GPU_CATS,
+    OP_CATS,
+    OUTSIDE_ALL,
+    Breakdown,
+    Stretch,
+    TimelineCollector,
+)
 
 #: the events a breakdown needs (python_function, cuda_runtime and the like are counted in C)
 WHY_SELECTION = ScanSelection(ph="X", cat=tuple(sorted(OP_CATS | GPU_CATS)), extremes=True, validate=False)
