@@ -55,6 +55,28 @@ ddp4_mild_straggler  4 ranks, DDP on world, schedule active=4 (ProfilerStep#2-#5
                 rank 2 0.015 s more: 15% of a step, every step.
 ddp4_balanced_work   the same with nobody sleeping more than the others.
 
+Pinned sets (rank r on CPU r % ncpu, os.sched_setaffinity; every 4+ rank set has
+work_s=0.05; defaults, active=3 unless noted; the names say nothing of what differs):
+
+ddp4_case_a     the work sleep is the first thing in each step (before data prep and
+                forward, in no op); rank 1's is 0.12 s longer, every step.
+ddp4_case_b     512-wide 3-layer MLP (2 DDP buckets); rank 2 batch 512, others 64.
+ddp4_case_c     rank 3 calls torch.linalg.qr(128 x 128) 100 times after forward, every
+                step; nobody else calls it.
+ddp4_case_d     every rank: record_function("train_step") around data prep + forward;
+                rank 1 sleeps 0.15 s inside it in ProfilerStep#3 only.
+ddp4_case_e     ranks 1 and 3 sleep 0.15 s and 0.06 s more before backward, every step.
+ddp2_case_f     2 ranks (one CPU each), nobody slower, no work sleep, active=6;
+ddp2_case_f_again  the same, recorded again (the noise between two runs).
+ddp4_case_f     4 ranks, nobody slower; ddp4_case_f_again the same again.
+ddp8_case_g     8 ranks, 5 Linear layers, bucket_cap_mb=0.001: 4 gradient all_reduces
+                per step, two at a time on gloo's two runloop threads; rank 6 sleeps
+                0.15 s more before backward, every step.
+ddp6_case_h     6 ranks, active=4; rank 4 sleeps 0.2 s more before backward in
+                ProfilerStep#3 only.
+
+--check also prints the timeline tables of tests/data/recorded/README.md (timeline()).
+
 While recording, each worker prints the OS thread ids of the ``pt_gloo_runloop``
 threads each of its process groups started (``THREADS rank=R group=G tids=[...]``,
 from /proc/self/task before and after the group is made): the ground truth of which
