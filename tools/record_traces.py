@@ -55,6 +55,28 @@ ddp4_mild_straggler  4 ranks, DDP on world, schedule active=4 (ProfilerStep#2-#5
                 rank 2 0.015 s more: 15% of a step, every step.
 ddp4_balanced_work   the same with nobody sleeping more than the others.
 
+Pinned sets (rank r on CPU r % ncpu, os.sched_setaffinity; every 4+ rank set has
+work_s=0.05; defaults, active=3 unless noted; the names say nothing of what differs):
+
+ddp4_case_a     the work sleep is the first thing in each step (before data prep and
+                forward, in no op); rank 1's is 0.12 s longer, every step.
+ddp4_case_b     512-wide 3-layer MLP (2 DDP buckets); rank 2 batch 512, others 64.
+ddp4_case_c     rank 3 calls torch.linalg.qr(128 x 128) 100 times after forward, every
+                step; nobody else calls it.
+ddp4_case_d     every rank: record_function("train_step") around data prep + forward;
+                rank 1 sleeps 0.15 s inside it in ProfilerStep#3 only.
+ddp4_case_e     ranks 1 and 3 sleep 0.15 s and 0.06 s more before backward, every step.
+ddp2_case_f     2 ranks (one CPU each), nobody slower, no work sleep, active=6;
+ddp2_case_f_again  the same, recorded again (the noise between two runs).
+ddp4_case_f     4 ranks, nobody slower; ddp4_case_f_again the same again.
+ddp8_case_g     8 ranks, 5 Linear layers, bucket_cap_mb=0.001: 4 gradient all_reduces
+                per step, two at a time on gloo's two runloop threads; rank 6 sleeps
+                0.15 s more before backward, every step.
+ddp6_case_h     6 ranks, active=4; rank 4 sleeps 0.2 s more before backward in
+                ProfilerStep#3 only.
+
+--check also prints the timeline tables of tests/data/recorded/README.md (timeline()).
+
 While recording, each worker prints the OS thread ids of the ``pt_gloo_runloop``
 threads each of its process groups started (``THREADS rank=R group=G tids=[...]``,
 from /proc/self/task before and after the group is made): the ground truth of which
@@ -112,6 +134,30 @@ class TraceSet:
     d_hidden: int = 16
     d_out: int = 4
     batch: int = 4
+    # --- knobs of the sets recorded after ddp4_balanced_work (defaults: as before) ---
+    # pin each rank to one CPU (os.sched_setaffinity): rank r on the r % ncpu-th CPU
+    # the launcher may use
+    pin: bool = False
+    # where every rank's work_s sleep goes: "backward" (before backward, as before) or
+    # "start" (first thing in the training step, before data prep and forward)
+    work_at: str = "backward"
+    # (rank, where, seconds): a sleep in no op and no annotation of its own; where is
+    # "start" (first thing in the step, like work_at="start") or "annotated" (inside
+    # the `annotate` record_function, between data prep and forward)
+    pauses: tuple[tuple[int, str, float], ...] = ()
+    # loop indices in which `pauses` apply; None = every step
+    pause_steps: tuple[int, ...] | None = None
+    # record_function name around each step's data prep + forward; None = none
+    annotate: str | None = None
+    # rank -> batch size (instead of `batch`)
+    batches: tuple[tuple[int, int], ...] = ()
+    # (rank, op, calls, n): after forward, before the work sleep, rank calls
+    # op ("qr": torch.linalg.qr of an n x n matrix) `calls` times, every step
+    rank_ops: tuple[tuple[int, str, int, int], ...] = ()
+    # hidden Linear layers (1: Linear, ReLU, Linear as before)
+    layers: int = 1
+    # DDP bucket_cap_mb (None: DDP's default)
+    bucket_cap_mb: float | None = None
 
     @property
     def steps(self) -> int:
@@ -124,6 +170,25 @@ class TraceSet:
         if self.sleep_steps is not None and step not in self.sleep_steps:
             return self.work_s
         return self.work_s + dict(self.sleeps).get(rank, 0.0)
+
+    def pause_s(self, rank: int, step: int, where: str) -> float:
+        """Seconds rank sleeps at `where` ("start", "annotated") in loop step `step`."""
+        out = 0.0
+        if where == self.work_at == "start":
+            out += self.work_s
+        if self.pause_steps is None or step in self.pause_steps:
+            out += sum(s for r, w, s in self.pauses if r == rank and w == where)
+        return out
+
+    def before_backward_s(self, rank: int, step: int) -> float:
+        """Seconds rank sleeps before backward (the work sleep unless work_at moved it)."""
+        s = self.sleep_s(rank, step)
+        if self.work_at != "backward" and not (self.straggler is not None and rank == self.straggler):
+            s -= self.work_s
+        return s
+
+    def batch_of(self, rank: int) -> int:
+        return dict(self.batches).get(rank, self.batch)
 
     @property
     def ops_per_step(self) -> tuple[str, ...]:
@@ -154,12 +219,77 @@ SETS: dict[str, TraceSet] = {
         # persistent straggler (what a throttled GPU or a rank that also logs looks like)
         TraceSet("ddp4_mild_straggler", 4, active=4, work_s=0.1, sleeps=((2, 0.015),)),
         TraceSet("ddp4_balanced_work", 4, active=4, work_s=0.1),
+        # --- pinned sets (one CPU per rank, round-robin), profiler defaults, active=3
+        # unless noted; names say nothing of what a rank does differently (README.md)
+        # rank 1: 0.12 s more sleep at the start of every step, outside any op/annotation
+        TraceSet(
+            "ddp4_case_a", 4, active=3, pin=True, work_s=0.05, work_at="start", pauses=((1, "start", 0.12),)
+        ),
+        # rank 2: batch 512 instead of 64 on a 512-wide 3-layer MLP
+        TraceSet(
+            "ddp4_case_b",
+            4,
+            active=3,
+            pin=True,
+            work_s=0.05,
+            d_in=512,
+            d_hidden=512,
+            d_out=512,
+            layers=2,
+            batch=64,
+            batches=((2, 512),),
+        ),
+        # rank 3: 100 x torch.linalg.qr(128 x 128) after forward, every step
+        TraceSet("ddp4_case_c", 4, active=3, pin=True, work_s=0.05, rank_ops=((3, "qr", 100, 128),)),
+        # every rank: record_function("train_step") around data prep + forward; rank 1
+        # sleeps 0.15 s inside it in ProfilerStep#3 (loop index 3) only
+        TraceSet(
+            "ddp4_case_d",
+            4,
+            active=3,
+            pin=True,
+            work_s=0.05,
+            annotate="train_step",
+            pauses=((1, "annotated", 0.15),),
+            pause_steps=(3,),
+        ),
+        # ranks 1 and 3: 0.15 s and 0.06 s more before backward, every step
+        TraceSet("ddp4_case_e", 4, active=3, pin=True, work_s=0.05, sleeps=((1, 0.15), (3, 0.06))),
+        # balanced controls: 2 ranks without work (steps of a few ms), 6 active steps;
+        # 4 ranks with work_s. Each recorded twice (the noise between two runs)
+        TraceSet("ddp2_case_f", 2, active=6, pin=True),
+        TraceSet("ddp2_case_f_again", 2, active=6, pin=True),
+        TraceSet("ddp4_case_f", 4, active=3, pin=True, work_s=0.05),
+        TraceSet("ddp4_case_f_again", 4, active=3, pin=True, work_s=0.05),
+        # 8 ranks, 5 Linear layers, 1 KB buckets: several gradient all_reduces per step,
+        # run concurrently by gloo's two runloop threads; rank 6: 0.15 s more before backward
+        TraceSet(
+            "ddp8_case_g",
+            8,
+            active=3,
+            pin=True,
+            work_s=0.05,
+            d_hidden=32,
+            layers=4,
+            bucket_cap_mb=0.001,
+            sleeps=((6, 0.15),),
+        ),
+        # 6 ranks, active=4 (#2-#5); rank 4: 0.2 s more before backward in ProfilerStep#3 only
+        TraceSet("ddp6_case_h", 6, active=4, pin=True, work_s=0.05, sleeps=((4, 0.2),), sleep_steps=(3,)),
     ]
 }
 
 
 # --------------------------------------------------------------------------- worker
 def run_worker(ts: TraceSet, rank: int, outdir: Path) -> None:
+    if ts.pin:
+        # before torch starts any thread: every thread of the rank inherits the CPU
+        cpus = sorted(os.sched_getaffinity(0))
+        cpu = cpus[rank % len(cpus)]
+        os.sched_setaffinity(0, {cpu})
+        print(f"PIN rank={rank} cpu={cpu} of {cpus}", flush=True)
+    import contextlib
+
     import torch
     import torch.distributed as dist
     from torch import nn
@@ -200,8 +330,17 @@ def run_worker(ts: TraceSet, rank: int, outdir: Path) -> None:
         print(f"THREADS rank={rank} group=sub{sub_ranks} tids={sorted(sub_tids)}", flush=True)
 
     torch.manual_seed(SEED)
-    model = nn.Sequential(nn.Linear(ts.d_in, ts.d_hidden), nn.ReLU(), nn.Linear(ts.d_hidden, ts.d_out))
-    ddp = DDP(model, process_group=group)
+    hidden: list[nn.Module] = []
+    for _ in range(ts.layers - 1):
+        hidden += [nn.Linear(ts.d_hidden, ts.d_hidden), nn.ReLU()]
+    model = nn.Sequential(
+        nn.Linear(ts.d_in, ts.d_hidden), nn.ReLU(), *hidden, nn.Linear(ts.d_hidden, ts.d_out)
+    )
+    if ts.bucket_cap_mb is None:
+        ddp = DDP(model, process_group=group)
+    else:
+        ddp = DDP(model, process_group=group, bucket_cap_mb=ts.bucket_cap_mb)
+    mats = {n: torch.randn(n, n, generator=torch.Generator().manual_seed(SEED)) for _, _, _, n in ts.rank_ops}
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
     loss_fn = nn.MSELoss()
     gen = torch.Generator().manual_seed(SEED + 1000 + rank)
@@ -215,12 +354,25 @@ def run_worker(ts: TraceSet, rank: int, outdir: Path) -> None:
         with_stack=ts.with_stack,
         profile_memory=ts.profile_memory,
     ) as prof:
+        batch = ts.batch_of(rank)
         for step in range(ts.steps):
-            x = torch.randn(ts.batch, ts.d_in, generator=gen)
-            y = torch.randn(ts.batch, ts.d_out, generator=gen)
-            opt.zero_grad()
-            loss = loss_fn(ddp(x), y)
-            pause = ts.sleep_s(rank, step)
+            pause = ts.pause_s(rank, step, "start")
+            if pause:
+                time.sleep(pause)
+            ctx = record_function(ts.annotate) if ts.annotate else contextlib.nullcontext()
+            with ctx:
+                x = torch.randn(batch, ts.d_in, generator=gen)
+                y = torch.randn(batch, ts.d_out, generator=gen)
+                opt.zero_grad()
+                pause = ts.pause_s(rank, step, "annotated")
+                if pause:
+                    time.sleep(pause)
+                loss = loss_fn(ddp(x), y)
+            for r, op, calls, n in ts.rank_ops:
+                if r == rank and op == "qr":
+                    for _ in range(calls):
+                        torch.linalg.qr(mats[n])
+            pause = ts.before_backward_s(rank, step)
             if pause:
                 time.sleep(pause)
             loss.backward()  # DDP's gradient all_reduce runs here
@@ -494,6 +646,155 @@ def _table(rows: list[dict]) -> None:
         print(f"  {step} #{k} {group}{members}: {cells}; ends within {(max(ends) - min(ends)) / 1000:.1f} ms")
 
 
+# --------------------------------------------------------------------------- timeline
+def _union(iv: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for a, b in sorted(iv):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def _length(iv: list[tuple[float, float]]) -> float:
+    return sum(b - a for a, b in iv)
+
+
+def _intersect(x: list[tuple[float, float]], y: list[tuple[float, float]]) -> float:
+    """Total length of the intersection of two unions of intervals."""
+    tot = 0.0
+    for a, b in x:
+        for c, e in y:
+            lo, hi = max(a, c), min(b, e)
+            if hi > lo:
+                tot += hi - lo
+    return tot
+
+
+#: ops whose count and total duration the timeline reports per rank and step
+COMPUTE_OPS = ("aten::addmm", "aten::mm", "aten::linalg_qr")
+
+
+def timeline(d: Path, annotate: str | None = None) -> list[dict]:
+    """What the timeline says, per ProfilerStep and rank (times in ms, cross-rank times
+    on the shared wall clock base + ts): the step's length; `first_op`, from the step's
+    start to the first cpu_op on the main thread; `issue`, to the first c10d::allreduce_
+    (the main thread hands the gradients over); `arrive`, to the first gloo:all_reduce
+    (a runloop thread starts it); `arrive_abs`, that start after the earliest rank's;
+    `gloo`, the union over the runloop threads of the gloo:* slices in the step (the
+    time the rank spends inside collectives); `overlap`, how long two runloop threads
+    were inside gloo:* at once; the count and total of COMPUTE_OPS; the `annotate`
+    slice's length. Prints markdown tables and returns one row per (step, rank)."""
+    files = sorted(p for p in d.iterdir() if p.name.endswith((".json", ".json.gz")))
+    docs = [_load(f)[1] for f in files]
+    b0 = min(doc.get("baseTimeNanoseconds", 0) for doc in docs)
+    rows: list[dict] = []
+    counts: dict[int, dict[str, int]] = {}
+    for doc in docs:
+        off = (doc.get("baseTimeNanoseconds", 0) - b0) / 1000.0
+        rank = (doc.get("distributedInfo") or {}).get("rank")
+        ev = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+        steps = sorted((e for e in ev if e["name"].startswith("ProfilerStep#")), key=lambda e: e["ts"])
+        main_tid = steps[0]["tid"] if steps else None
+        cnt: dict[str, int] = {}
+        for e in ev:
+            if e.get("cat") == "cpu_op":
+                cnt[e["name"]] = cnt.get(e["name"], 0) + 1
+        counts[rank] = cnt
+        for st in steps:
+            t0, t1 = st["ts"], st["ts"] + st["dur"]
+            inside = [e for e in ev if t0 <= e["ts"] <= t1 and e is not st]
+            main_ops = [e["ts"] for e in inside if e["tid"] == main_tid and e.get("cat") == "cpu_op"]
+            issue = [e["ts"] for e in inside if e["name"] == "c10d::allreduce_"]
+            gl = [e for e in inside if e["name"].startswith("gloo:")]
+            ar = [e["ts"] for e in gl if e["name"] == "gloo:all_reduce"]
+            per_tid: dict[int, list[tuple[float, float]]] = {}
+            for e in gl:
+                per_tid.setdefault(e["tid"], []).append((e["ts"], e["ts"] + e["dur"]))
+            unions = {t: _union(v) for t, v in per_tid.items()}
+            total = _union([iv for v in unions.values() for iv in v])
+            tids = sorted(unions)
+            overlap = sum(_intersect(unions[a], unions[b]) for i, a in enumerate(tids) for b in tids[i + 1 :])
+            row = dict(
+                rank=rank,
+                step=st["name"],
+                dur=st["dur"] / 1000,
+                first_op=(min(main_ops) - t0) / 1000 if main_ops else None,
+                issue=(min(issue) - t0) / 1000 if issue else None,
+                arrive=(min(ar) - t0) / 1000 if ar else None,
+                arrive_at=(min(ar) + off) / 1000 if ar else None,
+                gloo=_length(total) / 1000,
+                overlap=overlap / 1000,
+                n_all_reduce=len(ar),
+                gloo_tids=tids,
+            )
+            for name in COMPUTE_OPS:
+                ds = [e["dur"] for e in inside if e["name"] == name]
+                row[name] = (len(ds), sum(ds) / 1000)
+            if annotate:
+                ann = [e["dur"] for e in inside if e["name"] == annotate]
+                row[annotate] = sum(ann) / 1000 if ann else None
+            rows.append(row)
+    _timeline_tables(rows, annotate)
+    ranks = sorted(counts)
+    uneven = sorted(
+        n for n in set().union(*map(set, counts.values())) if len({counts[r].get(n, 0) for r in ranks}) > 1
+    )
+    if uneven:
+        print(
+            "cpu_op counts that differ between ranks (whole file): "
+            + "; ".join(f"{n} " + " ".join(f"r{r}={counts[r].get(n, 0)}" for r in ranks) for n in uneven)
+        )
+    return rows
+
+
+def _timeline_tables(rows: list[dict], annotate: str | None) -> None:
+    """One markdown table (step x rank) per measure of `timeline`."""
+
+    def f(v: float | None) -> str:
+        return "-" if v is None else f"{v:.1f}"
+
+    by_step: dict[str, dict[int, dict]] = {}
+    for r in rows:
+        by_step.setdefault(r["step"], {})[r["rank"]] = r
+    order = sorted(by_step, key=lambda n: int(n.split("#")[1]))
+    ranks = sorted({r["rank"] for r in rows})
+    first = {s: min((r["arrive_at"] for r in by_step[s].values() if r["arrive_at"] is not None), default=0.0)
+             for s in order}  # fmt: skip
+
+    def arrival(r: dict) -> str:
+        if r["arrive"] is None:
+            return "-"
+        return f"{r['arrive']:.1f} [+{r['arrive_at'] - first[r['step']]:.1f}]"
+
+    measures = [
+        ("step length (ProfilerStep dur)", lambda r: f(r["dur"])),
+        ("first cpu_op on the main thread after the step's start", lambda r: f(r["first_op"])),
+        ("first c10d::allreduce_ after the step's start", lambda r: f(r["issue"])),
+        ("arrival: first gloo:all_reduce after the step's start [after the earliest rank's]", arrival),
+        ("inside gloo:* (union over the runloop threads)", lambda r: f(r["gloo"])),
+        ("gloo:all_reduce count / two runloop threads inside gloo:* at once", lambda r: f"{r['n_all_reduce']} / {r['overlap']:.1f}"),
+    ]  # fmt: skip
+    for n in COMPUTE_OPS:
+        if any(r[n][0] for r in rows):
+            measures.append((f"{n} count / total", lambda r, n=n: f"{r[n][0]} / {r[n][1]:.1f}"))
+    if annotate:
+        measures.append((f"{annotate} slice", lambda r: f(r[annotate])))
+    for title, cell in measures:
+        print(f"\n{title}, ms:")
+        spread = title.startswith("arrival")
+        print("| step | " + " | ".join(f"rank {k}" for k in ranks) + (" | spread |" if spread else " |"))
+        print("|---|" + "---|" * (len(ranks) + spread))
+        for s in order:
+            rs = by_step[s]
+            cells = [cell(rs[k]) if k in rs else "-" for k in ranks]
+            if spread:
+                at = [r["arrive_at"] for r in rs.values() if r["arrive_at"] is not None]
+                cells.append(f(max(at) - min(at)) if at else "-")
+            print(f"| {s} | " + " | ".join(cells) + " |")
+
+
 # --------------------------------------------------------------------------- main
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(
@@ -531,6 +832,7 @@ def main(argv=None) -> None:
             check(d, SETS[name].distributed if name in SETS else None)
             if name in SETS and SETS[name].distributed:
                 collectives(d, SETS[name].ops_per_step)
+                timeline(d, SETS[name].annotate)
         return
     if not args.set:
         ap.error("--set NAME or --check DIR is required")
@@ -551,6 +853,7 @@ def main(argv=None) -> None:
         check(outdir, ts.distributed)
         if ts.distributed:
             collectives(outdir, ts.ops_per_step)
+            timeline(outdir, ts.annotate)
 
 
 if __name__ == "__main__":
