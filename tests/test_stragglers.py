@@ -321,9 +321,9 @@ def test_summary_process_first_with_one_slice_per_instance(
     threads = {tid: a["name"] for (n, tid), a in meta.items() if n == "thread_name"}
     assert sorted(threads.values()) == [
         "group 0 (ranks 0-7)", "group 1 (ranks 0-1)", "group 2 (ranks 2-3)", "group 3 (ranks 4-5)",
-        "group 4 (ranks 6-7)",
+        "group 4 (ranks 6-7)", "why rank 5",
     ]  # fmt: skip
-    slices = {e["args"]["instance"]: e for e in mine if e["ph"] == "X"}
+    slices = {e["args"]["instance"]: e for e in mine if e["ph"] == "X" and "instance" in e["args"]}
     assert sorted(slices) == [i["id"] for i in coll["instances"]]
     for inst in coll["instances"]:
         s = slices[inst["id"]]
@@ -376,10 +376,15 @@ def test_the_reports_merge_command_shows_the_straggler(
     assert cmd[cmd.index("--steps") + 1] == f"{worst['step']}:{worst['step']}"
     out = tmp_path / "look.json"
     assert main([*cmd[1:-1], str(out), "-q"]) == 0
-    slices = [
+    summary = [
         e for e in json.loads(out.read_text())["traceEvents"] if e.get("pid") == 1 and e.get("ph") == "X"
     ]
-    assert slices and all(s["args"]["step"] == worst["step"] for s in slices)
+    slices = [e for e in summary if "instance" in e["args"]]
+    assert slices and all(s["args"]["step"] == worst["step"] for s in summary)
+    why = [e for e in summary if "straggler_rank" in e["args"]]
+    assert [(w["args"]["straggler_rank"], w["args"]["step"]) for w in why] == [
+        (coll["straggler"], worst["step"])
+    ]
     assert f"last: rank {coll['straggler']} (+" in slices[0]["name"]
 
 

@@ -22,10 +22,11 @@ each rank's collective, :mod:`tracefuse_stream.align.collectives`) and last arri
   straggler does not inflate; ``D`` is the median over ranks and steps.
 
 Whether a rank *passes* in a step is judged against thresholds derived from the run
-itself, never a fixed number: ``held > T = max(NOISE_FACTOR * sigma * sqrt(m),
+itself, never a fixed number: ``held > T = max(NOISE_FACTOR * sigma,
 median of the others' held + NOISE_FACTOR * their spread, STEP_FRACTION * D,
-MIN_THRESHOLD)``, ``sigma`` being the arrival noise (:func:`noise_ns`), ``m`` the rank's
-instances in the step, the others' spread the scaled median absolute deviation of
+MIN_THRESHOLD)``, ``sigma`` being the arrival noise (:func:`noise_ns`; no sqrt(m) any
+more: held is a union capped by the lateness at one collective, not a sum over them),
+the others' spread the scaled median absolute deviation of
 their held values in that step (a rank is an outlier among the ranks, not merely later
 than the median). A rank *stands out* in a step when it passes there and either passes
 in more than half of the steps (persistent) or the others' wait for it in that step is
@@ -36,7 +37,7 @@ chance: ``p_chance`` is the probability that a rank with no problem would be the
 waited-for rank of its group in at least ``k`` of its ``N`` steps (binomial, ``1/g``
 per step for a group of ``g``; a step-down test: a second straggler is tested leaving
 out the stronger ones already named); or when the wait for it is at least
-``NOISE_MARGIN`` times what arrival noise explains (``NOISE_FACTOR x sigma x sqrt(m)``:
+``NOISE_MARGIN`` times what arrival noise explains (``NOISE_FACTOR x sigma``:
 a few steps of two ranks can never make p_chance small, a 90 ms lead over 1.7 ms of
 noise is no chance). ``strong``: noise margin >= ``STRONG_MARGIN``, or p_chance <= 0.01
 with a noise margin >= 1; ``moderate``: named otherwise; ``weak``: not named (the verdict
@@ -56,11 +57,11 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from tracefuse_stream.align.collectives import CollectiveTable, Instance
 
-NOISE_FACTOR = 8.0
+NOISE_FACTOR = 4.0
 STEP_FRACTION = 0.05
 MIN_THRESHOLD_NS = 100_000  # 0.1 ms: below this, arrival order is clock conversion noise
 P_NAMED = 0.05  # p_chance at or below this names a rank that passes its threshold
-NOISE_MARGIN = 3.0  # ... and so does held >= this x NOISE_FACTOR x the arrival noise (x sqrt(m))
+NOISE_MARGIN = 3.0  # ... and so does held >= this x NOISE_FACTOR x the arrival noise
 STRONG_MARGIN = 10.0  # a noise margin this large is strong evidence whatever p_chance
 MAD_SCALE = 1.4826  # MAD -> standard deviation for normal noise
 
@@ -209,13 +210,13 @@ class Verdict:
     def base_threshold_ns(self, m: int = 1) -> int:
         """The threshold without the others' spread, for a rank with ``m`` instances."""
         step_part = int(STEP_FRACTION * self.busy_step_ns) if self.busy_step_ns is not None else 0
-        return max(int(NOISE_FACTOR * self.noise_ns * math.sqrt(max(m, 1))), step_part, MIN_THRESHOLD_NS)
+        return max(int(NOISE_FACTOR * self.noise_ns), step_part, MIN_THRESHOLD_NS)
 
     threshold_ns = base_threshold_ns
 
     def noise_part_ns(self, m: int = 1) -> int:
         """What arrival noise alone explains for ``m`` instances (at least the minimum)."""
-        return max(int(NOISE_FACTOR * self.noise_ns * math.sqrt(max(m, 1))), MIN_THRESHOLD_NS)
+        return max(int(NOISE_FACTOR * self.noise_ns), MIN_THRESHOLD_NS)
 
     def worst_step(self) -> Optional[StepRow]:
         """The step where the others waited longest for the straggler (no straggler: the
@@ -445,7 +446,7 @@ def rule_text(v: Verdict) -> str:
         else f" or, in at most half of them, also > a typical step {_ms(v.typical_step_ns)} ms"
     )
     return (f"a rank stands out in a step when the others wait longer for it than max({NOISE_FACTOR:g} x "
-            f"{_ms(v.noise_ns)} ms arrival noise x sqrt(its instances in the step), the others' median + "
+            f"{_ms(v.noise_ns)} ms arrival noise, the others' median + "
             f"{NOISE_FACTOR:g} x their spread, {STEP_FRACTION:g} x busy step {d}, {_ms(MIN_THRESHOLD_NS)} ms) "
             f"in more than half of the steps{t}; it is named when p_chance <= {P_NAMED:g} or the wait is "
             f">= {NOISE_MARGIN:g} x {NOISE_FACTOR:g} x the arrival noise")  # fmt: skip

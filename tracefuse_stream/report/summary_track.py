@@ -190,9 +190,12 @@ def write_summaries(
         events = summary_events(plan.linked.get(gi, []), steps, base_ns, waits)
         if not events:
             continue
-        ranks_here = {r for inst in plan.linked.get(gi, []) for r in inst.entries}
+        here = plan.linked.get(gi, [])
+        ranks_here = {r for inst in here for r in inst.entries}
+        steps_here = {inst.step for inst in here}  # a --steps window: only its steps' findings
         tid0 = 1 + max((e["tid"] for e in events if e["ph"] == "M"), default=0)
-        events += why_events([w for w in why if w["rank"] in ranks_here], plans, base_ns, tid0)
+        mine = [w for w in why if w["rank"] in ranks_here and w["step"] in steps_here]
+        events += why_events(mine, plans, base_ns, tid0)
         if not isinstance(sink, JsonSink):
             notes.append("collective summary: not written into a Perfetto archive (one member per rank)")
             continue
