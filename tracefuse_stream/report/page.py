@@ -27,15 +27,16 @@ from __future__ import annotations
 
 import copy
 import html
-import json
 from typing import Any, Dict, List, Tuple
+
+import orjson
 
 #: the most bytes of JSON embedded before parts the page does not draw are left out
 EMBED_BUDGET = 4_000_000
 
 
 def _dumps(obj: Any) -> str:
-    text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False, default=str, allow_nan=False)
+    text = orjson.dumps(obj, default=str, option=orjson.OPT_NON_STR_KEYS).decode("utf-8")
     # inside <script>: no "</script>", no "<!--"; JSON.parse reads the \\u escapes back
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
@@ -155,6 +156,7 @@ function done() {
   if (errs.length) b.setAttribute("data-error-text", errs.join(" | ").slice(0, 2000));
   b.setAttribute("data-rendered", errs.length ? "error" : "ok");
   b.setAttribute("data-render-ms", (performance.now() - t0).toFixed(1));
+  b.setAttribute("data-since-start-ms", performance.now().toFixed(1));  // from the navigation's start
 }
 window.addEventListener("error", function (e) { errs.push(String(e.message || e)); done(); });
 var cerr = console.error;
@@ -297,14 +299,21 @@ function verdictHtml() {
       text = "No collective instance was matched across ranks: there is nothing to judge.";
       cls = "none";
     } else if (stragglers.length) {
-      var parts = stragglers.map(function (s) {
-        var all = steps.length > 1 && (s.steps || []).length === steps.length;
-        var where = steps.length === 1 ? "in the one step profiled" : all ? "in every step" :
-          "in step" + ((s.steps || []).length === 1 ? " " : "s ") + (s.steps || []).map(stepLabel).join(", ");
-        return "rank " + s.rank + " (host " + esc(host(s.rank)) + ") " + where + ": the others waited " + esc(ms(s.held_us)) +
-          " for it, last to arrive in " + s.last_arrivals + " of " + s.instances + " instances";
+      var sr = stragglers.map(function (x) { return x.rank; }), first = stragglers[0];
+      var stepsOf = {};
+      stragglers.forEach(function (x) { (x.steps || []).forEach(function (st) { stepsOf[stepKey(st)] = st; }); });
+      var ss = Object.keys(stepsOf).map(function (k) { return stepsOf[k]; });
+      var where = steps.length === 1 ? "in the one step profiled" : steps.length > 1 && ss.length === steps.length ? "in every step" :
+        "in step" + (ss.length === 1 ? " " : "s ") + ss.map(stepLabel).join(", ");
+      var hs = [];
+      groups.forEach(function (g) {
+        var mine = g.ranks.filter(function (r) { return strSet[r]; });
+        if (mine.length) hs.push((mine.length === g.ranks.length && g.ranks.length > 1 ? "all of host " : "host ") + esc(g.host));
       });
-      text = "Straggler" + (parts.length > 1 ? "s: " : ": ") + parts.join("; ") + ".";
+      var held = stragglers.map(function (x) { return x.held_us; }).filter(num);
+      text = (sr.length > 1 ? "Stragglers: ranks " + ranges(sr) : "Straggler: rank " + sr[0]) + " (" + hs.join(", ") + ") " + where +
+        ": the others waited " + (sr.length > 1 ? esc(ms(Math.min.apply(null, held))) + " to " + esc(ms(Math.max.apply(null, held))) + " for each" : esc(ms(first.held_us)) + " for it") +
+        (sr.length > 1 ? " (rank " + first.rank + " most, last to arrive in " : ", last to arrive in ") + first.last_arrivals + " of " + first.instances + " instances" + (sr.length > 1 ? ")." : ".");
     } else {
       text = "No rank stands out: nobody is named.";
       cls = "none";
@@ -336,7 +345,7 @@ function drawHeat() {
   var max = 0, totals = {}, tmax = 0;
   steps.forEach(function (row) { ranks.forEach(function (r) { var v = val(row, r); if (num(v)) { max = Math.max(max, v); totals[r] = (totals[r] || 0) + v; } }); });
   ranks.forEach(function (r) { tmax = Math.max(tmax, totals[r] || 0); });
-  var s = [], y = top, lastLab = -100;
+  var s = [], y = top, lastLab = -100, marks = [];
   var k = 1;
   var gh0 = groups.length ? groups[0].ranks.length * rowH + gap : 10;
   if (gh0 < 11) k = Math.ceil(11 / gh0);
@@ -369,10 +378,17 @@ function drawHeat() {
       var t = totals[r] || 0;
       s.push('<rect x="' + barX + '" y="' + y + '" width="' + (tmax > 0 ? Math.max(0, t / tmax * barW) : 0).toFixed(1) + '" height="' + Math.max(rowH - (rowH >= 5 ? 1 : 0), 1) +
         '" fill="' + (strSet[r] ? "#a50026" : "#8d99ae") + '" data-total-rank="' + r + '"/>');
-      if (strSet[r]) s.push('<text x="' + (barX + barW + 6) + '" y="' + (y + Math.max(rowH, 9) - 1) + '" fill="#a50026" font-weight="600">\u25c0 rank ' + r + " (" + esc(ms(t)) + ")</text>");
+      if (strSet[r]) {
+        var lb = marks.length ? marks[marks.length - 1] : null;
+        if (lb && y - lb.last < 11) { lb.ranks.push(r); lb.last = y; } else { marks.push({y: y, last: y, ranks: [r], t: t}); }
+      }
       y += rowH;
     });
     y += gap;
+  });
+  marks.forEach(function (m) {
+    s.push('<text x="' + (barX + barW + 6) + '" y="' + (m.y + 9) + '" fill="#a50026" font-weight="600">\u25c0 ' + (m.ranks.length > 1 ? "ranks " + ranges(m.ranks) :
+      "rank " + m.ranks[0] + " (" + esc(ms(m.t)) + ")") + "</text>");
   });
   var W = barX + barW + 130, H = y + 6;
   el("heat").innerHTML = '<svg id="heatmap" width="' + W + '" height="' + H + '" viewBox="0 0 ' + W + " " + H + '">' +
@@ -417,7 +433,7 @@ function drawHosts() {
   var rows = order.map(function (x) {
     var st = x.g.ranks.filter(function (r) { return strSet[r]; });
     return "<tr><td class=\"l\">" + esc(x.g.host) + '</td><td class="l">' + ranges(x.g.ranks) + "</td><td>" + x.g.ranks.length + "</td><td>" + esc(ms(x.held)) +
-      "</td><td>" + esc(ms(x.wait)) + '</td><td class="l">' + (st.length ? "rank " + st.join(", ") : "") + "</td></tr>";
+      "</td><td>" + esc(ms(x.wait)) + '</td><td class="l">' + (st.length ? (st.length > 1 ? "ranks " : "rank ") + ranges(st) : "") + "</td></tr>";
   });
   var head = '<table id="host-sums"><tr><th class="l">host</th><th class="l">ranks</th><th>n</th><th>others waited for its ranks</th><th>its ranks\' own wait</th><th class="l">stragglers</th></tr>';
   var shown = 16;
