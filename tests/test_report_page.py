@@ -61,7 +61,9 @@ def synth_doc(
     tot_held = dict.fromkeys(range(ranks), 0.0)
     iid = 0
     for s in range(steps):
-        arrive = {r: rnd.uniform(0, 2000) + (40000 + rnd.uniform(0, 5000) if r in slow else 0) for r in range(ranks)}
+        arrive = {
+            r: rnd.uniform(0, 2000) + (40000 + rnd.uniform(0, 5000) if r in slow else 0) for r in range(ranks)
+        }
         last = max(arrive, key=arrive.get)
         med = sorted(arrive.values())[ranks // 2]
         wait = {r: round(arrive[last] - arrive[r], 3) for r in range(ranks)}

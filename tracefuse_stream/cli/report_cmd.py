@@ -21,7 +21,10 @@ DEFAULT_OUTPUT = "report.html"
 def add_report_arguments(p: argparse.ArgumentParser) -> None:
     """``report``'s options besides the inputs, ``--rank-from`` and ``--ranks``."""
     p.add_argument(
-        "-o", "--output", default=DEFAULT_OUTPUT, help="the HTML file to write; '-' for stdout (default: %(default)s)"
+        "-o",
+        "--output",
+        default=DEFAULT_OUTPUT,
+        help="the HTML file to write; '-' for stdout (default: %(default)s)",
     )
     p.add_argument("--force", action="store_true", help="overwrite an existing output (never an input)")
     p.add_argument(

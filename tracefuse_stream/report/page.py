@@ -62,7 +62,9 @@ def _trim_steps(doc: Dict[str, Any]) -> List[Tuple[str, Any]]:
     c = doc.get("collectives") or {}
     steps: List[Tuple[str, Any]] = []
     if c.get("instances"):
-        steps.append(("instances: arrival_ns and end_ns per rank", drop_instance_keys(("arrival_ns", "end_ns"))))
+        steps.append(
+            ("instances: arrival_ns and end_ns per rank", drop_instance_keys(("arrival_ns", "end_ns")))
+        )
     if isinstance(c.get("breakdown"), list) and c["breakdown"]:
         steps.append(("breakdown: contributors after the first 3 of each rank and step", cut_breakdown))
         steps.append(("breakdown (every rank and step)", drop("breakdown")))
@@ -210,7 +212,7 @@ function colour(v, max) {
   return "rgb(165,0,38)";
 }
 function legend(max, label) {
-  var w = 220, s = '<div class="legend"><svg width="' + (w + 4) + '" height="30">';
+  var w = 220, s = '<div class="legend"><svg width="' + (w + 40) + '" height="30">';
   for (var i = 0; i < 44; i++) {
     var t = i / 43;
     s += '<rect x="' + (i * 5) + '" y="2" width="5" height="12" fill="' + colour(t * t * max, max) + '"/>';

@@ -116,7 +116,9 @@ def report_data(
     collectives, _ = collectives_json({chosen: table})
     several = len(by_cycle) > 1
     listed = [str(x) for x in inputs] if not isinstance(inputs, dict) else [str(v) for v in inputs.values()]
-    merge = collectives.get("merge_command") or merge_command(judge(table), listed, chosen if several else None)
+    merge = collectives.get("merge_command") or merge_command(
+        judge(table), listed, chosen if several else None
+    )
     page: Dict[str, Any] = {
         "tool": f"tracefuse-stream {__version__}",
         "command": command,
