@@ -269,13 +269,13 @@ def browser() -> str:
     pytest.skip(msg)
 
 
-def dump_dom(page: Path) -> str:
+def dump_dom(page: Path, fragment: str = "") -> str:
     """The DOM after the page's scripts ran (they run before the load event, which
     --dump-dom waits for), the scripts' own text removed."""
     with tempfile.TemporaryDirectory() as profile:
         p = subprocess.run(
             [browser(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-extensions",
-             "--disable-background-networking", f"--user-data-dir={profile}", "--dump-dom", page.resolve().as_uri()],
+             "--disable-background-networking", f"--user-data-dir={profile}", "--dump-dom", page.resolve().as_uri() + fragment],
             capture_output=True, text=True, timeout=120,
         )  # fmt: skip
     assert p.returncode == 0, p.stderr[-2000:]
@@ -361,3 +361,57 @@ def test_browser_missing_keys_are_not_available_and_nothing_breaks(tmp_path):
     empty = {"collectives": {}, "page": {}}
     page.write_text(render_page(empty))
     rendered_ok(dump_dom(page))
+
+
+def test_report_reads_each_file_once_as_info_does(tmp_path, monkeypatch):
+    """The single streaming pass of ``info --collectives`` (report/onepass.py), no other read."""
+    from tracefuse_stream.report import onepass
+    from tracefuse_stream.report.page_data import report_data
+
+    seen: List[str] = []
+    real = onepass.scan_file
+
+    def counting(plan, sections):
+        seen.append(str(plan.path))
+        return real(plan, sections)
+
+    monkeypatch.setattr(onepass, "scan_file", counting)
+    data = report_data([str(DDP8)], jobs=1)
+    assert sorted(seen) == sorted(str(p) for p in DDP8.glob("*.json.gz")) and len(seen) == 8
+    assert data.document["collectives"]["straggler"] == 5
+
+
+def test_report_with_a_broken_file_writes_the_page_and_exits_1(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    files = sorted(DDP8.glob("*.json.gz"))
+    for f in files[:-1]:
+        (run / f.name).write_bytes(f.read_bytes())
+    raw = files[-1].read_bytes()
+    (run / files[-1].name).write_bytes(raw[: len(raw) // 2])  # cut short
+    out = tmp_path / "r.html"
+    p = run_cli("report", run, "-o", out, "-j", "1")
+    assert p.returncode == 1, p.stderr
+    assert "BROKEN" in p.stderr and files[-1].name in p.stderr
+    data = embedded(out.read_text())
+    assert [b["path"] for b in data["page"]["broken"]] == [str(run / files[-1].name)]
+    assert len(data["collectives"]["ranks"]) == 7
+
+
+def test_report_to_stdout():
+    p = run_cli("report", DDP8, "-o", "-", "-j", "1")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("<!DOCTYPE html>") and embedded(p.stdout)["collectives"]["straggler"] == 5
+
+
+def test_browser_hash_opens_on_the_own_wait(ddp8_report):
+    dom = dump_dom(ddp8_report, "#wait")
+    rendered_ok(dom)
+    assert re.search(r'<svg id="heatmap" data-metric="wait"', dom)
+    fills = {}
+    for tag in re.findall(r"<rect\b[^>]*\bdata-rank=[^>]*>", dom):
+        a = dict(re.findall(r'([\w-]+)="([^"]*)"', tag))
+        if a.get("data-step") == "2":
+            fills[int(a["data-rank"])] = a["fill"]
+    assert fills[5] == "rgb(244,244,244)"  # rank 5 waits for nobody: the lightest colour
+    assert all(f != fills[5] for r, f in fills.items() if r != 5)

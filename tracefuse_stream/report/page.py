@@ -246,7 +246,7 @@ ranks.forEach(function (r) {
   if (!has(gIndex, h)) { gIndex[h] = groups.length; groups.push({host: h, ranks: []}); }
   groups[gIndex[h]].ranks.push(r);
 });
-var metric = "held";
+var metric = location.hash === "#wait" ? "wait" : "held";  // report.html#wait: open on the own wait
 var METRIC = {held: "the others waited for this rank (held_us)", wait: "this rank's own wait (wait_us)"};
 function val(row, r) { var m = row[metric + "_us"]; return m && has(m, String(r)) ? m[String(r)] : undefined; }
 
@@ -267,8 +267,8 @@ function render() {
   }
   h.push(verdictHtml());
   h.push('<h2 id="h-heat">Ranks \u00d7 steps</h2><div class="ctl">colour: ' +
-    '<label><input type="radio" name="metric" value="held" checked> how long the others waited for the rank</label>' +
-    '<label><input type="radio" name="metric" value="wait"> the rank\'s own wait</label></div>' +
+    '<label><input type="radio" name="metric" value="held"' + (metric === "held" ? " checked" : "") + '> how long the others waited for the rank</label>' +
+    '<label><input type="radio" name="metric" value="wait"' + (metric === "wait" ? " checked" : "") + '> the rank\'s own wait</label></div>' +
     '<div id="heat-legend"></div><div id="heat"></div>');
   h.push('<h2 id="h-hosts">Per host</h2><div class="sub">the same figures summed over the ranks of each host</div>' +
     '<div id="host-legend"></div><div id="hosts"></div><div id="host-table"></div>');
@@ -283,7 +283,11 @@ function render() {
   drawUnmatched();
   drawDefs();
   Array.prototype.forEach.call(document.querySelectorAll('input[name="metric"]'), function (inp) {
-    inp.addEventListener("change", function () { metric = inp.value; drawMaps(); });
+    inp.addEventListener("change", function () {
+      metric = inp.value;
+      try { history.replaceState(null, "", metric === "wait" ? "#wait" : "#"); } catch (e) { /* file:// may refuse */ }
+      drawMaps();
+    });
   });
   tooltips();
 }
@@ -393,7 +397,7 @@ function drawHeat() {
       "rank " + m.ranks[0] + " (" + esc(ms(m.t)) + ")") + "</text>");
   });
   var W = barX + barW + 130, H = y + 6;
-  el("heat").innerHTML = '<svg id="heatmap" width="' + W + '" height="' + H + '" viewBox="0 0 ' + W + " " + H + '">' +
+  el("heat").innerHTML = '<svg id="heatmap" data-metric="' + metric + '" width="' + W + '" height="' + H + '" viewBox="0 0 ' + W + " " + H + '">' +
     "<style>.s{stroke:#000;stroke-width:1.2}</style>" + s.join("") + "</svg>";
   el("heat-legend").innerHTML = legend(max, METRIC[metric]) +
     '<div class="sub">' + (rowH >= 5 ? "outlined: the step's straggler(s); " : "") + "right: the rank's sum over the steps; hover a cell for rank, host, step and figures</div>";
@@ -449,7 +453,16 @@ function drawWhy() {
   if (!has(C, "why")) { box.innerHTML = na("this tracefuse's JSON has no collectives.why"); return; }
   var list = (C.why || []).filter(function (w) { return inRange(w.step); });
   if (!list.length) { box.innerHTML = '<div class="muted">no rank stands out: nothing to explain</div>'; return; }
-  box.innerHTML = list.map(whyCard).join("");
+  var order = [], byRank = {};
+  list.forEach(function (w) {
+    if (!has(byRank, w.rank)) { byRank[w.rank] = []; order.push(w.rank); }
+    byRank[w.rank].push(w);
+  });
+  box.innerHTML = order.map(function (r) {  // a rank's first two steps open, the others one click away
+    var cards = byRank[r].map(whyCard);
+    return cards.slice(0, 2).join("") + (cards.length > 2 ? "<details><summary>rank " + esc(r) + ": " + (cards.length - 2) +
+      " more step(s)</summary>" + cards.slice(2).join("") + "</details>" : "");
+  }).join("");
 }
 function whyCard(w) {
   var cs = (w.contributors || []).slice(), top = cs.slice(0, 12), rest = cs.slice(12);
