@@ -200,9 +200,7 @@ function has(o, k) { return o && Object.prototype.hasOwnProperty.call(o, k); }
 
 // colour: sqrt scale from light grey through orange to dark red
 var STOPS = [[0, [244, 244, 244]], [0.5, [253, 174, 97]], [1, [165, 0, 38]]];
-function colour(v, max) {
-  if (!num(v)) return "#d8d8e8";
-  var t = max > 0 ? Math.sqrt(Math.max(0, Math.min(1, v / max))) : 0;
+function mix(t) {
   for (var i = 1; i < STOPS.length; i++) {
     if (t <= STOPS[i][0]) {
       var a = STOPS[i - 1], b = STOPS[i], f = (t - a[0]) / (b[0] - a[0]);
@@ -210,6 +208,13 @@ function colour(v, max) {
     }
   }
   return "rgb(165,0,38)";
+}
+var PALETTE = [];
+for (var pi = 0; pi <= 255; pi++) PALETTE.push(mix(pi / 255));
+function colour(v, max) {
+  if (!num(v)) return "#d8d8e8";
+  var t = max > 0 ? Math.sqrt(Math.max(0, Math.min(1, v / max))) : 0;
+  return PALETTE[Math.round(t * 255)];
 }
 function legend(max, label) {
   var w = 220, s = '<div class="legend"><svg width="' + (w + 40) + '" height="30">';
@@ -581,6 +586,11 @@ function tooltips() {
   });
 }
 
+if (window.requestAnimationFrame) {  // the first frame after drawing: layout and paint included
+  requestAnimationFrame(function () {
+    setTimeout(function () { document.body.setAttribute("data-painted-ms", performance.now().toFixed(1)); }, 0);
+  });
+}
 try {
   render();
 } catch (e) {
