@@ -421,3 +421,20 @@ def test_browser_hash_opens_on_the_own_wait(ddp8_report):
             fills[int(a["data-rank"])] = a["fill"]
     assert fills[5] == "rgb(244,244,244)"  # rank 5 waits for nobody: the lightest colour
     assert all(f != fills[5] for r, f in fills.items() if r != 5)
+
+
+def test_report_cycle_is_info_collectives_by_cycle(tmp_path):
+    cycles = REPO / "tests" / "data" / "recorded" / "ddp2_cycles"
+    p = run_cli("info", "--collectives", "--json", cycles, "-j", "1")
+    assert p.returncode == 0, p.stderr
+    info = json.loads(p.stdout)
+    for flag, want in (([], info["collectives"]), (["--cycle", "1"], info["collectives_by_cycle"]["1"])):
+        out = tmp_path / f"c{len(flag)}.html"
+        p = run_cli("report", cycles, *flag, "-o", out, "-j", "1", "-q")
+        assert p.returncode == 0, p.stderr
+        data = embedded(out.read_text())
+        assert data["collectives"] == want
+        assert data["page"]["cycles"] == [1, 2] and data["page"]["cycle"] == (int(flag[1]) if flag else 2)
+        assert "--cycle" in data["page"]["merge_command"]
+    p = run_cli("report", cycles, "--cycle", "3", "-o", tmp_path / "x.html")
+    assert p.returncode == 2 and "cycle(s) 1, 2" in p.stderr

@@ -405,7 +405,7 @@ function drawHeat() {
   el("heat").innerHTML = '<svg id="heatmap" data-metric="' + metric + '" width="' + W + '" height="' + H + '" viewBox="0 0 ' + W + " " + H + '">' +
     "<style>.s{stroke:#000;stroke-width:1.2}</style>" + s.join("") + "</svg>";
   el("heat-legend").innerHTML = legend(max, METRIC[metric]) +
-    '<div class="sub">' + (rowH >= 5 ? "outlined: the step's straggler(s); " : "") + "right: the rank's sum over the steps; hover a cell for rank, host, step and figures</div>";
+    '<div class="sub">' + (rowH >= 5 ? "outlined: the step's straggler(s); " : "") + "grey-blue: the rank has no collective in that step; right: the rank's sum over the steps; hover a cell for rank, host, step and figures</div>";
 }
 
 function drawHosts() {
