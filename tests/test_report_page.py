@@ -438,3 +438,15 @@ def test_report_cycle_is_info_collectives_by_cycle(tmp_path):
         assert "--cycle" in data["page"]["merge_command"]
     p = run_cli("report", cycles, "--cycle", "3", "-o", tmp_path / "x.html")
     assert p.returncode == 2 and "cycle(s) 1, 2" in p.stderr
+
+
+def test_browser_hover_text_names_rank_host_step_and_figures(ddp8_report):
+    dom = dump_dom(ddp8_report, "#probe=5:3")
+    rendered_ok(dom)
+    m = re.search(r'<pre id="probe">(.*?)</pre>', dom, re.S)
+    assert m, "no probe output"
+    text = html.unescape(m.group(1))
+    row = next(s for s in embedded(ddp8_report.read_text())["collectives"]["by_step"] if s["step"] == 3)
+    assert text.startswith("rank 5 \u00b7 host vm\nstep #3\n")
+    assert f"the others waited for it: {row['held_us']['5'] / 1000:.1f} ms" in text
+    assert "straggler of this step" in text and "last to arrive in this step" in text

@@ -295,6 +295,8 @@ function render() {
     });
   });
   tooltips();
+  var probe = /^#probe=(\d+):(\w+)$/.exec(location.hash);
+  if (probe) el("app").insertAdjacentHTML("beforeend", '<pre id="probe">' + esc(cellText(probe[1], probe[2])) + "</pre>");
 }
 
 function verdictHtml() {
@@ -549,6 +551,18 @@ function drawDefs() {
   el("defs").innerHTML = h.join("");
 }
 
+/** The hover text of the heatmap cell of rank ``r`` in step ``sk`` (a data-step value). */
+function cellText(r, sk) {
+  var row = stepByKey[sk] || {}, rk = String(r);
+  var lines = ["rank " + r + " \u00b7 host " + host(+r), "step " + stepLabel(row.step),
+    "the others waited for it: " + ms((row.held_us || {})[rk]), "its own wait: " + ms((row.wait_us || {})[rk])];
+  if (row.threshold_us && has(row.threshold_us, rk)) lines.push("threshold: " + ms(row.threshold_us[rk]));
+  if (row.last_rank === +r) lines.push("last to arrive in this step");
+  if ((row.stragglers || []).indexOf(+r) >= 0) lines.push("straggler of this step");
+  return lines.join("\n");
+}
+window.tracefuseCellText = cellText;  // for a user's script (and the page's tests: report.html#probe=RANK:STEP)
+
 function tooltips() {
   var tip = el("tip");
   function show(e, text) {
@@ -565,13 +579,7 @@ function tooltips() {
     if (!t || !t.getAttribute) { tip.style.display = "none"; return; }
     var r = t.getAttribute("data-rank"), sk = t.getAttribute("data-step"), hh = t.getAttribute("data-host"), tr = t.getAttribute("data-total-rank");
     if (r !== null && sk !== null && t.tagName.toLowerCase() === "rect") {
-      var row = stepByKey[sk] || {}, rk = String(r);
-      var lines = ["rank " + r + " \u00b7 host " + host(+r), "step " + stepLabel(row.step),
-        "the others waited for it: " + ms((row.held_us || {})[rk]), "its own wait: " + ms((row.wait_us || {})[rk])];
-      if (row.threshold_us && has(row.threshold_us, rk)) lines.push("threshold: " + ms(row.threshold_us[rk]));
-      if (row.last_rank === +r) lines.push("last to arrive in this step");
-      if ((row.stragglers || []).indexOf(+r) >= 0) lines.push("straggler of this step");
-      show(e, lines.join("\n"));
+      show(e, cellText(r, sk));
     } else if (hh !== null && sk !== null) {
       var g = groups[gIndex[hh]], row2 = stepByKey[sk] || {}, held = 0, wait = 0;
       (g ? g.ranks : []).forEach(function (q) { held += (row2.held_us || {})[q] || 0; wait += (row2.wait_us || {})[q] || 0; });
