@@ -192,6 +192,10 @@ function ranges(list) {
   }
   return out.join(",");
 }
+function rangesShort(list, max) {  // "24-31", or "8 ranks" when the list does not fit
+  var t = ranges(list);
+  return t.length <= (max || 14) ? t : list.length + " ranks";
+}
 function na(what) { return '<span class="na">not available</span>' + (what ? ' <span class="muted">(' + esc(what) + ")</span>" : ""); }
 function stepLabel(s) { return s === null || s === undefined ? "outside steps" : "#" + s; }
 function stepKey(s) { return s === null || s === undefined ? "outside" : String(s); }
@@ -377,7 +381,7 @@ function drawHeat() {
     if ((gi % k === 0 || forced) && (forced || y - lastLab >= 11)) {
       var ty = Math.max(y + Math.min(gh, 11) - 2, lastLab + 11);
       s.push('<text x="' + (x0 - (rowH >= 12 ? 44 : 6)) + '" y="' + ty + '" text-anchor="end"' + (hasStr ? ' fill="#a50026" font-weight="600"' : "") + ">" +
-        esc(g.host) + (rowH >= 12 ? "" : " (" + ranges(g.ranks) + ")") + "</text>");
+        esc(g.host) + (rowH >= 12 ? "" : " (" + rangesShort(g.ranks) + ")") + "</text>");
       lastLab = ty;
     }
     if (groups.length > 1) s.push('<rect x="' + (x0 - 4) + '" y="' + y + '" width="2" height="' + Math.max(gh, 1) + '" fill="' + (gi % 2 ? "#999" : "#555") + '"/>');
@@ -400,7 +404,7 @@ function drawHeat() {
     y += gap;
   });
   marks.forEach(function (m) {
-    s.push('<text x="' + (barX + barW + 6) + '" y="' + (m.y + 9) + '" fill="#a50026" font-weight="600">\u25c0 ' + (m.ranks.length > 1 ? "ranks " + ranges(m.ranks) :
+    s.push('<text x="' + (barX + barW + 6) + '" y="' + (m.y + 9) + '" fill="#a50026" font-weight="600">\u25c0 ' + (m.ranks.length > 1 ? (ranges(m.ranks).length <= 16 ? "ranks " + ranges(m.ranks) : m.ranks.length + " stragglers") :
       "rank " + m.ranks[0] + " (" + esc(ms(m.t)) + ")") + "</text>");
   });
   var W = barX + barW + 130, H = y + 6;
@@ -433,7 +437,7 @@ function drawHosts() {
   });
   sums.forEach(function (x, i) {
     var y = top + i * rowH, hasStr = x.g.ranks.some(function (r) { return strSet[r]; });
-    if (i % k === 0 || hasStr) s.push('<text x="' + (x0 - 6) + '" y="' + (y + Math.min(rowH, 11) - 2) + '" text-anchor="end"' + (hasStr ? ' fill="#a50026" font-weight="600"' : "") + ">" + esc(x.g.host) + " (" + ranges(x.g.ranks) + ")</text>");
+    if (i % k === 0 || hasStr) s.push('<text x="' + (x0 - 6) + '" y="' + (y + Math.min(rowH, 11) - 2) + '" text-anchor="end"' + (hasStr ? ' fill="#a50026" font-weight="600"' : "") + ">" + esc(x.g.host) + " (" + rangesShort(x.g.ranks) + ")</text>");
     x.per.forEach(function (v, j) {
       s.push('<rect x="' + (x0 + j * cellW) + '" y="' + y + '" width="' + (cellW - (cellW > 12 ? 1 : 0)) + '" height="' + Math.max(rowH - (rowH >= 5 ? 1 : 0), 1) + '" fill="' + colour(v, max) +
         '" data-host="' + esc(x.g.host) + '" data-step="' + stepKey(steps[j].step) + '"/>');
