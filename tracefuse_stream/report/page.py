@@ -139,7 +139,8 @@ h3{font-size:14px;margin:16px 0 4px}
 pre{background:#f4f4f4;padding:8px 10px;overflow-x:auto;font-size:12.5px;margin:4px 0;white-space:pre-wrap;word-break:break-all}
 table{border-collapse:collapse;font-size:12.5px;margin:6px 0}th,td{padding:2px 8px;border-bottom:1px solid #eee;text-align:right}
 th{background:#fafafa;font-weight:600}td.l,th.l{text-align:left}
-svg{display:block;font-size:10px}svg text{fill:#333}
+svg{display:block;font-size:10px}#heatmap,#hostmap{shape-rendering:crispEdges}
+.lazy{content-visibility:auto;contain-intrinsic-size:auto 900px}svg text{fill:#333}
 .ctl{margin:6px 0;font-size:13px}.ctl label{margin-right:14px;cursor:pointer}
 #tip{position:fixed;pointer-events:none;background:rgba(25,25,30,.92);color:#fff;font-size:12px;padding:5px 8px;
 border-radius:4px;display:none;white-space:pre;z-index:9;max-width:520px}
@@ -255,6 +256,12 @@ ranks.forEach(function (r) {
   if (!has(gIndex, h)) { gIndex[h] = groups.length; groups.push({host: h, ranks: []}); }
   groups[gIndex[h]].ranks.push(r);
 });
+var rowTops = [];  // [y, rank] of the heatmap's rows, top to bottom (for the totals' hover)
+function rankAtY(yy) {
+  var lo = 0, hi = rowTops.length - 1, best = null;
+  while (lo <= hi) { var mid = (lo + hi) >> 1; if (rowTops[mid][0] <= yy) { best = rowTops[mid][1]; lo = mid + 1; } else hi = mid - 1; }
+  return best;
+}
 var metric = location.hash === "#wait" ? "wait" : "held";  // report.html#wait: open on the own wait
 var METRIC = {held: "the others waited for this rank (held_us)", wait: "this rank's own wait (wait_us)"};
 function val(row, r) { var m = row[metric + "_us"]; return m && has(m, String(r)) ? m[String(r)] : undefined; }
@@ -281,10 +288,10 @@ function render() {
     '<div id="heat-legend"></div><div id="heat"></div>');
   h.push('<h2 id="h-hosts">Per host</h2><div class="sub">the same figures summed over the ranks of each host</div>' +
     '<div id="host-legend"></div><div id="hosts"></div><div id="host-table"></div>');
-  h.push('<h2 id="h-why">Why the straggler is late</h2><div id="why"></div>');
-  h.push('<h2 id="h-coll">Per collective</h2><div id="per-collective"></div>');
-  h.push('<h2 id="h-unmatched">Unmatched instances</h2><div id="unmatched"></div>');
-  h.push('<h2 id="h-defs">Definitions and notes</h2><div id="defs"></div>');
+  h.push('<h2 id="h-why">Why the straggler is late</h2><div class="lazy" id="why"></div>');
+  h.push('<h2 id="h-coll">Per collective</h2><div class="lazy" id="per-collective"></div>');
+  h.push('<h2 id="h-unmatched">Unmatched instances</h2><div class="lazy" id="unmatched"></div>');
+  h.push('<h2 id="h-defs">Definitions and notes</h2><div class="lazy" id="defs"></div>');
   app.innerHTML = h.join("");
   drawMaps();
   drawWhy();
@@ -362,7 +369,8 @@ function drawHeat() {
   var max = 0, totals = {}, tmax = 0;
   steps.forEach(function (row) { ranks.forEach(function (r) { var v = val(row, r); if (num(v)) { max = Math.max(max, v); totals[r] = (totals[r] || 0) + v; } }); });
   ranks.forEach(function (r) { tmax = Math.max(tmax, totals[r] || 0); });
-  var s = [], y = top, lastLab = -100, marks = [];
+  var s = [], y = top, lastLab = -100, marks = [], bars = [], barsS = [];  // the totals: two paths, not 2 x n rects
+  rowTops = [];
   var k = 1;
   var gh0 = groups.length ? groups[0].ranks.length * rowH + gap : 10;
   if (gh0 < 11) k = Math.ceil(11 / gh0);
@@ -389,12 +397,13 @@ function drawHeat() {
       if (rowH >= 12) s.push('<text x="' + (x0 - 8) + '" y="' + (y + rowH - 3) + '" text-anchor="end"' + (strSet[r] ? ' fill="#a50026" font-weight="600"' : "") + ">" + r + "</text>");
       steps.forEach(function (row, j) {
         var v = val(row, r), st = (row.stragglers || []).indexOf(r) >= 0;
-        s.push('<rect class="c' + (st && rowH >= 5 ? " s" : "") + '" x="' + (x0 + j * cellW) + '" y="' + y + '" width="' + (cellW - (cellW > 12 ? 1 : 0)) +
+        s.push('<rect ' + (st && rowH >= 5 ? 'class="s" ' : "") + 'x="' + (x0 + j * cellW) + '" y="' + y + '" width="' + (cellW - (cellW > 12 ? 1 : 0)) +
           '" height="' + rowH + '" fill="' + colour(v, max) + '" data-rank="' + r + '" data-step="' + stepKey(row.step) + '"' + (st ? ' data-straggler="1"' : "") + "/>");
       });
       var t = totals[r] || 0;
-      s.push('<rect x="' + barX + '" y="' + y + '" width="' + (tmax > 0 ? Math.max(0, t / tmax * barW) : 0).toFixed(1) + '" height="' + Math.max(rowH - (rowH >= 5 ? 1 : 0), 1) +
-        '" fill="' + (strSet[r] ? "#a50026" : "#8d99ae") + '" data-total-rank="' + r + '"/>');
+      var bw = tmax > 0 ? Math.max(0, t / tmax * barW) : 0, bh = Math.max(rowH - (rowH >= 5 ? 1 : 0), 1);
+      if (bw > 0) (strSet[r] ? barsS : bars).push("M" + barX + " " + y + "h" + bw.toFixed(1) + "v" + bh + "h-" + bw.toFixed(1) + "z");
+      rowTops.push([y, r]);
       if (strSet[r]) {
         var lb = marks.length ? marks[marks.length - 1] : null;
         if (lb && y - lb.last < 11) { lb.ranks.push(r); lb.last = y; } else { marks.push({y: y, last: y, ranks: [r], t: t}); }
@@ -403,6 +412,8 @@ function drawHeat() {
     });
     y += gap;
   });
+  s.push('<path id="totals" d="' + bars.join("") + '" fill="#8d99ae"/><path id="totals-s" d="' + barsS.join("") + '" fill="#a50026"/>');
+  s.push('<rect id="totals-hit" x="' + barX + '" y="' + top + '" width="' + barW + '" height="' + (y - top) + '" fill="transparent"/>');
   marks.forEach(function (m) {
     s.push('<text x="' + (barX + barW + 6) + '" y="' + (m.y + 9) + '" fill="#a50026" font-weight="600">\u25c0 ' + (m.ranks.length > 1 ? (ranges(m.ranks).length <= 16 ? "ranks " + ranges(m.ranks) : m.ranks.length + " stragglers") :
       "rank " + m.ranks[0] + " (" + esc(ms(m.t)) + ")") + "</text>");
@@ -581,7 +592,11 @@ function tooltips() {
   document.addEventListener("mousemove", function (e) {
     var t = e.target;
     if (!t || !t.getAttribute) { tip.style.display = "none"; return; }
-    var r = t.getAttribute("data-rank"), sk = t.getAttribute("data-step"), hh = t.getAttribute("data-host"), tr = t.getAttribute("data-total-rank");
+    var r = t.getAttribute("data-rank"), sk = t.getAttribute("data-step"), hh = t.getAttribute("data-host"), tr = null;
+    if (t.id === "totals-hit") {
+      var box = t.ownerSVGElement.getBoundingClientRect(), rr = rankAtY(e.clientY - box.top);
+      tr = rr === null ? null : String(rr);
+    }
     if (r !== null && sk !== null && t.tagName.toLowerCase() === "rect") {
       show(e, cellText(r, sk));
     } else if (hh !== null && sk !== null) {
