@@ -1,4 +1,4 @@
-"""Command line: ``python -m tracefuse_stream {merge,info,verify} ...`` (also ``tracefuse``).
+"""Command line: ``python -m tracefuse_stream {merge,info,verify,report,open} ...`` (also ``tracefuse``).
 
 Every error is one line on stderr naming the file, and an exit code from
 ``errors`` (0 ok, 1 input error, 2 usage, 3 output error, 4 merged with salvage,
@@ -13,6 +13,7 @@ import sys
 from typing import List, Optional, Sequence
 
 from tracefuse_stream._version import __version__
+from tracefuse_stream.cli.report_cmd import add_report_arguments
 from tracefuse_stream.cli.verify_cmd import add_verify_arguments
 from tracefuse_stream.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, TraceFuseError, cli_wording
 from tracefuse_stream.serve.command import add_open_arguments
@@ -195,6 +196,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_verify_arguments(v)
 
+    r = sub.add_parser("report", help="one self-contained HTML page: ranks x steps heatmap, straggler, why")
+    _add_input_args(r, verb="report on")
+    add_report_arguments(r)
+
     add_open_arguments(
         sub.add_parser("open", help="serve a trace once on 127.0.0.1 and print its Perfetto link")
     )
@@ -250,6 +255,10 @@ def _run(a: argparse.Namespace) -> int:
         from tracefuse_stream.cli.verify_cmd import cmd_verify  # lazy: per command (docstring)
 
         return cmd_verify(a)
+    if a.command == "report":
+        from tracefuse_stream.cli.report_cmd import cmd_report  # lazy: per command (docstring)
+
+        return cmd_report(a)
     from tracefuse_stream.serve.command import cmd_open  # lazy: per command (docstring)
 
     return cmd_open(a)

@@ -1,0 +1,87 @@
+"""The ``report`` subcommand: one self-contained HTML page of the straggler report.
+
+The page (report/page.py) is a view of the ``info --collectives --json`` object, made
+by the same single pass over the inputs (report/page_data.py). It is written
+atomically (write/atomic.py: a temporary file renamed into place) and, as ``merge``,
+never over an existing file without ``--force``, never over an input.
+
+Its own module, imported by cli/app.py when ``report`` runs: only the argument
+definitions below are needed for ``--help``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+DEFAULT_OUTPUT = "report.html"
+
+
+def add_report_arguments(p: argparse.ArgumentParser) -> None:
+    """``report``'s options besides the inputs, ``--rank-from`` and ``--ranks``."""
+    p.add_argument(
+        "-o",
+        "--output",
+        default=DEFAULT_OUTPUT,
+        help="the HTML file to write; '-' for stdout (default: %(default)s)",
+    )
+    p.add_argument("--force", action="store_true", help="overwrite an existing output (never an input)")
+    p.add_argument(
+        "--cycle",
+        metavar="N|latest",
+        help="profiling cycle to show when a directory holds several (default: the latest, as info --json)",
+    )
+    p.add_argument(
+        "--steps", metavar="A:B", help="report on ProfilerStep#A..#B only (N alone: that one step)"
+    )
+    p.add_argument(
+        "-j", "--jobs", type=int, default=0, help="worker processes (default: usable cores; 1 = no workers)"
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="no summary line")
+
+
+def cmd_report(a: argparse.Namespace) -> int:
+    from tracefuse_stream.errors import EXIT_INPUT, EXIT_OK
+    from tracefuse_stream.rankset import parse_rank_spec, parse_steps
+    from tracefuse_stream.report.page import render_page
+    from tracefuse_stream.report.page_data import command_line, report_data
+    from tracefuse_stream.write.atomic import AtomicOutput, check_output_path
+
+    steps = parse_steps(a.steps) if a.steps else None
+    if a.output != "-":  # fail before the pass, not after it
+        check_output_path(Path(a.output), force=a.force, inputs=[])
+    data = report_data(
+        a.inputs,
+        rank_from=a.rank_from,
+        ranks=parse_rank_spec(a.ranks) if a.ranks is not None else None,
+        cycle=a.cycle,
+        steps=steps,
+        jobs=a.jobs,
+        command=command_line(a.inputs, a.output, ranks=a.ranks, cycle=a.cycle, steps=a.steps),
+    )
+    html = render_page(data.document).encode("utf-8")
+    out = AtomicOutput(a.output, force=a.force, inputs=data.input_paths)
+    try:
+        assert out.file is not None
+        out.file.write(html)
+        out.commit()
+    except BaseException:
+        out.abort()
+        raise
+    if not a.quiet and a.output != "-":
+        c = data.document["collectives"]
+        verdict = (c.get("verdict") or {}).get("text") or (
+            f"straggler: rank {c['straggler']}" if c.get("straggler") is not None else "straggler: none"
+        )
+        print(
+            f"{a.output}: {len(c.get('ranks') or [])} ranks x {len(c.get('by_step') or [])} steps, "
+            f"{verdict} ({len(html) / 1e6:.2f} MB)",
+            file=sys.stderr,
+        )
+    for path, why in data.broken:
+        print(f"BROKEN {path}: {why}", file=sys.stderr)
+    return EXIT_INPUT if data.broken else EXIT_OK
+
+
+__all__ = ["DEFAULT_OUTPUT", "add_report_arguments", "cmd_report"]
