@@ -316,7 +316,9 @@ def test_browser_ddp8_page_renders_with_one_cell_per_rank_and_step(ddp8_report):
     verdict = re.search(r'<div id="verdict"[^>]*>(.*?)</div>', dom, re.S)
     assert verdict and re.search(r"\brank 5\b", verdict.group(1)), verdict and verdict.group(1)
     assert "tracefuse merge " in dom  # the worst step's merge command
-    assert "not available" in dom  # this JSON has no why / per_collective yet
+    # the why of rank 5: its top contributor (the sleep, outside every annotation) is drawn
+    assert c["why"] and c["why"][0]["rank"] == 5
+    assert "outside every annotation" in dom
 
 
 def test_browser_1024_ranks_renders_fast_grouped_by_host(tmp_path):

@@ -4,9 +4,10 @@ way ``info`` makes it, plus the few facts only the page needs.
 No second source of truth: the inputs are planned and read by ``info``'s own
 :func:`~tracefuse_stream.report.info.collect_info` (one streaming pass per file,
 report/onepass.py: memory bounded as ``info --collectives``), the instances matched by
-:func:`~tracefuse_stream.report.collectives.table_from_scans` and the JSON written by
-:func:`~tracefuse_stream.report.collectives.collectives_json`, exactly as
-``info --collectives --json`` does. This module only chooses which profiling cycle
+:func:`~tracefuse_stream.report.collectives.table_from_scans`, judged and explained by
+:func:`~tracefuse_stream.report.collectives.analyse` (the why's pass over each file,
+report/why.py) and written by :func:`~tracefuse_stream.report.collectives.to_json`,
+exactly as ``info --collectives --json`` does. This module only chooses which profiling cycle
 (``--cycle``) and which steps (``--steps``) to look at, and adds the ``page`` object:
 the inputs, the command line, the host of each rank (from the plans' headers) and the
 ``merge`` command for the worst step (report/collectives.py ``merge_command``).
@@ -24,9 +25,8 @@ from tracefuse_stream.errors import UsageError
 from tracefuse_stream.plan.cycles import parse_cycle
 from tracefuse_stream.plan.planner import InputSpec
 from tracefuse_stream.plan.rankplan import RankPlan
-from tracefuse_stream.report.collectives import collectives_json, merge_command, table_from_scans
+from tracefuse_stream.report.collectives import analyse, merge_command, table_from_scans, to_json
 from tracefuse_stream.report.info import collect_info
-from tracefuse_stream.report.stragglers import judge
 
 
 @dataclass
@@ -113,12 +113,11 @@ def report_data(
     table = table_from_scans(ps, [sc for _, sc in pairs])
     if steps is not None:
         table = only_steps(table, *steps)
-    collectives, _ = collectives_json({chosen: table})
+    analysis = analyse(table, ps, jobs)  # the judgement and the why, as info --collectives
+    collectives = to_json(analysis)["collectives"]
     several = len(by_cycle) > 1
     listed = [str(x) for x in inputs] if not isinstance(inputs, dict) else [str(v) for v in inputs.values()]
-    merge = collectives.get("merge_command") or merge_command(
-        judge(table), listed, chosen if several else None
-    )
+    merge = merge_command(analysis.verdict, listed, chosen if several else None)
     page: Dict[str, Any] = {
         "tool": f"tracefuse-stream {__version__}",
         "command": command,
