@@ -246,9 +246,9 @@ def verdict_sentence(table: CollectiveTable, v: Verdict, stats: Sequence[RankSta
         worst = max(stats, key=lambda s: (s.held_ns, -s.rank))
         return (f"{one}no rank stands out (most waited for: rank {worst.rank}, "
                 f"{_ms(worst.held_ns)} ms in total, below the threshold)")  # fmt: skip
-    parts = [f"rank {s.rank} in {_where(v, s.steps)}" for s in v.stragglers]
+    parts = [f"rank {s.rank} held the others back in {_where(v, s.steps)}" for s in v.stragglers]
     s0 = v.stragglers[0]
-    return (f"{one}{' and '.join(parts)} held the others back ({s0.evidence} evidence: the others waited "
+    return (f"{one}{'; '.join(parts)} ({s0.evidence} evidence: the others waited "
             f"{_ms(s0.held_ns)} ms for rank {s0.rank}, p_chance {s0.p_chance:.2g}, "
             f"{s0.noise_margin:.1f} x the noise bound)")  # fmt: skip
 
