@@ -285,3 +285,116 @@ def test_why_track_in_the_merge_leaves_every_rank_as_it_was(
         assert 0.19e6 <= float(e["dur"]) <= 0.21e6
     capsys.readouterr()
     assert main(["verify", str(out), "--against", d]) == 0
+
+
+# --------------------------------------------------------------- why on real GPU traces
+@pytest.fixture
+def gpu_cases() -> Any:
+    from conftest import require_shared
+
+    require_shared("real", "a100_nccl_rank0.json.gz")
+    import gpu_cases as cases
+
+    return cases
+
+
+def test_gpu_longer_compute_kernels_are_named_with_their_factor(gpu_cases: Any, tmp_path: Path) -> None:
+    """Item 8, GPU: rank 1's compute kernels before its all-reduce take 30 ms longer in
+    each step (every one by the same factor): rank 1 is named in every step, late by
+    30 ms, the why lists kernels first ('same count, N x as long'), not idle time."""
+    truth = gpu_cases.build_longer_kernels(tmp_path / "run")
+    report = tracefuse_stream.stragglers(str(tmp_path / "run"))
+    assert report["straggler"] == truth["rank"] == 1
+    assert [w["step"] for w in report["why"]] == [
+        int(str(i["step"]).split("#")[-1]) for i in truth["instances"]
+    ]
+    for w in report["why"]:
+        assert w["lateness_us"] == pytest.approx(truth["added_us"], abs=1.0)
+        assert w["view"] == "gpu"
+        gpu = [c for c in w["contributors"] if c["kind"] in ("kernel", "gpu_idle")]
+        assert gpu and all(c["kind"] == "kernel" for c in gpu[:3])
+        assert all(c["note"].startswith("same count") for c in gpu if c["kind"] == "kernel")
+        # the GPU view partitions the stretch: its parts add up to the lateness
+        assert sum(c["extra_us"] for c in gpu) <= truth["added_us"] + 1.0
+    assert report["per_collective"][0]["name"] == "AllReduce" and report["per_collective"][0]["bytes"] > 0
+
+
+def test_gpu_late_launches_are_gpu_idle_and_the_cpu_stall(gpu_cases: Any, tmp_path: Path) -> None:
+    """Item 8, GPU: the host stalls 30 ms before launching; the GPU idles that long, and
+    the CPU side names where the stall was."""
+    truth = gpu_cases.build_late_launches(tmp_path / "run")
+    report = tracefuse_stream.stragglers(str(tmp_path / "run"))
+    assert report["straggler"] == truth["rank"]
+    for w in report["why"]:
+        top = w["contributors"][0]
+        assert (top["kind"], top["name"]) == ("gpu_idle", "idle")
+        assert top["extra_us"] == pytest.approx(truth["added_us"], abs=1.0)
+        cpu = [c for c in w["contributors"] if c["kind"] in ("op", "outside_ops")]
+        assert cpu and cpu[0]["extra_us"] == pytest.approx(truth["added_us"], rel=0.02)
+
+
+# --------------------------------------------------------------- the recordings made for the why
+CASES = {  # set -> (straggler, steps, top contributor (kind, name), its size in ms, tolerance)
+    "ddp4_case_a": (1, [2, 3, 4], ("outside_ops", "outside every annotation"), 120, 0.05),
+    "ddp4_case_c": (3, [2, 3, 4], ("op", "aten::linalg_qr"), None, 0.0),
+    "ddp4_case_d": (1, [3], ("outside_ops", "train_step"), 150, 0.05),
+    "ddp6_case_h": (4, [3], ("outside_ops", "outside every annotation"), 200, 0.05),
+    "ddp8_case_g": (6, [2, 3, 4], ("outside_ops", "outside every annotation"), 150, 0.05),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_why_finds_the_recorded_cause(name: str, capsys: pytest.CaptureFixture) -> None:
+    """tests/data/recorded/README.md says what each rank did; no label names it."""
+    rank, steps, top, ms, tol = CASES[name]
+    coll = _info(capsys, str(RECORDED / name))
+    assert [(s["rank"], s["steps"]) for s in coll["stragglers"]] == [(rank, steps)]
+    for w in coll["why"]:
+        c = w["contributors"][0]
+        assert (w["rank"], (c["kind"], c["name"])) == (rank, top), w
+        if ms is not None:
+            assert c["extra_us"] == pytest.approx(ms * 1000, rel=tol)
+        if top[0] == "op":
+            assert c["note"] == "only on this rank" and c["count"] == 100 and c["others_count"] == 0
+
+
+def test_why_of_an_imbalanced_batch_is_longer_ops_not_extra_ones(capsys: pytest.CaptureFixture) -> None:
+    """ddp4_case_b: rank 2's batch is 8x larger: the same ops, each longer."""
+    coll = _info(capsys, str(RECORDED / "ddp4_case_b"))
+    assert coll["straggler"] == 2
+    for w in coll["why"]:
+        top = w["contributors"][:3]
+        assert all(c["kind"] == "op" and c["note"].startswith("same count") for c in top)
+        assert any(c["name"] in ("aten::mm", "aten::addmm") for c in top)
+
+
+def test_two_stragglers_recorded_pinned(capsys: pytest.CaptureFixture) -> None:
+    coll = _info(capsys, str(RECORDED / "ddp4_case_e"))
+    assert [s["rank"] for s in coll["stragglers"]] == [1, 3]
+    for b in coll["by_step"]:
+        assert b["held_us"]["1"] == pytest.approx(150_000, rel=0.04)
+        assert b["held_us"]["3"] == pytest.approx(60_000, rel=0.06)
+
+
+@pytest.mark.parametrize("name", ["ddp2_case_f", "ddp2_case_f_again", "ddp4_case_f", "ddp4_case_f_again"])
+def test_balanced_pinned_controls_name_nobody(name: str, capsys: pytest.CaptureFixture) -> None:
+    coll = _info(capsys, str(RECORDED / name))
+    assert coll["stragglers"] == [] and coll["why"] == [] and coll["verdict"]["evidence"] == "none"
+    assert coll["breakdown"]  # every rank's breakdown is there all the same
+
+
+@pytest.mark.parametrize(
+    ("name", "subset", "rank", "steps"),
+    [
+        ("ddp6_case_h", "0,4", 4, [3]),
+        ("ddp6_case_h", "4,5", 4, [3]),
+        ("ddp8_case_g", "0,6", 6, [2, 3, 4]),
+        ("ddp4_case_b", "0,2", 2, [2, 3, 4]),
+        ("ddp4_case_e", "0,3", 3, [2, 3, 4]),
+    ],
+)
+def test_recorded_verdicts_hold_on_two_rank_views(
+    name: str, subset: str, rank: int, steps: List[int], capsys: pytest.CaptureFixture
+) -> None:
+    part = _info(capsys, str(RECORDED / name), "--ranks", subset)
+    assert [(s["rank"], s["steps"]) for s in part["stragglers"]] == [(rank, steps)]

@@ -13,9 +13,10 @@ up to the stretch exactly:
   (``record_function`` / ``user_annotation``) holding it, or "outside every annotation"
   (the ``ProfilerStep`` itself is the profiler's, not the user's).
 
-For a GPU collective, the stream it ran on is partitioned the same way: ``kernel``
-(kernels, memcpy, memset by name) and ``gpu_idle`` (the stream waiting for the CPU to
-launch work). Each part also keeps its largest single stretch (where to show it).
+For a GPU collective, the GPU it ran on (all its streams) is partitioned the same way:
+``kernel`` (kernels, memcpy, memset by name; where streams overlap, the most recently
+started kernel holds the instant) and ``gpu_idle`` (no kernel on any stream: the GPU
+waiting for the CPU to launch work). Each part also keeps its largest single stretch (where to show it).
 
 Memory: only the events that overlap an asked stretch are held, compactly (a tuple
 each), for one file at a time; what is returned is one aggregate per (stretch, kind,
@@ -95,7 +96,8 @@ class TimelineCollector:
         self.cpu: Dict[
             Tuple[Any, Any], List[Tuple[int, int, str, bool]]
         ] = {}  # thread -> (a, b, name, is_op)
-        self.gpu: Dict[Any, List[Tuple[int, int, str]]] = {}  # stream tid -> (a, b, name)
+        self.gpu: Dict[Any, List[Tuple[int, int, str]]] = {}  # device pid -> (a, b, name), every stream
+        self.gpu_at: Dict[Tuple[Any, int], Any] = {}  # (stream tid, start ns) -> device pid
         self.step_thread: Dict[int, Tuple[Any, Any]] = {}  # step -> (pid, tid) holding ProfilerStep#N
 
     def feed(self, ev: Any) -> None:
@@ -119,8 +121,10 @@ class TimelineCollector:
         if not isinstance(pid, (int, str)) or not isinstance(tid, (int, str)) or isinstance(pid, bool):
             return
         if cat in GPU_CATS:
-            if tid in self.gpu_tids:
-                self.gpu.setdefault(tid, []).append((a, b, name))
+            if self.gpu_tids:
+                self.gpu.setdefault(pid, []).append((a, b, name))
+                if tid in self.gpu_tids:
+                    self.gpu_at[(tid, a)] = pid
             return
         self.cpu.setdefault((pid, tid), []).append((a, b, name, cat == "cpu_op"))
         if name.startswith(STEP_PREFIX) and name[len(STEP_PREFIX) :].isdigit():
@@ -144,8 +148,13 @@ class TimelineCollector:
                 bd.main_thread = f"thread {thread[1]}"
                 _cpu_parts(_window(index.get(thread), s.lo_ns, s.hi_ns), s.lo_ns, s.hi_ns, bd)
             if s.gpu_tid is not None:
-                bd.stream = f"stream {s.gpu_tid}"
-                _gpu_parts(self.gpu.get(s.gpu_tid, []), s.lo_ns, s.hi_ns, bd)
+                dev = self.gpu_at.get((s.gpu_tid, s.hi_ns))  # the device the collective ran on
+                if dev is None:
+                    dev = next(
+                        (d for (t, _a), d in sorted(self.gpu_at.items(), key=str) if t == s.gpu_tid), None
+                    )
+                bd.stream = f"GPU {dev}"
+                _gpu_parts(self.gpu.get(dev, []), s.lo_ns, s.hi_ns, bd)
             out[s.key] = bd
         return out
 
@@ -228,24 +237,31 @@ def _cpu_parts(events: Sequence[Tuple[int, int, str, bool]], lo: int, hi: int, b
 
 
 def _gpu_parts(kernels: Sequence[Tuple[int, int, str]], lo: int, hi: int, bd: Breakdown) -> None:
-    """Partition [lo, hi] of one stream into kernels by name and idle gaps."""
-    t = lo
+    """Partition [lo, hi] of one GPU (all its streams) into kernels by name -- where
+    streams overlap, the most recently started kernel holds the instant -- and idle
+    time (no kernel on any stream: the GPU waits for the CPU to launch work)."""
     idle: Key = ("gpu_idle", "idle")
-    for a0, b0, name in kernels:
-        if b0 <= lo or a0 >= hi:
-            continue
-        a, b = max(a0, lo, t), min(b0, hi)
-        if a > t:
-            _part(bd, idle).add(t, a)
-            _part(bd, idle).count += 1
-        if b > a:
-            p = _part(bd, ("kernel", name))
-            p.add(a, b)
-            p.count += 1
-        t = max(t, b)
-    if hi > t:
-        _part(bd, idle).add(t, hi)
-        _part(bd, idle).count += 1
+    inside = [(max(a, lo), min(b, hi), name) for a, b, name in kernels if b > lo and a < hi and b > a]
+    for a0, _b, name in inside:
+        if a0 >= lo:
+            _part(bd, ("kernel", name)).count += 1
+    points = sorted({lo, hi} | {a for a, _, _ in inside} | {b for _, b, _ in inside})
+    starts = sorted(range(len(inside)), key=lambda k: inside[k][0])
+    active: List[int] = []
+    j = 0
+    for t0, t1 in zip(points, points[1:]):
+        while j < len(starts) and inside[starts[j]][0] <= t0:
+            active.append(starts[j])
+            j += 1
+        active = [k for k in active if inside[k][1] > t0]
+        if active:
+            top = max(active, key=lambda k: (inside[k][0], k))
+            _part(bd, ("kernel", inside[top][2])).add(t0, t1)
+        else:
+            p = _part(bd, idle)
+            if p.piece[1] != t0 or p.ns == 0:
+                p.count += 1
+            p.add(t0, t1)
 
 
 __all__ = ["Breakdown", "GPU_CATS", "OP_CATS", "OUTSIDE_ALL", "Part", "Stretch", "TimelineCollector"]

@@ -8,10 +8,11 @@ minus the stretch of the **reference rank**: the other member whose stretch is t
 median of the others' (so every figure is one rank's, found on its timeline). The
 stretch of each is partitioned (report/timeline.py) into operators by self time, time
 outside any operator by innermost annotation and, on GPU traces, kernels and idle time
-of the collective's stream; the **contributors** are the per-part differences, R minus
-the reference, largest first. The CPU parts add up to the lateness exactly, and so do
-the GPU parts (each view partitions the same stretch); ``explained_us`` is what the
-listed contributors of R's primary view (the stream for a GPU collective, the main
+of the collective's GPU (all its streams); the **contributors** are the per-part differences, R minus
+the reference, largest first, the primary view's first (the GPU for a GPU collective:
+its kernels, then the CPU side that launched them). The CPU parts add up to the
+lateness exactly, and so do the GPU parts (each view partitions the same stretch); ``explained_us`` is what the
+listed contributors of R's primary view (the GPU for a GPU collective, the main
 thread for a CPU one) add up to, ``share`` its fraction of the lateness.
 
 Cost: a second pass over each file (in ``jobs`` workers) with the compiled kernel's
@@ -212,7 +213,8 @@ def compare(
         primary = gpu_c if gpu and any(k[0] in ("kernel", "gpu_idle") for k in mine.parts) else cpu_c
         lateness = mine.stretch_ns - ref.stretch_ns
         explained = sum(c["extra_us"] for c in primary)
-        contributors = sorted(cpu_c + gpu_c, key=lambda c: (-c["extra_us"], c["kind"], c["name"]))
+        other = cpu_c if primary is gpu_c else gpu_c
+        contributors = primary + other  # the primary view first (the GPU, for a GPU collective)
         return {
             "rank": r, "step": step, "collective": f"{inst.name} #{inst.id}", "instance": inst.id,
             "lateness_us": _us(lateness), "explained_us": round(explained, 3),
