@@ -118,8 +118,12 @@ def far_apart_warning(plans: Sequence[RankPlan], limit_ns: int = FAR_APART_NS) -
             clusters.append([])
         clusters[-1].append(t)
 
-    desc = "; ".join(
-        f"rank(s) {compress_ranges(sorted(r for _, r in c))} start {iso_utc(c[0][0])}" for c in clusters
+    from tracefuse_stream.plan.shown_starts import earliest_ns  # lazy: it imports this module
+
+    by_rank = {p.rank: p for p in plans}
+    desc = "; ".join(  # the start shown: the earliest event, as everywhere (plan/shown_starts.py)
+        f"rank(s) {compress_ranges(sorted(r for _, r in c))} start {iso_utc(earliest_ns(by_rank[r] for _, r in c))}"
+        for c in clusters
     )
     days = (timed[-1][0] - timed[0][0]) / 86400e9
     return [
