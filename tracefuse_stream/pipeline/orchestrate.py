@@ -162,6 +162,9 @@ def _merge(inputs: InputSpec, output: str, opts: MergeOptions) -> MergeSummary:
                 seconds=r.seconds,
                 salvage=r.salvage,
                 metadata_out=r.metadata_out,
+                metadata_in=r.metadata_in,
+                skipped=r.skipped,
+                flows_added=r.flows_added,
                 json_bytes_in=r.json_bytes_in,
             )
             for p, r in zip(plans, results)
