@@ -250,7 +250,7 @@ def test_cycle_all_counts_ranks_times_cycles(h, tmp_path, capsys):
     rows = [ln.split() for ln in lines[1:5]]
     assert [(r[0], r[1]) for r in rows] == [("1", "0"), ("1", "1"), ("2", "0"), ("2", "1")], out
     for cycle in ("1", "2"):
-        assert min(float(r[5].replace(",", "")) for r in rows if r[0] == cycle) == 0.0, out
+        assert min(float(r[7].replace(",", "")) for r in rows if r[0] == cycle) == 0.0, out
     rc, js, _ = cli(capsys, "merge", h.recorded("ddp2_cycles"), "--cycle", "all", "-o", tmp_path / "m2.json",
                     "-j", "1", "--json-summary")  # fmt: skip
     assert rc == 0

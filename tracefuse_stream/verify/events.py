@@ -69,6 +69,7 @@ class MergedChecker:
         self.sorter = OverlapSorter(sort_chunk_records)
         self.digests: Dict[Any, Digest] = {}
         self.idx = -1
+        self.summary_events = 0  # events of --link-collectives' "Collectives" process
 
     def rank_stats(self, r: Any) -> Dict[str, Any]:
         st = self.ranks.get(r)
@@ -111,8 +112,11 @@ class MergedChecker:
                 pid: Any = ev.get("pid")
                 args: Any = ev.get("args")
                 rank: Any = args.get("rank") if type(args) is dict else None
-                if type(rank) is not int and not is_summary_event(ev):  # "Collectives" belongs to no rank
-                    rank = self._rank_missing(ev, ph, pid, idx)
+                if type(rank) is not int:
+                    if is_summary_event(ev):  # "Collectives" belongs to no rank: counted apart
+                        self.summary_events += 1
+                    else:
+                        rank = self._rank_missing(ev, ph, pid, idx)
                 st = ranks.get(rank) or self.rank_stats(rank)
                 st["events"] += 1
                 meta = ph == "M"
