@@ -412,7 +412,10 @@ class RankRewriter:
         if ev.get("ts") is not None and not self.shift.identity:
             out["ts"] = self.shift(ev["ts"])
         if out.get("ts") is not None and out["ts"] < 0:
-            self._early(out["ts"])
+            # Metadata never moves the output base (the planner's rule, read/head.py
+            # timed_ts): its ts means nothing to Perfetto, which would drop it below 0,
+            # so it is placed where its process starts, like the regenerated labels.
+            out["ts"] = self.pid_first_ts.get(pid, 0)
         args = ev.get("args")
         out["args"] = dict(args) if type(args) is dict else {}
         out["args"]["rank"] = self.rank
