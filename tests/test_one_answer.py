@@ -75,3 +75,116 @@ def test_both_paths_write_the_same_rebased_merge(tmp_path: Path, monkeypatch: py
         assert cli("merge", *inputs, "-o", out, "-q", "-j", "1")[0] == 0
         outs.append(out.read_bytes())
     assert outs[0] == outs[1]
+
+
+def _merge(tmp: Path, *inputs: Path, extra: tuple = ()) -> tuple:
+    out = tmp / "out.json"
+    rc, _, err = cli("merge", *inputs, "-o", out, "-q", "-j", "1", "--force", *extra)
+    return rc, err.strip(), out
+
+
+def test_pids_1_1p0_true_are_three_processes(tmp_path: Path, path_kind: str) -> None:
+    """Python's 1 == 1.0 == True made one process of three JSON values (exit 0)."""
+    events = [
+        '{"ph": "X", "cat": "c", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 1}',
+        '{"ph": "X", "cat": "c", "name": "b", "pid": 1.0, "tid": 1, "ts": 2, "dur": 1}',
+        '{"ph": "X", "cat": "c", "name": "c", "pid": true, "tid": 1, "ts": 3, "dur": 1}',
+    ]
+    rc, err, out = _merge(tmp_path, write(tmp_path / "p.json", events))
+    assert (rc, err) == (0, "")
+    trace = json.loads(out.read_bytes())
+    assert [(e["name"], e["pid"]) for e in trace["traceEvents"] if e["ph"] == "X"] == [
+        ("a", 10001),
+        ("b", 15000),
+        ("c", 15001),
+    ]
+    assert trace["tracefuse"]["ranks"]["0"]["pids"] == [[1, 10001], [1.0, 15000], [True, 15001]]
+    titles = [e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"]
+    assert titles == ["RANK 0 - CPU", "RANK 0 - 1.0", "RANK 0 - true"]
+
+
+@pytest.mark.parametrize("order", [(7, -7), (-7, 7), (7, 8, -7)])
+def test_tids_7_and_minus_7_are_an_error(tmp_path: Path, path_kind: str, order: tuple) -> None:
+    """Negative tids become their absolute value: -7 and 7 of one process would be one
+    thread (exit 0 before); the merge names the pid and the event, nothing is written."""
+    events = [x_event(i, tid=t) for i, t in enumerate(order)]
+    rc, err, out = _merge(tmp_path, write(tmp_path / "t.json", events))
+    at = len(order) - 1
+    assert rc == 1
+    assert err == (
+        f"tracefuse: error: {tmp_path / 't.json'}: pid 77 has threads 7 and -7: negative tids become their "
+        f"absolute value (what newer PyTorch writes), so they would be one thread (at event #{at}); "
+        "use --salvage to drop such events"
+    )
+    assert not out.exists()
+
+
+def test_tids_7_and_minus_7_with_salvage(tmp_path: Path, path_kind: str) -> None:
+    rc, err, out = _merge(tmp_path, write(tmp_path / "t.json", [x_event(1, tid=-7), x_event(2, tid=7)]), extra=("--salvage",))
+    assert rc == 4
+    assert [(e["tid"], e["ts"]) for e in events_of(out) if e["ph"] == "X"] == [(7, 1)]
+
+
+def test_link_arg_beyond_2_32_is_an_error(tmp_path: Path, path_kind: str) -> None:
+    """Kept as it was, rank 0's Python id 2**32 + 5 equalled rank 1's rewritten
+    External id 5 (a join across ranks)."""
+    r0 = write(tmp_path / "r0.json", [x_event(1, args={"External id": 5, "Python id": 2**32 + 5})], world=2)
+    r1 = write(tmp_path / "r1.json", [x_event(1, args={"External id": 5})], rank=1, world=2)
+    rc, err, out = _merge(tmp_path, r0, r1)
+    assert rc == 1
+    assert err == (
+        f"tracefuse: error: {r0}: args['Python id'] 4294967301 is not an integer in 0..2**32-1, so it cannot "
+        "be made unique across ranks (at event #0); use --salvage to drop such events"
+    )
+    assert not out.exists()
+
+
+def test_link_arg_sentinel_is_kept(tmp_path: Path, path_kind: str) -> None:
+    rc, err, out = _merge(tmp_path, write(tmp_path / "r0.json", [x_event(1, args={"Python id": -1, "External id": 3})]))
+    assert (rc, err) == (0, "")
+    assert [e["args"] for e in events_of(out) if e["ph"] == "X"] == [{"Python id": -1, "External id": 3, "rank": 0}]
+
+
+def test_id2_global_and_local_are_rank_unique(tmp_path: Path, path_kind: str) -> None:
+    def b(ph: str, id2: str) -> str:
+        return f'{{"ph": "{ph}", "cat": "c", "name": "n", "pid": 77, "tid": 7, "ts": 2, "id2": {id2}}}'
+
+    r0 = write(tmp_path / "r0.json", [b("b", '{"global": "0x1"}'), b("e", '{"local": 5}')], world=2)
+    r1 = write(tmp_path / "r1.json", [b("b", '{"global": "0x1"}'), b("e", '{"local": 5}')], rank=1, world=2)
+    rc, err, out = _merge(tmp_path, r0, r1)
+    assert (rc, err) == (0, "")
+    assert [e["id2"] for e in events_of(out) if "id2" in e] == [
+        {"global": 1},
+        {"local": 5},
+        {"global": 2**32 + 1},
+        {"local": 2**32 + 5},
+    ]
+
+
+def test_id2_not_an_id_is_an_error(tmp_path: Path, path_kind: str) -> None:
+    ev = '{"ph": "b", "cat": "c", "name": "n", "pid": 77, "tid": 7, "ts": 2, "id2": {"other": 1}}'
+    path = write(tmp_path / "r0.json", [x_event(1), ev])
+    rc, err, out = _merge(tmp_path, path)
+    assert (rc, err) == (
+        1,
+        f'tracefuse: error: {path}: id2 {{\'other\': 1}} is not {{"global": id}} or {{"local": id}} (at event #1); '
+        "use --salvage to drop such events",
+    )
+
+
+@pytest.mark.parametrize("pid", ["[1]", "{}"])
+def test_pid_list_or_object_is_an_input_error(tmp_path: Path, path_kind: str, pid: str) -> None:
+    """Unhashable in the pid table: exit 70 before."""
+    ev = f'{{"ph": "X", "cat": "c", "name": "a", "pid": {pid}, "tid": 7, "ts": 2, "dur": 1}}'
+    path = write(tmp_path / "r0.json", [x_event(1), ev])
+    rc, err, out = _merge(tmp_path, path)
+    shown = "[1]" if pid == "[1]" else "{}"
+    assert (rc, err) == (
+        1,
+        f"tracefuse: error: {path}: a pid must be a number or a string, not {shown} (at event #1); "
+        "use --salvage to drop such events",
+    )
+    assert not out.exists()
+    rc, err, out = _merge(tmp_path, path, extra=("--salvage",))
+    assert rc == 4
+    assert [e["ts"] for e in events_of(out) if e["ph"] == "X"] == [1]
