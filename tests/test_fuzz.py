@@ -38,7 +38,7 @@ import random
 import subprocess
 import sys
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -74,7 +74,7 @@ def _sources() -> List[Path]:
     return files
 
 
-@lru_cache(maxsize=None)
+@cache
 def _text(path: Path) -> bytes:
     raw = path.read_bytes()
     return gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
@@ -98,17 +98,17 @@ HOSTILE: List[Any] = [
     [], {}, [1], [[[]]], {"a": {"b": [1, {"c": None}]}}, True, False, None, 0, -1, -7, 1.0, 0.5,
     -0.0, 2**31, 2**32, 2**32 + 7, 2**53 + 1, 2**63, 2**64, -(2**63) - 1, 10**30, 1e308, -1e308,
     1e-320, "x", "", "1", "1.0", "0x10", "\ud800", "\udfff\ud800", "a\u0000b", "\u202e",
-    "\U0001d11e" * 3, DEEP,
+    "\U0001d11e" * 3,
 ]  # fmt: skip
+# DEEP (5,000-deep args) is not drawn at random yet: it is an internal error now (issue 28
+# item 3, the other half of the issue), pinned by test_deep_nesting below as a strict
+# xfail; when that passes, add DEEP to HOSTILE.
 FIELDS = ["pid", "tid", "ts", "dur", "id", "id2", "bind_id", "args", "name", "ph", "cat", "bp", "s"]
 ARG_KEYS = ["External id", "correlation", "Python id", "Ev Idx", "Collective name", "Seq", "rank", "x"]
 
 
 def _hostile_value(rng: random.Random) -> Any:
-    v = rng.choice(HOSTILE)
-    if v == "id2-object":
-        return {"global": rng.choice(HOSTILE[:20])}
-    return v
+    return rng.choice(HOSTILE)
 
 
 def hostile(rng: random.Random, src: Path) -> Tuple[bytes, str]:
@@ -125,7 +125,11 @@ def hostile(rng: random.Random, src: Path) -> Tuple[bytes, str]:
                 what.append(f"args[{key!r}]={args[key]!r:.40}")
                 continue
         key = rng.choice(FIELDS)
-        ev[key] = {"global": rng.choice(HOSTILE[:20])} if key == "id2" and rng.random() < 0.5 else _hostile_value(rng)
+        ev[key] = (
+            {"global": rng.choice(HOSTILE[:20])}
+            if key == "id2" and rng.random() < 0.5
+            else _hostile_value(rng)
+        )
         what.append(f"{ev.get('ph')!r} event {key}={ev[key]!r:.40}")
     text = json.dumps(doc).encode()  # ensure_ascii: a lone surrogate stays a \\ud800 escape
     depth = rng.choice((40, 300, 5000))
@@ -297,7 +301,9 @@ def check(case: Case, rc: int, out: str, err: str) -> None:
         assert left == [case.output.name], f"left in the output folder: {left}: {where}"
         against = [] if case.salvage else ["--against", *map(str, case.inputs)]
         vrc, vout, verr = cli(["verify", str(case.output), *against])
-        assert vrc == 0, f"the merged trace fails verify {' '.join(against[:1])}:\n{vout[-3000:]}{verr}\n{where}"
+        assert vrc == 0, (
+            f"the merged trace fails verify {' '.join(against[:1])}:\n{vout[-3000:]}{verr}\n{where}"
+        )
     else:
         assert left == [], f"left in the output folder: {left}: {where}"
 
@@ -350,3 +356,31 @@ def test_fuzz_subprocesses(tmp_path: Path, clean_merge: Tuple[Path, List[Path]],
             [sys.executable, "-m", "tracefuse_stream", *case.argv], capture_output=True, env=env, timeout=120
         )
         check(case, p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace"))
+
+
+DEEP_CASES = [
+    pytest.param("args", ["merge", "-j", "1"], id="merge-args"),
+    pytest.param("args", ["merge", "-j", "2", "--salvage"], id="merge-salvage-args"),
+    pytest.param("name", ["info", "-j", "1", "--align"], id="info-name"),
+]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 28 item 3 (branch h28a): 5,000-deep values are a RecursionError, exit 70, not an input error",
+)
+@pytest.mark.parametrize("key,argv", DEEP_CASES)
+def test_deep_nesting(tmp_path: Path, key: str, argv: List[str], quiet_merges: None) -> None:
+    src = sorted((RECORDED / "ddp4").iterdir())[0]
+    doc = json.loads(_text(src))
+    doc["traceEvents"][5][key] = DEEP
+    path = tmp_path / "deep.json"
+    path.write_bytes(json.dumps(doc).encode().replace(json.dumps(DEEP).encode(), b"[" * 5000 + b"]" * 5000))
+    outdir = tmp_path / "out"
+    outdir.mkdir()
+    out = outdir / "m.json"
+    full = [argv[0], str(path), *(["-o", str(out), "-q"] if argv[0] == "merge" else []), *argv[1:]]
+    case = Case(
+        SEED, 0, full, [path], outdir, f"5,000-deep {key}", argv[0], salvage="--salvage" in argv, output=out
+    )
+    check(case, *cli(full))

@@ -149,7 +149,7 @@ class MergedChecker:
                 dur_ns = None
                 if ph == "X":
                     dur_ns = self._complete(ev, rank, st, tinfo[0], ts_ns, idx)
-                elif ph in FLOW_PHASES:
+                elif type(ph) is str and ph in FLOW_PHASES:  # a ph that is a list or object: no flow
                     self._flow(ev, ph, rank, st, idx)
                     if want_digest and is_collective_link(ev.get("cat"), ev.get("name"), ev.get("id"), rank):
                         continue  # --link-collectives adds these: they are in no input
