@@ -111,8 +111,8 @@ ARG_KEYS = ["External id", "correlation", "Python id", "Ev Idx", "Collective nam
 # issue, branch h28a), each pinned by a strict xfail of test_open_cases below; they are
 # not drawn at random until that passes (then delete them here).
 OPEN: Dict[str, List[Any]] = {
-    "pid": ["\udfff\ud800", 1e308, -1e308, 1e-320],
-    "tid": ["\udfff\ud800"],
+    "pid": ["\ud800", "\udfff\ud800", 1e308, -1e308, 1e-320],
+    "tid": ["\ud800", "\udfff\ud800"],
 }
 
 
@@ -404,6 +404,8 @@ OPEN_CASES = [
                  id="tid-surrogate-salvage", marks=OPEN_MARK),
     pytest.param("pid", "\udfff\ud800", ["--salvage"], "lone surrogates in pid, --salvage: exit 70 (orjson)",
                  id="pid-surrogate-salvage", marks=OPEN_MARK),
+    pytest.param("pid", "\ud800", ["--salvage"], "a lone surrogate in pid of an event salvage skips: exit 70",
+                 id="pid-surrogate-skipped-event", marks=OPEN_MARK),
     pytest.param("pid", 1e308, [], "pid 1e308: exit 0, and verify --against finds the pid map mismatched",
                  id="pid-1e308", marks=OPEN_MARK),
     pytest.param("pid", 1e-320, [], "pid 1e-320: exit 0, and verify --against finds the pid map mismatched",
@@ -421,6 +423,8 @@ def test_open_cases(
     doc = json.loads(_text(src))
     i = next(j for j, ev in enumerate(doc["traceEvents"]) if ev.get("ph") == "X" and j > 30)
     doc["traceEvents"][i][key] = value
+    if "skips" in why:
+        doc["traceEvents"][i]["id2"] = -0.0  # not an id2: --salvage skips the event
     path = tmp_path / "open.json"
     path.write_bytes(json.dumps(doc).encode())
     outdir = tmp_path / "out"
