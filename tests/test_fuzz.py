@@ -51,7 +51,7 @@ REPO = Path(__file__).resolve().parents[1]
 RECORDED = REPO / "tests" / "data" / "recorded"
 FIXTURES = REPO / "fixtures" / "sample_run"
 PINNED_SEED = 20261202  # under CI
-CASES = 160  # in-process cases (~25 s on a shared 2-core machine)
+CASES = 200  # in-process cases: ~12 s on 2 idle cores (~60 ms a case)
 SUBPROCESS_CASES = 3
 
 

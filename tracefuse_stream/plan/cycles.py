@@ -23,8 +23,7 @@ from typing import TYPE_CHECKING, Any, Dict, Hashable, List, Optional, Sequence,
 from tracefuse_stream.errors import UsageError
 from tracefuse_stream.listing import SHOWN, bounded, inline
 from tracefuse_stream.plan.ranks import tensorboard_parts
-from tracefuse_stream.plan.shown_starts import earliest_ns
-from tracefuse_stream.plan.starts import FAR_APART_NS
+from tracefuse_stream.plan.starts import FAR_APART_NS, earliest_ns
 from tracefuse_stream.timeunits import iso_utc
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -101,7 +100,7 @@ def describe_cycles(
     cycles: Sequence[Cycle], limit: int = SHOWN, known: Optional[Dict[str, Optional[int]]] = None
 ) -> List[str]:
     """One line per cycle (the first few, then ``... and N more``): its start (its
-    earliest timed event, as ``info`` shows it: plan/shown_starts.py; ``known``: the
+    earliest timed event, as ``info`` shows it: plan/starts.earliest_ns; ``known``: the
     starts ``info`` found) and the first file names (``info`` lists every file)."""
     shown = cycles[:limit] if len(cycles) > limit + 1 else cycles
     lines = [

@@ -379,7 +379,7 @@ def plan_all(
     if len(groups) > 1 and not every_cycle:
         c = chosen[0]
         # no start here: the one every message shows is the earliest event, which costs a
-        # pass over the files (plan/shown_starts.py); `info` and the cycle errors show it
+        # pass over the files (plan/starts.earliest_ns); `info` and the cycle errors show it
         names = inline([os.path.basename(f) for f in c.files])
         out.notes.append(f"merged profiling cycle {c.index} of {len(groups)} ({names})")
     selected = _select_ranks(

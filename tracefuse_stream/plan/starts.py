@@ -10,7 +10,7 @@ for all three and costs only the start of each file: the read stops there.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import ijson
 
@@ -118,10 +118,8 @@ def far_apart_warning(plans: Sequence[RankPlan], limit_ns: int = FAR_APART_NS) -
             clusters.append([])
         clusters[-1].append(t)
 
-    from tracefuse_stream.plan.shown_starts import earliest_ns  # lazy: it imports this module
-
     by_rank = {p.rank: p for p in plans}
-    desc = "; ".join(  # the start shown: the earliest event, as everywhere (plan/shown_starts.py)
+    desc = "; ".join(  # the start shown: the earliest event, as everywhere (earliest_ns)
         f"rank(s) {compress_ranges(sorted(r for _, r in c))} start {iso_utc(earliest_ns(by_rank[r] for _, r in c))}"
         for c in clusters
     )
@@ -153,6 +151,36 @@ def first_event_ns(plan: RankPlan) -> Optional[int]:
             if not e.salvageable:
                 raise
     return _salvaged_first_ns(plan)
+
+
+def earliest_ns(plans: Iterable[RankPlan], known: Optional[Dict[str, Optional[int]]] = None) -> Optional[int]:
+    """The start of a cycle or a run as every message shows it: the earliest timed
+    event of ``plans`` (absolute ns), None without any.
+
+    Planning orders files by a cheap estimate, the first timed event *in file order*
+    (``RankPlan.start_ns``, from the head of each file); Kineto does not write events in
+    time order, so that can be later than the earliest event by a large part of a second
+    (a recorded cycle "started" 06:07:13.058 while ``info`` listed first events from
+    06:07:12.915, and the merge began there). Ordering does not mind; a printed start
+    does: ``info``'s table and cycle list, the merge's errors and warnings show this,
+    which is what ``info`` reports per file and where the merged trace begins. Finding it
+    reads the files, so it is done only for what is about to be printed.
+
+    ``known``: path -> earliest event already found (``info`` scanned every file);
+    other files are read. A file that cannot be read for it keeps its estimate (the
+    error that matters is reported where that file is merged)."""
+    found = []
+    for p in plans:
+        if known is not None and p.path in known:
+            ns = known[p.path]
+        else:
+            try:
+                ns = first_event_ns(p)
+            except (TraceFuseError, OSError):
+                ns = p.start_ns
+        if ns is not None:
+            found.append(ns)
+    return min(found, default=None)
 
 
 def _salvaged_first_ns(plan: RankPlan) -> Optional[int]:

@@ -24,7 +24,7 @@ from tracefuse_stream.plan.cycles import describe_cycles
 from tracefuse_stream.plan.extent import RankInfo
 from tracefuse_stream.plan.planner import InputSpec, PlanList, plan_all
 from tracefuse_stream.plan.rankplan import RankPlan
-from tracefuse_stream.plan.shown_starts import earliest_ns
+from tracefuse_stream.plan.starts import earliest_ns
 from tracefuse_stream.report.onepass import broken_text, scan_files
 from tracefuse_stream.timeunits import iso_utc
 

@@ -80,6 +80,7 @@ def short_text(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
+
 BAD_TIME_HINT = "use --salvage to drop such events"
 
 
@@ -428,7 +429,7 @@ class RankRewriter:
         if type(id2) is not dict or not id2 or not set(id2) <= {"global", "local"}:
             raise InputError(
                 self.path,
-                f"id2 {short_text(id2)} is not {{\"global\": id}} or {{\"local\": id}}",
+                f'id2 {short_text(id2)} is not {{"global": id}} or {{"local": id}}',
                 event_index=self.index,
                 hint=BAD_TIME_HINT,
             )
