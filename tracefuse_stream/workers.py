@@ -30,7 +30,7 @@ import time
 import warnings
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, TypeVar
+from typing import Any, Callable, Generator, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -246,7 +246,7 @@ def run_in_order(
     jobs: int,
     progress: Callable[[int], None],
     weights: Optional[Sequence[int]] = None,
-) -> Iterator[R]:
+) -> Generator[R, None, None]:
     """Yield ``fn(task, progress)`` for each task, in task order, running up to
     ``jobs`` at once. ``progress`` (called in this process) receives bytes read.
     ``weights`` (a task's input bytes) size the chunks (:func:`task_chunks`)."""
