@@ -139,16 +139,18 @@ def empty_rank_note(plans: Sequence[RankPlan]) -> List[str]:
     return [f"rank(s) {compress_ranges(empty)} have no timed events (ignored for the output base)"]
 
 
-def first_event_ns(plan: RankPlan) -> Optional[int]:
+def first_event_ns(plan: RankPlan, salvage: bool = False) -> Optional[int]:
     """Absolute ns of the rank's earliest timed event (not just its first in the file),
-    from a full pass: the fast counting scan, or -- when that cannot read the file and
-    salvage could -- the salvage reader, keeping only usable times (timeunits'
-    malformed-number rule), so a damaged rank starts where its salvaged merge does."""
+    from a full pass: the fast counting scan, or -- with ``--salvage`` (``salvage``),
+    when that cannot read the file and salvage could -- the salvage reader, keeping
+    only usable times (timeunits' malformed-number rule), so a damaged rank starts where
+    its salvaged merge does. Without ``--salvage`` the scan's error is the answer: the
+    merge would stop at the same problem (issue 28: it used to find "no timed events")."""
     if not plan.needs_salvage:
         try:
             return scan_rank(plan).first_ns
         except TraceFuseError as e:
-            if not e.salvageable:
+            if not (salvage and e.salvageable):
                 raise
     return _salvaged_first_ns(plan)
 
