@@ -98,21 +98,17 @@ HOSTILE: List[Any] = [
     [], {}, [1], [[[]]], {"a": {"b": [1, {"c": None}]}}, True, False, None, 0, -1, -7, 1.0, 0.5,
     -0.0, 2**31, 2**32, 2**32 + 7, 2**53 + 1, 2**63, 2**64, -(2**63) - 1, 10**30, 1e308, -1e308,
     1e-320, "x", "", "1", "1.0", "0x10", "\ud800", "\udfff\ud800", "a\u0000b", "\u202e",
-    "\U0001d11e" * 3,
+    "\U0001d11e" * 3, DEEP,
 ]  # fmt: skip
-# DEEP (5,000-deep args) is not drawn at random yet: it is an internal error now (issue 28
-# item 3, the other half of the issue), pinned by test_deep_nesting below as a strict
-# xfail; when that passes, add DEEP to HOSTILE.
 FIELDS = ["pid", "tid", "ts", "dur", "id", "id2", "bind_id", "args", "name", "ph", "cat", "bp", "s"]
 ARG_KEYS = ["External id", "correlation", "Python id", "Ev Idx", "Collective name", "Seq", "rank", "x"]
 
 
-# Field values that still get a wrong answer (issue 28 items 2-3, the other half of the
-# issue, branch h28a), each pinned by a strict xfail of test_open_cases below; they are
+# Field values that still get a wrong answer (issue 28 item 2, the other half of the
+# issue, branch h28a), each pinned by a strict xfail of test_found_cases below; they are
 # not drawn at random until that passes (then delete them here).
 OPEN: Dict[str, List[Any]] = {
-    "pid": ["\ud800", "\udfff\ud800", 1e308, -1e308, 1e-320],
-    "tid": ["\ud800", "\udfff\ud800"],
+    "pid": [1e308, -1e308, 1e-320],
 }
 
 
@@ -375,12 +371,9 @@ DEEP_CASES = [
 ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 28 item 3 (branch h28a): 5,000-deep values are a RecursionError, exit 70, not an input error",
-)
 @pytest.mark.parametrize("key,argv", DEEP_CASES)
 def test_deep_nesting(tmp_path: Path, key: str, argv: List[str], quiet_merges: None) -> None:
+    """5,000-deep values: a RecursionError (exit 70) until h28a made them an input error."""
     src = sorted((RECORDED / "ddp4").iterdir())[0]
     doc = json.loads(_text(src))
     doc["traceEvents"][5][key] = DEEP
@@ -399,13 +392,13 @@ def test_deep_nesting(tmp_path: Path, key: str, argv: List[str], quiet_merges: N
 OPEN_MARK = pytest.mark.xfail(
     strict=True, reason="issue 28 items 2-3 (branch h28a): found by the fuzz test, open"
 )
-OPEN_CASES = [
-    pytest.param("tid", "\udfff\ud800", ["--salvage"], "lone surrogates in tid, --salvage: exit 70 (orjson)",
-                 id="tid-surrogate-salvage", marks=OPEN_MARK),
-    pytest.param("pid", "\udfff\ud800", ["--salvage"], "lone surrogates in pid, --salvage: exit 70 (orjson)",
-                 id="pid-surrogate-salvage", marks=OPEN_MARK),
-    pytest.param("pid", "\ud800", ["--salvage"], "a lone surrogate in pid of an event salvage skips: exit 70",
-                 id="pid-surrogate-skipped-event", marks=OPEN_MARK),
+FOUND_CASES = [
+    pytest.param("tid", "\udfff\ud800", ["--salvage"], "lone surrogates in tid, --salvage (was exit 70)",
+                 id="tid-surrogate-salvage"),
+    pytest.param("pid", "\udfff\ud800", ["--salvage"], "lone surrogates in pid, --salvage (was exit 70)",
+                 id="pid-surrogate-salvage"),
+    pytest.param("pid", "\ud800", ["--salvage"], "a lone surrogate in pid of an event salvage skips (was exit 70)",
+                 id="pid-surrogate-skipped-event"),
     pytest.param("pid", 1e308, [], "pid 1e308: exit 0, and verify --against finds the pid map mismatched",
                  id="pid-1e308", marks=OPEN_MARK),
     pytest.param("pid", 1e-320, [], "pid 1e-320: exit 0, and verify --against finds the pid map mismatched",
@@ -413,12 +406,13 @@ OPEN_CASES = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("key,value,opts,why", OPEN_CASES)
-def test_open_cases(
+@pytest.mark.parametrize("key,value,opts,why", FOUND_CASES)
+def test_found_cases(
     tmp_path: Path, key: str, value: Any, opts: List[str], why: str, quiet_merges: None
 ) -> None:
-    """Values the fuzz found that still get a wrong answer (see OPEN): strict xfails, so
-    the day they are right this fails and they go back into the random draw."""
+    """Values the fuzz found with a wrong answer: fixed ones stay as regression cases;
+    open ones (see OPEN) are strict xfails, so the day they are right this fails and they
+    go back into the random draw."""
     src = sorted((RECORDED / "ddp4").iterdir())[0]
     doc = json.loads(_text(src))
     i = next(j for j, ev in enumerate(doc["traceEvents"]) if ev.get("ph") == "X" and j > 30)
