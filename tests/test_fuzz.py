@@ -208,7 +208,8 @@ def _damaged_input(rng: random.Random, d: Path, n: int) -> Tuple[Path, Path, str
     else:
         text, how = family(rng, src)
         data, how = _encode(text, codec), f"{how} ({codec})"
-    path = d / f"rank{n}_{src.parent.name}{_suffix(codec)}"
+    # the source's own name (its rank, tensorboard time): the ranks come out as for the real run
+    path = d / (src.name.split(".json")[0] + _suffix(codec))
     path.write_bytes(data)
     return path, src, f"{how} of {src.relative_to(REPO)}"
 
@@ -261,7 +262,7 @@ def make_case(rng: random.Random, number: int, root: Path, clean_merge: Tuple[Pa
     if rng.random() < 0.5:  # with a clean rank of the same run next to it
         others = [p for p in sorted(src.parent.iterdir()) if p != src and ".json" in p.name]
         if others:
-            clean = d / f"rank1_clean_{others[0].name}"
+            clean = d / others[0].name
             clean.write_bytes(others[0].read_bytes())
             inputs.append(clean)
             how += f" + clean {others[0].name}"
