@@ -256,3 +256,15 @@ def test_the_api_takes_what_the_cli_takes(tmp_path: Path) -> None:
     assert rc == 2 and ("ProfilerStep#9" in err or "step 9" in err), err
     with pytest.raises(UsageError, match="bad window_ms '5'"):
         merge([str(run)], str(tmp_path / "w.json"), window_ms="5")
+
+
+def test_a_copy_is_named_with_the_instant_info_shows(tmp_path: Path) -> None:
+    """Two files of rank 0 from the same instant: the error's instant is info's first event."""
+    src = sorted((RECORDED / "ddp4").iterdir())[0]
+    raw = gzip.decompress(src.read_bytes())
+    (tmp_path / "a.json").write_bytes(raw)
+    (tmp_path / "b.json").write_bytes(raw.replace(b'"traceName"', b'"traceName2"', 1))  # not the same bytes
+    rc, _, err = cli("merge", tmp_path / "a.json", tmp_path / "b.json", "-o", tmp_path / "m.json")
+    assert rc == 2 and "from the same instant" in err, err
+    info = json.loads(cli("info", tmp_path / "a.json", "-j", "1", "--json")[1])
+    assert f"from the same instant ({iso_utc(info['ranks'][0]['first_ns'])})" in err
