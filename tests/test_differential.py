@@ -454,7 +454,9 @@ INFO_FLAGS = [(), ("--steps",), ("--align",), ("--collectives",), ("--json", "--
 _TIMES = re.compile(r"\d+\.\d+ s\b")
 
 
-def run_cli_in_process(args: List[str], kernel: bool, monkeypatch: pytest.MonkeyPatch) -> Tuple[int, str, str]:
+def run_cli_in_process(
+    args: List[str], kernel: bool, monkeypatch: pytest.MonkeyPatch
+) -> Tuple[int, str, str]:
     import contextlib
     import io
 

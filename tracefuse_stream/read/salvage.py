@@ -252,7 +252,9 @@ def _in_string(st: _ScanState, c: bytes, p: int) -> None:
 class Framer:
     """Splits a (possibly broken) trace into header values and event slices."""
 
-    def __init__(self, chunks: Iterator[bytes], report: SalvageReport, exact: bool, raw: bool = False) -> None:
+    def __init__(
+        self, chunks: Iterator[bytes], report: SalvageReport, exact: bool, raw: bool = False
+    ) -> None:
         self.chunks = chunks
         self.report = report
         self.exact = exact

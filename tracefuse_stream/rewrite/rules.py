@@ -80,6 +80,7 @@ def short_text(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
+
 BAD_TIME_HINT = "use --salvage to drop such events"
 
 
@@ -226,10 +227,10 @@ class RankRewriter:
             if 0 <= tid < UINT32:
                 return tid
             if -UINT32 < tid < 0:
-                key = out_pid << 32 | -tid
-                if key in self.tids_seen:
+                thread = out_pid << 32 | -tid
+                if thread in self.tids_seen:
                     raise self._one_thread(out_pid, -tid)
-                self.neg_tids.add(key)
+                self.neg_tids.add(thread)
                 return -tid
         key = (type(tid).__name__, tid if not isinstance(tid, (dict, list)) else repr(tid))
         out = self.tids.get(key)
@@ -428,7 +429,7 @@ class RankRewriter:
         if type(id2) is not dict or not id2 or not set(id2) <= {"global", "local"}:
             raise InputError(
                 self.path,
-                f"id2 {short_text(id2)} is not {{\"global\": id}} or {{\"local\": id}}",
+                f'id2 {short_text(id2)} is not {{"global": id}} or {{"local": id}}',
                 event_index=self.index,
                 hint=BAD_TIME_HINT,
             )
