@@ -12,9 +12,20 @@ from pathlib import Path
 from typing import List
 
 import pytest
-
 from conftest import run_cli
-from hostile import BASE_NS, BROKEN_CLASSES, OK as OKEV, PERIOD_NS, broken_trace, cli, events_of, thread_name, write, x_event
+from hostile import (
+    BASE_NS,
+    BROKEN_CLASSES,
+    PERIOD_NS,
+    broken_trace,
+    cli,
+    events_of,
+    thread_name,
+    write,
+    x_event,
+)
+from hostile import OK as OKEV
+
 from tracefuse_stream import native
 
 PATHS = ["1", "0"]  # TRACEFUSE_KERNEL: the C kernel, the Python path
@@ -52,7 +63,11 @@ def test_metadata_never_moves_the_output_base(tmp_path: Path, path_kind: str) ->
     names = [e for e in events if e["name"] == "thread_name"]
     # rank 0's ts 0 is 10 s before its first event; the others fall before the base
     # and are placed where their process starts
-    assert [(n["ts"], n["args"]["rank"]) for n in names] == [(9_999_000, 0), (10_000_000.5, 1), (10_000_000.5, 2)]
+    assert [(n["ts"], n["args"]["rank"]) for n in names] == [
+        (9_999_000, 0),
+        (10_000_000.5, 1),
+        (10_000_000.5, 2),
+    ]
     header = json.loads(out.read_bytes())["tracefuse"]
     assert header["base_time_ns"] == BASE_NS + 1_000_500 - 10_000_000_500
 
@@ -62,7 +77,10 @@ def test_metadata_before_the_base_on_stdout(tmp_path: Path, path_kind: str) -> N
     inputs = _rebased(tmp_path)
     p = run_cli("merge", *inputs, "-o", "-", "-q", "-j", "1", env={"TRACEFUSE_KERNEL": path_kind})
     assert (p.returncode, p.stderr_text) == (0, "")
-    assert [e["ts"] for e in json.loads(p.stdout)["traceEvents"] if e["ph"] != "M"] == [10_000_000.5, 10_001_000] * 3
+    assert [e["ts"] for e in json.loads(p.stdout)["traceEvents"] if e["ph"] != "M"] == [
+        10_000_000.5,
+        10_001_000,
+    ] * 3
 
 
 def test_both_paths_write_the_same_rebased_merge(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -121,7 +139,9 @@ def test_tids_7_and_minus_7_are_an_error(tmp_path: Path, path_kind: str, order: 
 
 
 def test_tids_7_and_minus_7_with_salvage(tmp_path: Path, path_kind: str) -> None:
-    rc, err, out = _merge(tmp_path, write(tmp_path / "t.json", [x_event(1, tid=-7), x_event(2, tid=7)]), extra=("--salvage",))
+    rc, err, out = _merge(
+        tmp_path, write(tmp_path / "t.json", [x_event(1, tid=-7), x_event(2, tid=7)]), extra=("--salvage",)
+    )
     assert rc == 4
     assert [(e["tid"], e["ts"]) for e in events_of(out) if e["ph"] == "X"] == [(7, 1)]
 
@@ -141,9 +161,13 @@ def test_link_arg_beyond_2_32_is_an_error(tmp_path: Path, path_kind: str) -> Non
 
 
 def test_link_arg_sentinel_is_kept(tmp_path: Path, path_kind: str) -> None:
-    rc, err, out = _merge(tmp_path, write(tmp_path / "r0.json", [x_event(1, args={"Python id": -1, "External id": 3})]))
+    rc, err, out = _merge(
+        tmp_path, write(tmp_path / "r0.json", [x_event(1, args={"Python id": -1, "External id": 3})])
+    )
     assert (rc, err) == (0, "")
-    assert [e["args"] for e in events_of(out) if e["ph"] == "X"] == [{"Python id": -1, "External id": 3, "rank": 0}]
+    assert [e["args"] for e in events_of(out) if e["ph"] == "X"] == [
+        {"Python id": -1, "External id": 3, "rank": 0}
+    ]
 
 
 def test_id2_global_and_local_are_rank_unique(tmp_path: Path, path_kind: str) -> None:
@@ -273,7 +297,8 @@ def test_salvage_drops_the_event(kind: str, tmp_path: Path, path_kind: str) -> N
 
 
 @pytest.mark.parametrize(
-    "kind", ["nested_bad_literal", "nested_leading_zeros", "control_byte", "invalid_utf8", "lone_surrogate_args"]
+    "kind",
+    ["nested_bad_literal", "nested_leading_zeros", "control_byte", "invalid_utf8", "lone_surrogate_args"],
 )
 def test_info_is_as_strict_as_the_merge(kind: str, tmp_path: Path, path_kind: str) -> None:
     """info reports the file the merge would refuse as BROKEN (exit 1), naming the file

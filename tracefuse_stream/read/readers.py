@@ -135,7 +135,7 @@ class _Capped:
         data = self._read(n)
         if not self.suspect and self.surrogates.suspect(data):
             self.suspect = True
-            self._owner.check_surrogates()
+            self._owner.locate_surrogates()
         return data
 
     def _read(self, n: int) -> bytes:
@@ -160,12 +160,15 @@ class ExactReader(_FileReader):
         self.layout = layout
         self.need_trailer = need_trailer
         self.index = 0  # events delivered
+        self._lone: Optional[tuple] = None  # (event index, field, escape): read/locate.py
 
     def batches(self) -> Iterator[List[Any]]:
         prefix = "traceEvents.item" if self.layout == "object" else "item"
         capped = _Capped(self)
         try:
             for ev in ijson.items(capped, prefix, use_float=False, buf_size=PARSE_BUF):
+                if self._lone is not None and self._lone[0] == self.index:
+                    raise self._surrogate_error()
                 self.index += 1
                 capped.mark = self.reader.offset
                 d = depth(ev)
@@ -179,6 +182,8 @@ class ExactReader(_FileReader):
                     )
                 yield [ev]
         except (ijson.JSONError, UnicodeDecodeError) as e:
+            if self._lone is not None and self._lone[0] == self.index:
+                raise self._surrogate_error() from None  # yajl: a lone low surrogate is invalid UTF-8
             kind, problem = describe_json_error(e)
             if self._open_array_end(kind):
                 self.notes.append(
@@ -205,21 +210,22 @@ class ExactReader(_FileReader):
                 trailer = trailer_of_file(self.path)[0]
             self.trailer = trailer
 
-    def check_surrogates(self) -> None:
+    def locate_surrogates(self) -> None:
         """The text may hold a lone surrogate escape, which yajl would write as "?":
-        the events are judged one by one (read/locate.py), the first such one stops
-        the read with its position and field."""
-        found = find_lone_surrogate(self.path)
-        if found is not None:
-            index, where, escape = found
-            raise InputError(
-                self.path,
-                f"lone UTF-16 surrogate escape {escape} in {where}: not Unicode text, it cannot be "
-                "written as it is",
-                kind=ErrorKind.INVALID_UTF8,
-                hint="use --salvage to drop such events",
-                event_index=index,
-            )
+        the events are judged one by one (read/locate.py); the first such one stops the
+        read when the read reaches it (a problem earlier in the file is named first)."""
+        self._lone = find_lone_surrogate(self.path)
+
+    def _surrogate_error(self) -> InputError:
+        assert self._lone is not None
+        index, where, escape = self._lone
+        return InputError(
+            self.path,
+            f"lone UTF-16 surrogate escape {escape} in {where}: not Unicode text, it cannot be written as it is",
+            kind=ErrorKind.INVALID_UTF8,
+            hint="use --salvage to drop such events",
+            event_index=index,
+        )
 
     def _open_array_end(self, kind: ErrorKind) -> bool:
         """A bare ``[...]`` trace may end after a complete event without its closing

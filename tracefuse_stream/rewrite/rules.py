@@ -53,32 +53,12 @@ from tracefuse_stream.rewrite.contract import (  # noqa: F401
     output_pid,
     rank_of_pid,
 )
+from tracefuse_stream.rewrite.values import _beyond_ids, _is_id, pid_key, short_text  # noqa: F401
 from tracefuse_stream.select.filters import EventFilter
 from tracefuse_stream.select.spans import PROFILER_SPAN_CAT, is_profiler_span, span_fits
 from tracefuse_stream.timeunits import TimeCheck, us_to_ns
 
 Event = Dict[str, Any]
-
-
-def pid_key(pid: Any) -> Any:
-    """The table key of an original pid: ints, strings and null as they are; other
-    JSON numbers and booleans apart from ints (Python's ``1 == 1.0 == True`` would make
-    one process of three JSON values, and the header's pid map would list one); a list
-    or object is not a pid (``TypeError``)."""
-    t = type(pid)
-    if t is int or t is str or pid is None:
-        return pid
-    if t is bool:
-        return ("bool", pid)
-    if t is Decimal or t is float:
-        return ("number", pid)  # 1.0 and 1.00 spell one number
-    raise TypeError(f"a pid must be a number or a string, not {short_text(pid)}")
-
-
-def short_text(value: Any) -> str:
-    """A value as JSON-like text for an error message, at most 60 characters."""
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 BAD_TIME_HINT = "use --salvage to drop such events"
@@ -227,10 +207,10 @@ class RankRewriter:
             if 0 <= tid < UINT32:
                 return tid
             if -UINT32 < tid < 0:
-                key = out_pid << 32 | -tid
-                if key in self.tids_seen:
+                thread = out_pid << 32 | -tid
+                if thread in self.tids_seen:
                     raise self._one_thread(out_pid, -tid)
-                self.neg_tids.add(key)
+                self.neg_tids.add(thread)
                 return -tid
         key = (type(tid).__name__, tid if not isinstance(tid, (dict, list)) else repr(tid))
         out = self.tids.get(key)
@@ -502,34 +482,3 @@ class RankRewriter:
     def pid_map(self) -> List[List[Any]]:
         """``[[original pid, output pid], ...]`` in order of first appearance."""
         return [[p, self.pids[pid_key(p)]] for p in self.pid_order]
-
-
-def _beyond_ids(v: Any) -> bool:
-    """A non-strict link value that is an integer >= 2**32 (or spells one): kept as
-    it is, it could equal another rank's rewritten id ``r * 2**32 + id``."""
-    if type(v) is int:
-        return v >= ID_LIMIT
-    try:
-        if type(v) is str:
-            return int(v, 16) >= ID_LIMIT
-        if isinstance(v, (float, Decimal)):
-            return v == int(v) and v >= ID_LIMIT
-    except (ValueError, OverflowError, ArithmeticError):
-        return False
-    return False
-
-
-def _is_id(v: Any) -> bool:
-    """A non-strict link value that is still an id (hex string, integral number)?
-    Sentinels such as -1 and other non-ids are not rewritten."""
-    if type(v) is str:
-        try:
-            return 0 <= int(v, 16) < ID_LIMIT
-        except ValueError:
-            return False
-    if not isinstance(v, (float, Decimal)) or isinstance(v, bool):
-        return False
-    try:
-        return v == int(v) and 0 <= v < ID_LIMIT
-    except (ValueError, OverflowError, ArithmeticError):
-        return False
