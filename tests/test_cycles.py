@@ -66,7 +66,8 @@ def test_one_chosen_cycle_merges_its_ranks(h, cycles_dir, tmp_path, choice, cycl
     h.check_merge(merged, inputs)
     assert steps_by_rank(merged) == {0: STEPS[cycle], 1: STEPS[cycle]}
     notes = json.loads(p.stdout)["notes"]
-    assert any(w.startswith(f"merged profiling cycle {cycle} of 2 (starts ") for w in notes)
+    names = ", ".join(sorted(CYCLE_FILES[cycle].values()))
+    assert f"merged profiling cycle {cycle} of 2 ({names})" in notes, notes
 
 
 def test_cycle_all_writes_one_file_per_cycle(h, cycles_dir, tmp_path):

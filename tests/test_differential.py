@@ -402,3 +402,135 @@ def test_drop_cat_compares_decoded_text(
     assert counted.events == 0
     assert counted.dropped == (0 if style == 2 else 8)
     assert re.search(rb'"cat":"my', with_kernel) is None
+
+
+# ------------------------------------------------------------------ info, and issue 28's classes
+#: events of the classes issue 28 found the paths disagreeing on (or crashing): each
+#: is spliced into a random job's rank, where any event of it may stand
+HOSTILE_EVENTS = [
+    # nested bad literals and leading zeros
+    '{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 77, "tid": 7, "ts": 5, "dur": 1, "args": {"x": [tru]}}',
+    '{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 77, "tid": 7, "ts": 5, "dur": 1, "args": {"x": [00012]}}',
+    '{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 77, "tid": 7, "ts": 5, "dur": 1, "args": {"x": {"y": nul}}}',
+    # control bytes, in a name and nested
+    '{"ph": "X", "cat": "cpu_op", "name": "a\x01b", "pid": 77, "tid": 7, "ts": 5, "dur": 1}',
+    '{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 77, "tid": 7, "ts": 5, "dur": 1, "args": {"x": ["\x1f"]}}',
+    # invalid UTF-8 (written as latin-1 below), in a name, an arg, a collective's args
+    '{"ph": "X", "cat": "cpu_op", "name": "a\xffb", "pid": 77, "tid": 7, "ts": 5, "dur": 1}',
+    '{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 77, "tid": 7, "ts": 5, "dur": 1, "args": {"x": "\xc3"}}',
+    '{"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce", "pid": 0, "tid": 7, "ts": 6, "dur": 2,'
+    ' "args": {"Collective name": "allreduce", "S\xffeq": 1}}',
+    # lone surrogates, in every field kind; a pair is fine
+    '{"ph": "X", "cat": "cpu_op", "name": "\\ud800", "pid": 77, "tid": 7, "ts": 5, "dur": 1}',
+    '{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 77, "tid": "\\udfff", "ts": 5, "dur": 1}',
+    '{"ph": "X", "cat": "cpu_op", "name": "a", "pid": "x\\ud800", "tid": 7, "ts": 5, "dur": 1}',
+    '{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 77, "tid": 7, "ts": 5, "dur": 1, "args": {"\\udc00": 1}}',
+    '{"ph": "X", "cat": "cpu_op", "name": "\\\\ud800 \\ud83d\\ude80", "pid": 77, "tid": 7, "ts": 5, "dur": 1}',
+    # pid aliases, pids no table can hold, tids -7 / 7
+    '{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 77.0, "tid": 7, "ts": 5, "dur": 1}',
+    '{"ph": "X", "cat": "cpu_op", "name": "a", "pid": true, "tid": 7, "ts": 5, "dur": 1}',
+    '{"ph": "X", "cat": "cpu_op", "name": "a", "pid": [77], "tid": 7, "ts": 5, "dur": 1}',
+    '{"ph": "X", "cat": "cpu_op", "name": "a", "pid": {}, "tid": 7, "ts": 5, "dur": 1}',
+    '{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 77, "tid": -7, "ts": 5, "dur": 1}',
+    # link args beyond 2**32, id2
+    '{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 77, "tid": 7, "ts": 5, "dur": 1, "args": {"Python id": 4294967301}}',
+    '{"ph": "b", "cat": "c", "name": "n", "pid": 77, "tid": 7, "ts": 5, "id2": {"global": "0x1"}}',
+    # deep nesting: within the limit, beyond it, beyond msgspec's recursion limit
+    '{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 77, "tid": 7, "ts": 5, "dur": 1, "args": {"x": '
+    + "[" * 40
+    + "]" * 40
+    + "}}",
+    '{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 77, "tid": 7, "ts": 5, "dur": 1, "args": {"x": '
+    + "[" * 300
+    + "]" * 300
+    + "}}",
+    '{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 77, "tid": 7, "ts": 5, "dur": 1, "args": {"x": '
+    + "[" * 3000
+    + "]" * 3000
+    + "}}",
+]
+
+INFO_FLAGS = [(), ("--steps",), ("--align",), ("--collectives",), ("--json", "--collectives", "--steps")]
+_TIMES = re.compile(r"\d+\.\d+ s\b")
+
+
+def run_cli_in_process(
+    args: List[str], kernel: bool, monkeypatch: pytest.MonkeyPatch
+) -> Tuple[int, str, str]:
+    import contextlib
+    import io
+
+    from tracefuse_stream.cli.app import main as cli_main
+
+    monkeypatch.setenv("TRACEFUSE_KERNEL", "1" if kernel else "0")
+    o, e = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(o), contextlib.redirect_stderr(e):
+            rc = cli_main(args)
+    finally:
+        monkeypatch.delenv("TRACEFUSE_KERNEL")
+    return rc, _TIMES.sub("T", o.getvalue()), e.getvalue()
+
+
+@st.composite
+def hostile_job(draw: Any) -> Dict[str, Any]:
+    """A random job (no cut file) with hostile events spliced into its ranks."""
+    spec = draw(job())
+    spec["cut"] = None
+    ranks = []
+    for off, events in spec["ranks"]:
+        events = list(events)
+        for _ in range(draw(st.integers(0, 2))):
+            events.insert(draw(st.integers(0, len(events))), draw(st.sampled_from(HOSTILE_EVENTS)))
+        ranks.append((off, events))
+    spec["ranks"] = ranks
+    return spec
+
+
+def write_hostile_job(folder: Path, spec: Dict[str, Any]) -> List[str]:
+    """``write_job``, byte for byte: hostile events with raw non-ASCII are written as
+    latin-1 (their ``\xff`` is the invalid UTF-8 byte), every other event as UTF-8."""
+    paths = []
+    for rank, (off_ns, events) in enumerate(spec["ranks"]):
+        info = f'"distributedInfo": {{"backend": "nccl", "rank": {rank}, "world_size": {len(spec["ranks"])}}}'
+        head = f'{{{info}, "baseTimeNanoseconds": {BASE_NS + off_ns}, "traceEvents": [\n  '.encode()
+        body = b",\n  ".join(e.encode("latin-1" if e in HOSTILE_EVENTS else "utf-8") for e in events)
+        path = folder / f"host.{rank}.pt.trace.json"
+        path.write_bytes(head + body + b"\n]}")
+        paths.append(str(path))
+    return paths
+
+
+@settings(
+    max_examples=20,
+    print_blob=True,
+    deadline=None,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.data_too_large,
+    ],
+)
+@given(spec=hostile_job())
+def test_merge_and_info_give_one_answer_on_hostile_jobs(
+    spec: Dict[str, Any],
+    kernel_built: None,
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 28: the classes above, on both paths, for merge (with the job's options)
+    and info with every flag: the same bytes, or the same exit code and text; never
+    an internal error."""
+    tmp = tmp_path_factory.mktemp("hostile")
+    monkeypatch.delenv("TRACEFUSE_VERIFY", raising=False)
+    inputs = write_hostile_job(tmp, spec)
+    python = run_merge(inputs, tmp / "p.json", spec["opts"], 1, False, monkeypatch)
+    kernel = run_merge(inputs, tmp / "k.json", spec["opts"], 1, True, monkeypatch)
+    assert kernel == python
+    assert not (python[1] or "").startswith("crash"), python[1]
+    for flags in INFO_FLAGS:
+        args = ["info", *flags, *inputs]
+        answers = [run_cli_in_process(args, k, monkeypatch) for k in (False, True)]
+        assert answers[0] == answers[1], flags
+        assert answers[0][0] != 70 and "internal error" not in answers[0][2], (flags, answers[0])
+    hypothesis.event("merged" if python[0] is not None else (python[1] or "").split(":")[0])

@@ -107,7 +107,9 @@ def test_walk_counts_times_and_keeps_what_the_validating_scan_does(
 
     monkeypatch.setattr(native.kernel, "scan", counting_scan)
     (row,), kept = _three_ways(folder, monkeypatch)
-    assert walked == 3 * 8  # 8 of the 17 are judged by the walk alone (the rest: selected or odd)
+    # 7 of the 17 are judged by the walk alone (the rest: selected or odd; "naïve", raw
+    # non-ASCII, goes to Python, which checks its UTF-8 as the merge does)
+    assert walked == 3 * 7
     assert row["events"] == 3 * len(EVENTS)
     # the earliest: "dup"'s repeated ts, whose last value counts (as Python reads it)
     assert row["first_ns"] == BASE + 3057737500000 * 1000
@@ -127,13 +129,15 @@ def test_walk_every_cut(chunk: int, tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert _info(folder) == whole
 
 
-def test_top_level_damage_is_broken_nested_damage_is_the_merges(tmp_path: Path) -> None:
+def test_damage_top_level_or_nested_is_broken(tmp_path: Path) -> None:
+    """info reports what the merge will meet: a file the merge refuses as invalid JSON
+    is BROKEN here too, wherever in an event the damage is (issue 28)."""
     top = _rank_file(tmp_path / "top", EVENTS[:3] + ['{"ph": "X", "ts": 3057737580400, "dur": nul}'] + EVENTS)
     plans, rows, out, text = collect_info([str(top.parent)])
     assert not rows and len(plans.broken) == 1 and plans.broken[0][0] == str(top)
     nested = _rank_file(tmp_path / "nested", EVENTS[:3] + ['{"ph": "X", "ts": 1, "args": {"x": nul}}'])
     plans, rows, out, text = collect_info([str(nested.parent)])
-    assert [r.events for r in rows] == [4] and not plans.broken
+    assert not rows and len(plans.broken) == 1 and plans.broken[0][0] == str(nested)
     cut = _rank_file(tmp_path / "cut", EVENTS[:3])
     cut.write_bytes(cut.read_bytes()[:-40])  # a killed job's file
     plans, rows, out, text = collect_info([str(cut.parent)])

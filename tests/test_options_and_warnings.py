@@ -142,7 +142,11 @@ def test_summary_speed_on_json_bytes_and_labels_explained(tmp_path):
     assert s.metadata_out == sum(r.metadata_out for r in s.ranks) > 0
     assert s.events_out - s.metadata_out <= s.events_in
     text = s.format_text()
-    assert "process/thread labels, written anew" in text and "MB/s of input JSON" in text
+    assert "labels written anew for each rank" in text and "MB/s of input JSON" in text
+    assert (
+        f"{s.events_in:,} events in = {s.events_kept:,} kept + {s.dropped:,} dropped + {s.metadata_in:,} labels; "
+        f"{s.events_out:,} out = {s.events_kept:,} kept + {s.metadata_out:,} labels "
+    ) in text
     d = s.to_dict()
     assert d["json_bytes_in"] == json_in and d["metadata_out"] == s.metadata_out
 

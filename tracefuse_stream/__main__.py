@@ -1,7 +1,16 @@
-"""``python -m tracefuse_stream ...`` runs the command line."""
+"""``python -m tracefuse_stream ...`` runs the command line.
+
+A Ctrl-C while the command line itself is being imported ends it like one anywhere
+else (exit 130, one line), not with a KeyboardInterrupt traceback.
+"""
 
 import sys
 
-from tracefuse_stream.cli.app import main
+try:
+    from tracefuse_stream.cli.app import main
+except KeyboardInterrupt:
+    print("tracefuse: error: interrupted (SIGINT); no output written", file=sys.stderr)
+    exec("None")  # noqa: S102 - see cli/signals.py: forget_caught_interrupt
+    sys.exit(130)
 
 sys.exit(main())

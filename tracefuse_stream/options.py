@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, FrozenSet, Iterable, Literal, Mapping, Optional, Tuple, Union
 
 from tracefuse_stream.errors import UsageError
+from tracefuse_stream.rankset import parse_rank_spec, parse_steps, parse_window_ms
 from tracefuse_stream.rewrite.args import ARGS_CHOICES, ArgsMode
 
 Event = Dict[str, Any]
@@ -71,6 +72,9 @@ class Selection:
 
     def __post_init__(self) -> None:
         _choice(self.rank_from, RANK_FROM_CHOICES, "--rank-from")
+        parsed = _cli_form("ranks", self.ranks)  # "0,8,16-23" or 3: as --ranks reads them
+        if parsed is not None:
+            _set(self, "ranks", parsed)
         if self.ranks is not None:
             ranks = tuple(self.ranks)
             if not ranks:
@@ -123,6 +127,10 @@ class TimeWindow:
     window_ms: Optional[Tuple[float, float]] = None
 
     def __post_init__(self) -> None:
+        for key in ("steps", "window_ms"):  # "3:5", 9, "0:5.5": as --steps / --window read them
+            parsed = _cli_form(key, getattr(self, key))
+            if parsed is not None:
+                _set(self, key, parsed)
         if self.steps is not None and self.window_ms is not None:
             raise UsageError("use either --steps or --window, not both")
         if self.steps is not None:
@@ -238,15 +246,37 @@ class MergeOptions:
 
 
 def _convert(key: str, value: Any) -> Any:
-    if key == "ranks" and value is not None:
-        if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
-            raise UsageError(f"ranks must be a list of integers, not {value!r}")
+    """A keyword's value as the options hold it. The command line's words (a rank
+    spec, a ``--steps``/``--window`` string, one step number) pass as they are: the
+    option classes read them (:func:`_cli_form`)."""
+    if value is None or _cli_form(key, value) is not None:
+        return value
+    if key == "ranks":
+        if isinstance(value, bytes) or not isinstance(value, Iterable):
+            raise UsageError(
+                f"ranks must be a list of integers or a rank spec like '0,8,16-23', not {value!r}"
+            )
         return tuple(value)
-    if key in ("steps", "window_ms") and value is not None:
-        if isinstance(value, (str, bytes)) or len(tuple(value)) != 2:
-            raise UsageError(f"{key} must be a pair (first, last), not {value!r}")
+    if key in ("steps", "window_ms"):
+        if isinstance(value, bytes) or not isinstance(value, Iterable) or len(tuple(value)) != 2:
+            hint = "'3:5', a step number or " if key == "steps" else "'START_MS:END_MS' or "
+            raise UsageError(f"{key} must be {hint}a pair (first, last), not {value!r}")
         return tuple(value)
     return value
+
+
+def _cli_form(key: str, value: Any) -> Optional[Tuple[Any, ...]]:
+    """``value`` in the command line's form, parsed as the command line parses it, or
+    None. The API takes what the CLI takes (issue 28, item 6: ``steps="9"`` was a
+    UsageError while ``--steps 9`` merged): ``ranks="0,8,16-23"`` or one rank number,
+    ``steps="3:5"``/``"9"`` or one step number, ``window_ms="0:5.5"``."""
+    if key == "ranks" and (isinstance(value, str) or _is_int(value)):
+        return tuple(parse_rank_spec(str(value)))
+    if key == "steps" and (isinstance(value, str) or _is_int(value)):
+        return parse_steps(str(value))
+    if key == "window_ms" and isinstance(value, str):
+        return parse_window_ms(value)
+    return None
 
 
 #: The flat ``merge()`` keyword -> (part, field) it sets.

@@ -18,6 +18,7 @@ they registered in a shared array (the executor has no public "terminate").
 
 from __future__ import annotations
 
+import contextlib
 import io
 import math
 import multiprocessing
@@ -27,9 +28,9 @@ import signal
 import sys
 import time
 import warnings
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, TypeVar
+from typing import Any, Callable, Generator, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -206,6 +207,8 @@ def _init_worker(
     _worker_state = (fn, tasks, counters, slot)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if hasattr(signal, "pthread_sigmask"):  # forked with both blocked (_signals_blocked)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
 
 
 def _run_tasks(first: int, stop: int) -> List[Any]:
@@ -243,7 +246,7 @@ def run_in_order(
     jobs: int,
     progress: Callable[[int], None],
     weights: Optional[Sequence[int]] = None,
-) -> Iterator[R]:
+) -> Generator[R, None, None]:
     """Yield ``fn(task, progress)`` for each task, in task order, running up to
     ``jobs`` at once. ``progress`` (called in this process) receives bytes read.
     ``weights`` (a task's input bytes) size the chunks (:func:`task_chunks`)."""
@@ -280,9 +283,11 @@ def run_in_order(
                 progress(v - seen[i])
                 seen[i] = v
 
-    futures: List[Future] = []
+    procs: List[Any] = []
     try:
-        futures = [pool.submit(_run_tasks, a, b) for a, b in task_chunks(len(tasks), jobs, weights)]
+        with _signals_blocked():  # the workers are forked here (see _signals_blocked)
+            futures = [pool.submit(_run_tasks, a, b) for a, b in task_chunks(len(tasks), jobs, weights)]
+            procs = list((getattr(pool, "_processes", None) or {}).values())
         for fut in futures:
             while True:
                 try:
@@ -293,20 +298,60 @@ def run_in_order(
             poll()
             yield from chunk
     except BaseException as e:
-        for f in futures:
-            f.cancel()
-        if not isinstance(e, Exception):
-            # an interruption: stop the workers mid-rank. Not on a task's error: a worker
-            # killed while it holds the result queue's lock would leave its siblings and
-            # this shutdown waiting for that lock forever (seen as a hung -j2 merge of a
-            # bad input); the others finish their chunk and stop at the sentinel.
-            _stop_workers(pids)
-            # a worker SIGTERMed while holding that lock would hang its siblings and the
-            # shutdown below: whoever has not exited after a grace period is killed
-            _kill_survivors(pool, STOP_GRACE_SECONDS)
-        pool.shutdown(wait=True, cancel_futures=True)
+        _abandon(pool, pids, procs, stop=not isinstance(e, Exception))
         raise
     pool.shutdown(wait=True)
+
+
+def _abandon(pool: ProcessPoolExecutor, pids: Any, procs: List[Any], stop: bool) -> None:
+    """End a pool whose results are no longer wanted, quietly.
+
+    The pending futures are cancelled by the pool's own manager thread
+    (``shutdown(cancel_futures=True)``), never from here: a future cancelled by the
+    caller stays in the manager's pending items, and when a worker then dies (stopped
+    below, or killed by a SIGTERM to the process group) Python < 3.12's
+    ``terminate_broken`` calls ``set_exception`` on it and prints ``InvalidStateError:
+    CANCELLED`` from ``Thread-1`` (issue 28, item 5: 6 of 8 interrupted -j2 merges).
+
+    ``stop``: an interruption (KeyboardInterrupt, the merge's SIGTERM, or the consumer
+    closing this generator: GeneratorExit, e.g. ``-o - | head`` ended the output): the
+    workers are stopped mid-rank rather than left to finish work nobody will read. Not
+    on a task's error: a worker killed while it holds the result queue's lock would
+    leave its siblings waiting for that lock (seen as a hung -j2 merge of a bad input);
+    the others finish their chunk and stop at the sentinel. Whoever has not exited after
+    :data:`STOP_GRACE_SECONDS` is killed, for the same lock."""
+    thread = getattr(pool, "_executor_manager_thread", None)  # shutdown forgets it
+    pool.shutdown(wait=False, cancel_futures=True)
+    if not stop:
+        if thread is not None:
+            thread.join()
+        return
+    # a second Ctrl-C must not cut this short (workers left running): it is held back
+    # until the workers are gone, bounded by the grace period, then raised as usual
+    with _signals_blocked():
+        _stop_workers(pids)
+        _kill_survivors(procs, STOP_GRACE_SECONDS)
+        if thread is not None:  # it saw the workers die: it ends the pool and returns
+            thread.join()
+
+
+@contextlib.contextmanager
+def _signals_blocked() -> Iterator[None]:
+    """SIGINT and SIGTERM held back while the pool forks its workers: a child forked
+    with them unblocked runs the parent's handlers until its initializer resets them,
+    and a Ctrl-C to the process group then prints a KeyboardInterrupt traceback from
+    ``ForkProcess-N``. The children inherit the blocked mask and unblock it in
+    :func:`_init_worker` once their own handlers are set; the parent receives a signal
+    that arrived meanwhile when the block ends."""
+    block = getattr(signal, "pthread_sigmask", None)
+    if block is None:  # pragma: no cover - not POSIX
+        yield
+        return
+    old = block(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        block(signal.SIG_SETMASK, old)
 
 
 def _stop_workers(pids: Any) -> None:
@@ -320,10 +365,9 @@ def _stop_workers(pids: Any) -> None:
                 pass
 
 
-def _kill_survivors(pool: ProcessPoolExecutor, grace: float) -> None:
+def _kill_survivors(procs: List[Any], grace: float) -> None:
     """SIGKILL the pool's worker processes still alive ``grace`` seconds after the stop
     (interruptions only: the merge is abandoned, its fragments are removed anyway)."""
-    procs = list((getattr(pool, "_processes", None) or {}).values())
     deadline = time.monotonic() + grace
     for p in procs:
         p.join(max(0.0, deadline - time.monotonic()))

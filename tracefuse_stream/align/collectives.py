@@ -159,8 +159,8 @@ def _step_of(event: Dict[str, Any]) -> Optional[Tuple[int, int, int]]:
     m = _STEP_RE.fullmatch(name)
     raw_dur = event.get("dur")
     ts, dur = us_to_ns_or_none(event.get("ts")), 0 if raw_dur is None else us_to_ns_or_none(raw_dur)
-    if m is None or ts is None or dur is None:
-        return None
+    if m is None or ts is None or dur is None or abs(ts) >= 2**63 or abs(dur) >= 2**63:
+        return None  # beyond any clock (1e400): the merge refuses such a time (timeunits)
     return int(m.group(1)), ts, ts + max(dur, 0)
 
 

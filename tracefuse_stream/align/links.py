@@ -167,6 +167,7 @@ class CollectiveLinker:
         self.pos = 0
         self.shift_ns = shift_ns
         self.not_found = 0
+        self.flows_added = 0  # the flow events this linker wrote (the summary counts them apart)
 
     def feed_batch(self, batch: Sequence[Any]) -> List[Any]:
         specs, pos = self.specs, self.pos
@@ -213,6 +214,7 @@ class CollectiveLinker:
                 added += 1
         self.not_found += len(where)
         self.rw.events_out += added
+        self.flows_added += added
         return out
 
     def warnings(self, path: str) -> List[str]:

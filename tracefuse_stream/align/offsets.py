@@ -88,7 +88,7 @@ def estimate_offsets(
     host's offset is the median of those differences (so ``own_end + offset`` lands
     on ``ref_end``). All ranks of a host get the same offset because they share its
     clock. The estimate is applied only if at least ``min_matches`` distinct
-    collectives matched and the spread (MAD) does not exceed ``|offset|``.
+    collectives matched and the spread (MAD) is below ``|offset|`` (:func:`significant`).
     """
     all_ranks = sorted(set(ranks) | set(hosts))
     out: Dict[int, RankAlignment] = {}
@@ -134,6 +134,14 @@ def _reference_ends2(ends: Mapping[int, Dict[MatchKey, int]], ref_ranks: List[in
     return {k: _median2(v) for k, v in ref_values.items()}
 
 
+def significant(offset: float, mad: float) -> bool:
+    """The rule the README states and ``info --align`` prints: an estimate is applied
+    when its spread (MAD) is *below* it (was: not above it, so +0.500 us with a spread
+    of 0.500 us printed "applied yes"). A spread of 0 is every difference equal: exact,
+    whatever the offset (0 included)."""
+    return mad < abs(offset) or mad == 0
+
+
 def _host_alignment(
     host_ends: List[Dict[MatchKey, int]],
     ref_ends2: Dict[MatchKey, int],
@@ -171,10 +179,10 @@ def _host_alignment(
         med = med2 / 2
         estimate = int(round(med))
         spread_us = mad / 1000.0
-        if mad > abs(med):
+        if not significant(med, mad):
             reason = (
                 f"estimate {med / 1000.0:+.3f} us over {n} collectives is not "
-                f"significant: spread (MAD) {spread_us:.3f} us exceeds it; offset 0"
+                f"significant: spread (MAD) {spread_us:.3f} us is not below it; offset 0"
             )
         else:
             applied = True

@@ -14,8 +14,16 @@ from typing import List, Optional, Sequence
 
 from tracefuse_stream._version import __version__
 from tracefuse_stream.cli.report_cmd import add_report_arguments
+from tracefuse_stream.cli.signals import forget_caught_interrupt, terminate_raises
 from tracefuse_stream.cli.verify_cmd import add_verify_arguments
-from tracefuse_stream.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, TraceFuseError, cli_wording
+from tracefuse_stream.errors import (
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    TerminateSignal,
+    TraceFuseError,
+    cli_wording,
+)
 from tracefuse_stream.serve.command import add_open_arguments
 from tracefuse_stream.write.pipes import quiet_broken_pipe
 
@@ -209,22 +217,29 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the command line; errors speak flags (``--force``), not keywords."""
     with cli_wording():
-        return _main(argv)
+        code = _main(argv)
+    if code == EXIT_INTERRUPTED:
+        forget_caught_interrupt()
+    return code
 
 
 def _main(argv: Optional[Sequence[str]] = None) -> int:
-    ap = build_parser()
-    a = ap.parse_args(argv)
-    if a.command is None:
-        ap.print_help(sys.stderr)
-        return EXIT_USAGE
     try:
-        return _run(a)
+        with terminate_raises():
+            ap = build_parser()
+            a = ap.parse_args(argv)
+            if a.command is None:
+                ap.print_help(sys.stderr)
+                return EXIT_USAGE
+            return _run(a)
     except TraceFuseError as e:
         print(f"tracefuse: error: {e}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
-        print("tracefuse: interrupted; no output written", file=sys.stderr)
+        print("tracefuse: error: interrupted (SIGINT); no output written", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except TerminateSignal:
+        print("tracefuse: error: terminated (SIGTERM); no output written", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # stdout closed (e.g. piped into head): quiet, 141 like cat
         return quiet_broken_pipe()

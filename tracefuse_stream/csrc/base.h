@@ -49,6 +49,8 @@ typedef struct {
     PyObject *pids;       /* dict: original pid (int) -> output pid (int) */
     PyObject *first_ts;   /* dict: output pid -> first ts (int or Decimal) */
     PyObject *gpu_like;   /* set of output pids with GPU work */
+    PyObject *tids_seen;  /* set of out pid << 32 | tid written as they are */
+    PyObject *neg_tids;   /* set of out pid << 32 | tid made from a negative tid */
     PyObject *drop_cats;  /* frozenset of dropped categories */
     PyObject *keep_args;  /* frozenset of kept arg keys, or None */
     PyObject *decimal;    /* decimal.Decimal */

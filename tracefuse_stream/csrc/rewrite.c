@@ -54,15 +54,17 @@ static int load_ctx(PyObject *o, Ctx *cx) {
     cx->rank_len = snprintf(cx->rank_txt, sizeof(cx->rank_txt), "\"rank\":%lld", rank);
 #undef GETLL
     /* borrowed for the call: the context object keeps them alive */
-    const char *names[] = {"pids", "first_ts", "gpu_like", "drop_cats", "keep_args", "decimal"};
-    PyObject **slots[] = {&cx->pids, &cx->first_ts, &cx->gpu_like, &cx->drop_cats, &cx->keep_args, &cx->decimal};
-    for (int j = 0; j < 6; j++) {
+    const char *names[] = {"pids", "first_ts", "gpu_like", "drop_cats", "keep_args", "decimal", "tids_seen", "neg_tids"};
+    PyObject **slots[] = {&cx->pids,      &cx->first_ts, &cx->gpu_like,  &cx->drop_cats,
+                          &cx->keep_args, &cx->decimal,  &cx->tids_seen, &cx->neg_tids};
+    for (int j = 0; j < 8; j++) {
         v = PyObject_GetAttrString(o, names[j]);
         if (!v) return -1;
         *slots[j] = v;
         Py_DECREF(v);
     }
     if (!PyDict_Check(cx->pids) || !PyDict_Check(cx->first_ts) || !PySet_Check(cx->gpu_like) ||
+        !PySet_Check(cx->tids_seen) || !PySet_Check(cx->neg_tids) ||
         !PyAnySet_Check(cx->drop_cats) || (cx->keep_args != Py_None && !PyAnySet_Check(cx->keep_args))) {
         PyErr_SetString(PyExc_TypeError, "kernel context has the wrong types");
         return -1;
@@ -103,6 +105,28 @@ typedef struct {
     Span cat;
     int dropped;
 } CatMemo;
+
+/* the threads (out pid << 32 | tid) this call has recorded already */
+typedef struct {
+    long long key[32];
+    int n;
+} TidMemo;
+
+/* a kept event's thread: recorded in tids_seen (rules._new_thread); E_FALL when a
+ * negative tid became the same thread (Python names the two) */
+static int thread_seen(const Ctx *cx, TidMemo *tm, const Ev *ev) {
+    long long key = (long long)((unsigned long long)ev->pid_out << 32) | ev->tid;
+    for (int j = 0; j < tm->n; j++)
+        if (tm->key[j] == key) return OK;
+    PyObject *k = PyLong_FromLongLong(key);
+    if (!k) return E_NOMEM;
+    int neg = PySet_GET_SIZE(cx->neg_tids) ? PySet_Contains(cx->neg_tids, k) : 0;
+    int r = neg < 0 ? E_NOMEM : neg ? E_FALL : OK;
+    if (r == OK && PySet_Add(cx->tids_seen, k) < 0) r = E_NOMEM;
+    Py_DECREF(k);
+    if (r == OK && tm->n < 32) tm->key[tm->n++] = key;
+    return r;
+}
 
 /* Between events: the separator and the array's end. 1: an event starts at st->i;
  * 0: the call stops here, and status, consumed and skip_to say why and where (the end
@@ -188,6 +212,7 @@ static PyObject *kernel_rewrite(PyObject *self, PyObject *args) {
     PidCache pc = {{0}, {0}, 0};
     CatMemo memo[8];
     int nmemo = 0;
+    TidMemo tids = {{0}, 0};
     long long n_in = 0, n_drop = 0, n_out = 0;
     int status = ST_NEED_MORE, r = OK;
     Py_ssize_t consumed = pos, skip_to = -1;
@@ -236,7 +261,7 @@ static PyObject *kernel_rewrite(PyObject *self, PyObject *args) {
                 /* Python appends pid/tid, names the flow without an id, or decides
                  * whether Kineto's profiler span fits the window (select/spans.py) */
                 r = E_FALL;
-            } else {
+            } else if ((r = thread_seen(&cx, &tids, &ev)) == OK) {
                 if ((r = after_kept(&st, &cx, &ev))) break;
                 n_out++;
             }

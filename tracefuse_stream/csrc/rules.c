@@ -132,7 +132,8 @@ static int link_value(St *st, const Ctx *cx, int strict, int common) {
     int r = scan_int(st, &v, &text);
     if (r) return r;
     if (v >= 0 && v < ID_LIMIT) return put_ll(st, v + cx->id_off);
-    if (strict) return E_FALL;
+    /* >= 2**32 could equal another rank's rewritten id: Python refuses it (rules._beyond_ids) */
+    if (strict || v >= ID_LIMIT) return E_FALL;
     return put(st, text.p, text.n);
 }
 
@@ -181,7 +182,7 @@ static int rewrite_args(St *st, const Ctx *cx) {
 typedef struct {
     Span ph, cat;
     int has_ph, has_cat, has_pid, has_tid, has_id, has_args;
-    long long pid_out;
+    long long pid_out, tid;
     int pid_known;
     Py_ssize_t ts_out_start, ts_out_end; /* the written ts text, for first_ts */
     int ts_null;
@@ -261,6 +262,7 @@ static int rewrite_event(St *st, const Ctx *cx, PidCache *pc, Ev *ev) {
             if ((r = scan_int(st, &tid, &text))) return r;
             if (tid < 0 || tid >= ID_LIMIT) return E_FALL;
             if ((r = put(st, text.p, text.n))) return r;
+            ev->tid = tid;
             ev->has_tid = 1;
         } else if (IS(k, "ts")) {
             if (c == 'n') {
@@ -300,6 +302,8 @@ static int rewrite_event(St *st, const Ctx *cx, PidCache *pc, Ev *ev) {
             if (v < 0 || v >= ID_LIMIT) return E_FALL;
             if ((r = put_ll(st, v + cx->id_off))) return r;
             if (IS(k, "id")) ev->has_id = 1;
+        } else if (IS(k, "id2")) {
+            return E_FALL; /* an async id2 {global|local}: Python makes it rank-unique */
         } else if (IS(k, "args")) {
             if (c == '{') {
                 if ((r = rewrite_args(st, cx))) return r;

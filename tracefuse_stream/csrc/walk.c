@@ -40,25 +40,31 @@ static int walk_needle(const Sel *sel, Needles *nd) {
     return 1;
 }
 
-/* a string without escapes at s[*i] == '"' (E_FALL: it has one); the needle's
- * content compared with it */
+/* bytes that end a walked string: the quote, and what the validating scan judges (an
+ * escape, a control byte: invalid; non-ASCII: Python checks its UTF-8) */
+static const unsigned char WALK_STOP[256] = {[0 ... 0x1f] = 1, ['"'] = 1, ['\\'] = 1, [0x80 ... 0xff] = 1};
+
+/* a plain ASCII string without escapes at s[*i] == '"' (E_FALL: anything else, for the
+ * validating scan); the needle's content compared with it */
 static inline int walk_string(const unsigned char *s, Py_ssize_t n, Py_ssize_t *i, Span *v, const Needles *nd,
                               Walk *w) {
     Py_ssize_t j = *i + 1, e = j;
 #ifdef __SSE2__
-    const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\');
+    const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(0x20);
     for (; e + 16 <= n; e += 16) { /* names run long: 16 bytes at a time */
         __m128i b = _mm_loadu_si128((const __m128i *)(s + e));
-        unsigned m = (unsigned)_mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(b, quote), _mm_cmpeq_epi8(b, bslash)));
+        /* signed: bytes below 0x20 and from 0x80 (negative) compare less than ' ' */
+        __m128i odd = _mm_or_si128(_mm_cmplt_epi8(b, space), _mm_cmpeq_epi8(b, bslash));
+        unsigned m = (unsigned)_mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(b, quote), odd));
         if (m) {
             e += __builtin_ctz(m);
             break;
         }
     }
 #endif
-    while (e < n && !SKIM_INSIDE[s[e]]) e++;
+    while (e < n && !WALK_STOP[s[e]]) e++;
     if (e >= n) return E_MORE;
-    if (s[e] == '\\') return E_FALL;
+    if (s[e] != '"') return E_FALL;
     v->p = s + j;
     v->n = e - j;
     if (nd->n_all && v->n == nd->all[0].n - 2 && memcmp(v->p, nd->all[0].p + 1, (size_t)v->n) == 0) w->found = 1;
@@ -85,15 +91,16 @@ static int walk_value(St *st, Py_ssize_t *i, int bit, const Needles *nd, Walk *w
     }
     if (bit & 7) return E_FALL; /* ph, cat or name not a string: the scan decides */
     if (c == '{' || c == '[') {
-        Skim k = {*i, 0, 0, 0, 0};
-        int done = 0;
-#ifdef __SSE2__
-        done = skim_blocks(s, n, nd, &k);
-#endif
-        if (!done && !skim_bytes(s, n, nd, &k)) return E_MORE;
-        w->escaped |= k.escaped;
-        w->found |= k.found != 0;
-        *i = k.i;
+        /* validated as the merge validates it (bad literals, leading zeros, control
+         * bytes: E_FALL, and the validating scan hands the event to Python, which names
+         * the problem); nothing is written (st->nowrite) */
+        st->i = *i;
+        int r = copy_value(st, 1);
+        if (r) return r;
+        Span text = {s + *i, st->i - *i};
+        if (memchr(text.p, '\\', (size_t)text.n)) w->escaped = 1;
+        if (nd->n_all && holds(text, nd->all[0])) w->found = 1;
+        *i = st->i;
         return OK;
     }
     if (c == '-' || (c >= '0' && c <= '9')) {

@@ -8,9 +8,9 @@ the window, the per-rank results; nothing reaches back into another stage's obje
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
-import signal
 import time
 from typing import Any, Callable, Dict, List, Optional, ParamSpec
 
@@ -19,6 +19,7 @@ from tracefuse_stream.errors import Interrupted, TerminateSignal, VerifyFailed
 from tracefuse_stream.listing import by_ranks
 from tracefuse_stream.options import MergeOptions
 from tracefuse_stream.pipeline.each_cycle import merge_each_cycle
+from tracefuse_stream.pipeline.interrupts import SignalsRaise, raise_if_signalled
 from tracefuse_stream.pipeline.outputs import file_meta, head_bytes, output_names, rank_groups, tail_bytes
 from tracefuse_stream.pipeline.progress import Progress
 from tracefuse_stream.pipeline.sidepasses import apply_alignment, resolve_window
@@ -46,26 +47,6 @@ from tracefuse_stream.write.writer import FragmentDir, codec_for, is_special_fil
 _P = ParamSpec("_P")
 
 
-class _TermAsInterrupt:
-    """Turn SIGTERM into an exception in the parent so the same cleanup runs."""
-
-    def __enter__(self) -> _TermAsInterrupt:
-        self.prev = None
-        try:
-            self.prev = signal.signal(signal.SIGTERM, self._handler)
-        except ValueError:  # not the main thread
-            self.prev = None
-        return self
-
-    @staticmethod
-    def _handler(signum: int, frame: Any) -> None:
-        raise TerminateSignal()
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.prev is not None:
-            signal.signal(signal.SIGTERM, self.prev)
-
-
 def _interruptible(fn: Callable[_P, MergeSummary]) -> Callable[_P, MergeSummary]:
     """SIGTERM and SIGINT anywhere in a merge (planning, scans, writing) become
     :class:`Interrupted`, after the merge's own cleanup has run. Keeps the wrapped
@@ -73,7 +54,7 @@ def _interruptible(fn: Callable[_P, MergeSummary]) -> Callable[_P, MergeSummary]
 
     @functools.wraps(fn)
     def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> MergeSummary:
-        with _TermAsInterrupt():
+        with SignalsRaise():
             try:
                 return fn(*args, **kwargs)
             except KeyboardInterrupt:
@@ -181,6 +162,9 @@ def _merge(inputs: InputSpec, output: str, opts: MergeOptions) -> MergeSummary:
                 seconds=r.seconds,
                 salvage=r.salvage,
                 metadata_out=r.metadata_out,
+                metadata_in=r.metadata_in,
+                skipped=r.skipped,
+                flows_added=r.flows_added,
                 json_bytes_in=r.json_bytes_in,
             )
             for p, r in zip(plans, results)
@@ -274,17 +258,22 @@ def _write_files(
         ]
         n_jobs = resolve_jobs(opts.execution.jobs, len(plans))
         plan_of = {p.rank: p for p in plans}
-        for res in run_in_order(stream_rank, tasks, n_jobs, bar, weights=[p.size_bytes for p in plans]):
-            gi = group_of[res.rank]  # meta: the rank's own header (a Perfetto archive's member needs it)
-            own = file_meta(base_ns, [plan_of[res.rank]], gi, names, split, flt, {res.rank: res})
-            sinks[gi].add_rank(res.rank, res.piece, own)
-            _remove_fragment(res.piece.path)
-            results.append(res)
+        # closed here, not by the garbage collector: a failed write (EPIPE of -o - | head)
+        # stops the workers before the fragments are removed and the process exits
+        ranks = run_in_order(stream_rank, tasks, n_jobs, bar, weights=[p.size_bytes for p in plans])
+        with contextlib.closing(ranks):
+            for res in ranks:
+                gi = group_of[res.rank]  # meta: the rank's own header (a Perfetto archive's member needs it)
+                own = file_meta(base_ns, [plan_of[res.rank]], gi, names, split, flt, {res.rank: res})
+                sinks[gi].add_rank(res.rank, res.piece, own)
+                _remove_fragment(res.piece.path)
+                results.append(res)
         if not dry_run:
             check_early(results, base_ns, retry=names[0] != "-" and not is_special_file(names[0]))
         by_rank: Dict[int, RankResult] = {r.rank: r for r in results}
         for gi, g in enumerate(groups):
             sinks[gi].end(file_meta(base_ns, g, gi, names, split, flt, by_rank))
+        raise_if_signalled()  # a signal whose exception was lost never lets the merge commit
         for s in sinks:
             s.commit()
     except KeyboardInterrupt:

@@ -64,8 +64,8 @@ def apply_alignment(
     return out, notes
 
 
-def _first_event_ns(plan: RankPlan) -> Optional[int]:
-    return first_event_ns(plan)  # a damaged rank: where its salvaged merge starts
+def _first_event_ns(plan: RankPlan, salvage: bool) -> Optional[int]:
+    return first_event_ns(plan, salvage)  # a damaged rank (--salvage): where its salvaged merge starts
 
 
 def resolve_window(
@@ -86,7 +86,7 @@ def resolve_window(
         )
         return lo + ref.align_offset_ns, hi + ref.align_offset_ns
     if window.window_ms is not None:
-        firsts = parallel_map(_first_event_ns, [(p,) for p in plans], jobs)
+        firsts = parallel_map(_first_event_ns, [(p, salvage) for p in plans], jobs)
         known = [f + p.align_offset_ns for f, p in zip(firsts, plans) if f is not None]
         if not known:
             raise UsageError("--window: the inputs have no timed events")

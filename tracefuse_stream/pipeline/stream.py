@@ -70,6 +70,10 @@ class RankResult:
     warnings: List[str] = field(default_factory=list)
     early_ts: Any = None  # the earliest written ts below 0 (us; see plan/starts.output_base)
     notes: List[str] = field(default_factory=list)  # facts, not problems (summary "note:" lines)
+    # events_in = kept + dropped + metadata_in + skipped; events_out = kept + flows_added + metadata_out
+    metadata_in: int = 0  # the input's process/thread metadata (replaced by the labels written)
+    skipped: int = 0  # salvage: events read but left out because they could not be written
+    flows_added: int = 0  # --link-collectives: flow events made by the merge
 
 
 def stream_rank(task: RankTask, progress: Progress = None) -> RankResult:
@@ -170,7 +174,8 @@ class _Sink:
         self.progress_at = progress_at
         self.buf = bytearray()
         self.first = True
-        self.skipped = 0
+        self.skipped = 0  # batches skipped (one event each: the salvage reader's batches)
+        self.events_skipped = 0
         self.skip_examples: List[str] = []
 
     def pump(self, batches: Iterable[List[Any]]) -> None:
@@ -183,13 +188,17 @@ class _Sink:
                 if type(batch) is bytes:  # the C kernel's output: rewritten and encoded
                     data = batch
                 elif skip_bad:
-                    n_pids = len(self.rw.pid_first_ts)
+                    n_pids, n_out, n_dropped = len(self.rw.pid_first_ts), self.rw.events_out, self.rw.dropped
+                    n_meta = len(self.rw.metadata)
                     try:
                         kept = feed_batch(batch)
                         data = encode_batch(kept) if kept else b""
                     except (InputError, orjson.JSONEncodeError, TypeError, ValueError) as e:
                         self._forget_new_processes(n_pids)
-                        self._skip(e)
+                        # nothing of a skipped batch is written: counted as skipped only
+                        self.rw.events_out, self.rw.dropped = n_out, n_dropped
+                        del self.rw.metadata[n_meta:]
+                        self._skip(e, len(batch))
                         continue
                     if not kept:
                         continue
@@ -221,8 +230,9 @@ class _Sink:
         for pid in list(first_ts)[n_pids:]:
             del first_ts[pid]
 
-    def _skip(self, e: Exception) -> None:
+    def _skip(self, e: Exception, n: int) -> None:
         self.skipped += 1
+        self.events_skipped += n
         if len(self.skip_examples) < 5:
             self.skip_examples.append(f"event #{self.rw.index}: {e}")
 
@@ -274,14 +284,20 @@ def _drive(
     header = dict(plan.header)
     for k, v in (reader.trailer or {}).items():
         header.setdefault(k, v)
+    # salvage: events the reader could not parse count as read and skipped, as the
+    # sink's unwritable ones do (the summary's sums: RankSummary)
+    unreadable = reader.report.skipped if isinstance(reader, SalvageReader) else 0
     return RankResult(
         rank=plan.rank,
         path=plan.path,
         piece=piece,
-        events_in=rw.events_in,
+        events_in=rw.events_in + unreadable,
         events_out=rw.events_out + meta_out,
         dropped=rw.dropped,
         metadata_out=meta_out,
+        metadata_in=len(rw.metadata),
+        skipped=unreadable + sink.events_skipped,
+        flows_added=linker.flows_added if linker is not None else 0,
         header=header,
         pid_map=rw.pid_map(),
         bytes_in=plan.size_bytes,

@@ -22,19 +22,31 @@ TABLE_ROWS = 32
 
 @dataclass
 class RankSummary:
-    """Per-rank numbers reported after a merge."""
+    """Per-rank numbers reported after a merge. They add up (issue 28, item 6):
+    ``events_in = events_kept + dropped + metadata_in + skipped`` and
+    ``events_out = events_kept + flows_added + metadata_out``. The input's process and
+    thread metadata is not "kept": the labels are written anew for each rank
+    (``rewrite/labels.py``), so they are counted on each side as what they are."""
 
     rank: int
     path: str
-    events_in: int
-    events_out: int
-    dropped: int
-    shift_ns: int
+    events_in: int  # every event read
+    events_out: int  # every event written: kept + flows_added + metadata_out
+    dropped: int  # left out by the selection (categories, --name, --window, ...)
+    shift_ns: int  # what was added to every ts (exact; the header's shift_ns)
     seconds: float
     salvage: Optional[Dict[str, Any]] = None
     metadata_out: int = 0  # process/thread metadata written for this rank (regenerated labels)
     json_bytes_in: int = 0  # decompressed JSON bytes read
     cycle: Optional[int] = None  # --cycle all: the profiling cycle (1-based) this rank's file is of
+    metadata_in: int = 0  # process/thread metadata read (replaced by the labels written)
+    skipped: int = 0  # --salvage: events read but not writable (bad values), left out
+    flows_added: int = 0  # --link-collectives: flow events the merge made
+
+    @property
+    def events_kept(self) -> int:
+        """Input events written (rewritten): neither dropped, metadata nor skipped."""
+        return self.events_out - self.metadata_out - self.flows_added
 
 
 @dataclass
@@ -76,6 +88,37 @@ class MergeSummary:
         return sum(r.metadata_out for r in self.ranks)
 
     @property
+    def metadata_in(self) -> int:
+        return sum(r.metadata_in for r in self.ranks)
+
+    @property
+    def events_kept(self) -> int:
+        return sum(r.events_kept for r in self.ranks)
+
+    @property
+    def dropped(self) -> int:
+        return sum(r.dropped for r in self.ranks)
+
+    @property
+    def skipped(self) -> int:
+        return sum(r.skipped for r in self.ranks)
+
+    @property
+    def flows_added(self) -> int:
+        return sum(r.flows_added for r in self.ranks)
+
+    def moved_ns(self) -> List[int]:
+        """Per rank (in ``ranks`` order), how far its events moved against the ranks of
+        its output: ``shift_ns`` minus the least ``shift_ns`` of its cycle. Every rank's
+        ts move by ``shift_ns`` (re-based onto the output base, which can be months);
+        what tells ranks apart is the difference: base differences, clock corrections.
+        The table's "moved us" column and ``--json-summary``'s ``moved_ns`` are this."""
+        least: Dict[Optional[int], int] = {}
+        for r in self.ranks:
+            least[r.cycle] = min(least.get(r.cycle, r.shift_ns), r.shift_ns)
+        return [r.shift_ns - least[r.cycle] for r in self.ranks]
+
+    @property
     def mb_per_s(self) -> float:
         """Throughput in MB/s of decompressed input JSON."""
         return self.json_bytes_in / 1e6 / self.seconds if self.seconds > 0 else 0.0
@@ -88,9 +131,11 @@ class MergeSummary:
             self.verify_reports = reports
         d.pop("verify_reports", None)
         d["verify"] = [json.loads(r.to_json()) for r in reports]
-        d["events_in"] = self.events_in
-        d["events_out"] = self.events_out
-        d["metadata_out"] = self.metadata_out
+        for row, r, moved in zip(d["ranks"], self.ranks, self.moved_ns()):
+            row["events_kept"] = r.events_kept
+            row["moved_ns"] = moved
+        for key in COUNTS:
+            d[key] = getattr(self, key)
         d["json_bytes_in"] = self.json_bytes_in
         d["mb_per_s"] = self.mb_per_s
         return d
@@ -98,49 +143,67 @@ class MergeSummary:
     def format_text(self) -> str:
         # --cycle all lists each rank once per cycle: a cycle column tells the rows apart
         cyc = any(r.cycle is not None for r in self.ranks)
+        cols = _columns(self.ranks)
         lines = [
             ("cycle " if cyc else "")
-            + f"{'rank':>6} {'events in':>12} {'events out':>12} {'dropped':>10} {'moved us':>14}  file",
+            + f"{'rank':>6} "
+            + " ".join(f"{title:>{w}}" for title, _, w in cols)
+            + f" {'moved us':>14}  file",
         ]
-        # every rank's ts move by its exact shift_ns (--json-summary, the header); the table
-        # shows how far each moved against the others: base differences, clock corrections
-        # (--cycle all: against the ranks of the same cycle, which share one output file)
-        least: Dict[Optional[int], int] = {}
-        for r in self.ranks:
-            least[r.cycle] = min(least.get(r.cycle, r.shift_ns), r.shift_ns)
-        shown = self.ranks if len(self.ranks) <= TABLE_ROWS + 1 else self.ranks[:TABLE_ROWS]
-        for r in shown:
+        moved = self.moved_ns()
+        n_shown = len(self.ranks) if len(self.ranks) <= TABLE_ROWS + 1 else TABLE_ROWS
+        for r, m in zip(self.ranks[:n_shown], moved):
             extra = f"  [salvaged: {r.salvage.get('summary')}]" if r.salvage else ""
             lines.append(
                 (f"{r.cycle if r.cycle is not None else '-':>5} " if cyc else "")
-                + f"{r.rank:>6} {r.events_in:>12,} {r.events_out:>12,} {r.dropped:>10,} "
-                f"{(r.shift_ns - least[r.cycle]) / 1000:>14,.3f}  {r.path}{extra}"
+                + f"{r.rank:>6} "
+                + " ".join(f"{get(r):>{w},}" for _, get, w in cols)
+                + f" {m / 1000:>14,.3f}  {r.path}{extra}"
             )
-        if len(shown) < len(self.ranks):
-            salvaged = [r.rank for r in self.ranks[len(shown) :] if r.salvage]
+        if n_shown < len(self.ranks):
+            salvaged = [r.rank for r in self.ranks[n_shown:] if r.salvage]
             lines.append(
-                f"{'...':>6} and {len(self.ranks) - len(shown):,} more ranks (--json-summary lists every rank)"
+                f"{'...':>6} and {len(self.ranks) - n_shown:,} more ranks (--json-summary lists every rank)"
                 + (f"; salvaged among them: {compress_ranges(salvaged)}" if salvaged else "")
             )
         verb = "dry run over" if self.dry_run else "merged"
         if self.window_ns:
             lines.append(f"time window: {window_text(self.window_ns)}")
+        lines.append(f"{verb} {self.ranks_text()}: {self.counts_text()}")
         lines.append(
-            f"{verb} {self.ranks_text()}: {self.events_in:,} events in, {self.events_out:,} out "
-            f"(of which {self.metadata_out:,} process/thread labels, written anew for each rank); "
             f"{self.bytes_in / 1e6:,.1f} MB in ({self.json_bytes_in / 1e6:,.1f} MB of JSON) -> {self.output} "
             f"{self.bytes_out / 1e6:,.1f} MB ({self.json_bytes / 1e6:,.1f} MB JSON"
             f"{' estimated' if self.dry_run else ''}) in {self.seconds:.1f} s, "
-            f"{self.mb_per_s:,.1f} MB/s of input JSON, {self.jobs} job(s)"
+            f"{self.mb_per_s:,.1f} MB/s of input JSON, {workers_text(self.jobs)}"
         )
         if self.viewer_memory_bytes:
             lines.append(
                 f"viewer memory: ~{self.viewer_memory_bytes / 1e6:,.0f} MB in Perfetto (trace_processor, "
                 f"estimated{', largest file' if len(self.outputs) > 1 else ''}; a browser holds 4 GB)"
             )
+        common = {r.shift_ns - m for r, m in zip(self.ranks, moved)}
+        if common != {0}:  # the table's column is relative; say what every rank moved too
+            both = ", ".join(f"{c / 1000:,.3f}" for c in sorted(common))
+            lines.append(
+                f"note: moved us is against the least-moved rank{' of each cycle' if cyc else ''}, whose ts "
+                f"moved by {both} us onto the output base (--json-summary: moved_ns, and shift_ns = the total)"
+            )
         lines += [f"note: {n}" for n in self.notes]
         lines += [f"warning: {w}" for w in self.warnings]
         return "\n".join(lines)
+
+    def counts_text(self) -> str:
+        """The totals as two sums that add up: what was read, what was written."""
+        read = [f"{self.events_kept:,} kept", f"{self.dropped:,} dropped", f"{self.metadata_in:,} labels"]
+        if self.skipped:
+            read.append(f"{self.skipped:,} skipped")
+        written = [f"{self.events_kept:,} kept", f"{self.metadata_out:,} labels"]
+        if self.flows_added:
+            written.append(f"{self.flows_added:,} flows")
+        return (
+            f"{self.events_in:,} events in = {' + '.join(read)}; {self.events_out:,} out = {' + '.join(written)} "
+            "(labels: process/thread metadata; the input's are replaced by labels written anew for each rank)"
+        )
 
     def ranks_text(self) -> str:
         """``8 ranks``, or ``8 ranks × 2 cycles`` for ``--cycle all``."""
@@ -149,6 +212,44 @@ class MergeSummary:
             return f"{per} rank{'s' if per != 1 else ''} × {self.cycles} cycles"
         n = len(self.ranks)
         return f"{n} rank{'s' if n != 1 else ''}"
+
+
+#: totals in ``--json-summary`` (each the sum of the per-rank field of the same name)
+COUNTS = (
+    "events_in",
+    "events_out",
+    "events_kept",
+    "dropped",
+    "metadata_in",
+    "metadata_out",
+    "skipped",
+    "flows_added",
+    "json_bytes_in",
+    "mb_per_s",
+)
+
+
+def _columns(ranks: List[RankSummary]) -> List[Tuple[str, Any, int]]:
+    """The count columns (title, value of a row, width): ``events in`` is the sum of
+    the next four, ``kept`` plus ``labels out`` (plus ``flows``) what the file holds;
+    ``skipped`` and ``flows`` only where a rank has some."""
+    cols: List[Tuple[str, Any, int]] = [
+        ("events in", lambda r: r.events_in, 12),
+        ("kept", lambda r: r.events_kept, 10),
+        ("dropped", lambda r: r.dropped, 10),
+        ("labels in", lambda r: r.metadata_in, 10),
+    ]
+    if any(r.skipped for r in ranks):
+        cols.append(("skipped", lambda r: r.skipped, 10))
+    cols.append(("labels out", lambda r: r.metadata_out, 11))
+    if any(r.flows_added for r in ranks):
+        cols.append(("flows", lambda r: r.flows_added, 8))
+    return cols
+
+
+def workers_text(jobs: int) -> str:
+    """``2 workers``, or ``no workers`` when the ranks ran in this process (``-j 1``)."""
+    return "no workers (in this process)" if jobs <= 1 else f"{jobs} workers"
 
 
 def window_text(window_ns: Tuple[int, int]) -> str:

@@ -32,6 +32,7 @@ from typing import Dict, Hashable, List, Optional, Sequence, Tuple
 from tracefuse_stream.errors import ErrorKind, InputError
 from tracefuse_stream.plan.rankplan import RankPlan
 from tracefuse_stream.plan.ranks import rank_from_name
+from tracefuse_stream.plan.starts import earliest_ns
 from tracefuse_stream.timeunits import iso_utc
 
 BLOCK = 1 << 20
@@ -119,8 +120,9 @@ def find_copies(plans: Sequence[RankPlan], by_rank: bool = True) -> List[Copy]:
                 continue
             first = starts.setdefault((r, p.start_ns), p)
             if first is not p:
+                # the instant shown is the earliest event, as info and every start (earliest_ns)
                 found[id(p)] = Copy(
-                    first, p, f"hold rank {r}'s recording from the same instant ({iso_utc(p.start_ns)})"
+                    first, p, f"hold rank {r}'s recording from the same instant ({iso_utc(earliest_ns([p]))})"
                 )
     return sorted(found.values(), key=lambda c: c.copy.position)
 

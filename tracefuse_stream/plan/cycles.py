@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Dict, Hashable, List, Optional, Sequence,
 from tracefuse_stream.errors import UsageError
 from tracefuse_stream.listing import SHOWN, bounded, inline
 from tracefuse_stream.plan.ranks import tensorboard_parts
-from tracefuse_stream.plan.starts import FAR_APART_NS
+from tracefuse_stream.plan.starts import FAR_APART_NS, earliest_ns
 from tracefuse_stream.timeunits import iso_utc
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -96,14 +96,19 @@ def group_cycles(plans: Sequence[RankPlan], ids: Sequence[Hashable]) -> List[Cyc
     return cycles
 
 
-def describe_cycles(cycles: Sequence[Cycle], limit: int = SHOWN) -> List[str]:
-    """One line per cycle (the first few, then ``... and N more``): its start and
-    the first file names (``info`` lists every file)."""
+def describe_cycles(
+    cycles: Sequence[Cycle], limit: int = SHOWN, known: Optional[Dict[str, Optional[int]]] = None
+) -> List[str]:
+    """One line per cycle (the first few, then ``... and N more``): its start (its
+    earliest timed event, as ``info`` shows it: plan/starts.earliest_ns; ``known``: the
+    starts ``info`` found) and the first file names (``info`` lists every file)."""
+    shown = cycles[:limit] if len(cycles) > limit + 1 else cycles
     lines = [
-        f"cycle {c.index}: starts {iso_utc(c.start_ns)}, {plural(len(c.files), 'file')}: "
+        f"cycle {c.index}: starts {iso_utc(earliest_ns(c.plans, known))}, {plural(len(c.files), 'file')}: "
         + inline([Path(f).name for f in c.files])
-        for c in cycles
+        for c in shown
     ]
+    lines += [f"cycle {c.index}" for c in cycles[len(shown) :]]  # only counted by bounded()
     return bounded(lines, limit=limit, more="`tracefuse info` lists every file")
 
 
@@ -179,9 +184,6 @@ def two_runs(
         advice = "merge one run at a time: give its files by path"
     lines = [f"{where}: files of {len(runs)} runs? {why}; not merged as profiling cycles:"]
     for i, run in enumerate(runs, 1):
-        starts = [p.start_ns for p in run if p.start_ns is not None]
-        lines.append(
-            f"  run {i}: starts {iso_utc(min(starts) if starts else None)}, {plural(len(run), 'file')}:"
-        )
+        lines.append(f"  run {i}: starts {iso_utc(earliest_ns(run))}, {plural(len(run), 'file')}:")
         lines += bounded([os.path.abspath(p.path) for p in run], indent="    ")
     return "\n".join(lines + [advice])

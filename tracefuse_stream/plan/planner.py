@@ -42,7 +42,6 @@ from tracefuse_stream.read.toplevel import (  # noqa: F401  (re-exported: stream
     read_tail,
     trailer_of_file,
 )
-from tracefuse_stream.timeunits import iso_utc
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -379,7 +378,10 @@ def plan_all(
                 p.cycle = g.index
     if len(groups) > 1 and not every_cycle:
         c = chosen[0]
-        out.notes.append(f"merged profiling cycle {c.index} of {len(groups)} (starts {_cycle_start(c)})")
+        # no start here: the one every message shows is the earliest event, which costs a
+        # pass over the files (plan/starts.earliest_ns); `info` and the cycle errors show it
+        names = inline([os.path.basename(f) for f in c.files])
+        out.notes.append(f"merged profiling cycle {c.index} of {len(groups)} ({names})")
     selected = _select_ranks(
         sorted((p for g in chosen for p in g.plans), key=lambda p: (p.cycle or 0, p.rank)), ranks
     )
@@ -436,10 +438,6 @@ def _coerce_start(p: RankPlan) -> None:
     base = p.header.get("baseTimeNanoseconds")
     p.base_time_ns = _coerce_base(p.path, base)
     set_start(p)
-
-
-def _cycle_start(c: Cycle) -> str:
-    return iso_utc(c.start_ns)
 
 
 def count_cycles(inputs: InputSpec, *, rank_from: str = "auto", salvage: bool = False) -> int:

@@ -10,7 +10,7 @@ for all three and costs only the start of each file: the read stops there.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import ijson
 
@@ -118,8 +118,10 @@ def far_apart_warning(plans: Sequence[RankPlan], limit_ns: int = FAR_APART_NS) -
             clusters.append([])
         clusters[-1].append(t)
 
-    desc = "; ".join(
-        f"rank(s) {compress_ranges(sorted(r for _, r in c))} start {iso_utc(c[0][0])}" for c in clusters
+    by_rank = {p.rank: p for p in plans}
+    desc = "; ".join(  # the start shown: the earliest event, as everywhere (earliest_ns)
+        f"rank(s) {compress_ranges(sorted(r for _, r in c))} start {iso_utc(earliest_ns(by_rank[r] for _, r in c))}"
+        for c in clusters
     )
     days = (timed[-1][0] - timed[0][0]) / 86400e9
     return [
@@ -137,18 +139,50 @@ def empty_rank_note(plans: Sequence[RankPlan]) -> List[str]:
     return [f"rank(s) {compress_ranges(empty)} have no timed events (ignored for the output base)"]
 
 
-def first_event_ns(plan: RankPlan) -> Optional[int]:
+def first_event_ns(plan: RankPlan, salvage: bool = False) -> Optional[int]:
     """Absolute ns of the rank's earliest timed event (not just its first in the file),
-    from a full pass: the fast counting scan, or -- when that cannot read the file and
-    salvage could -- the salvage reader, keeping only usable times (timeunits'
-    malformed-number rule), so a damaged rank starts where its salvaged merge does."""
+    from a full pass: the fast counting scan, or -- with ``--salvage`` (``salvage``),
+    when that cannot read the file and salvage could -- the salvage reader, keeping
+    only usable times (timeunits' malformed-number rule), so a damaged rank starts where
+    its salvaged merge does. Without ``--salvage`` the scan's error is the answer: the
+    merge would stop at the same problem (issue 28: it used to find "no timed events")."""
     if not plan.needs_salvage:
         try:
             return scan_rank(plan).first_ns
         except TraceFuseError as e:
-            if not e.salvageable:
+            if not (salvage and e.salvageable):
                 raise
     return _salvaged_first_ns(plan)
+
+
+def earliest_ns(plans: Iterable[RankPlan], known: Optional[Dict[str, Optional[int]]] = None) -> Optional[int]:
+    """The start of a cycle or a run as every message shows it: the earliest timed
+    event of ``plans`` (absolute ns), None without any.
+
+    Planning orders files by a cheap estimate, the first timed event *in file order*
+    (``RankPlan.start_ns``, from the head of each file); Kineto does not write events in
+    time order, so that can be later than the earliest event by a large part of a second
+    (a recorded cycle "started" 06:07:13.058 while ``info`` listed first events from
+    06:07:12.915, and the merge began there). Ordering does not mind; a printed start
+    does: ``info``'s table and cycle list, the merge's errors and warnings show this,
+    which is what ``info`` reports per file and where the merged trace begins. Finding it
+    reads the files, so it is done only for what is about to be printed.
+
+    ``known``: path -> earliest event already found (``info`` scanned every file);
+    other files are read. A file that cannot be read for it keeps its estimate (the
+    error that matters is reported where that file is merged)."""
+    found = []
+    for p in plans:
+        if known is not None and p.path in known:
+            ns = known[p.path]
+        else:
+            try:
+                ns = first_event_ns(p)
+            except (TraceFuseError, OSError):
+                ns = p.start_ns
+        if ns is not None:
+            found.append(ns)
+    return min(found, default=None)
 
 
 def _salvaged_first_ns(plan: RankPlan) -> Optional[int]:

@@ -40,6 +40,7 @@ import msgspec
 
 from tracefuse_stream.exactjson import DecodeError, loads_exact
 from tracefuse_stream.read.sources import TraceReader
+from tracefuse_stream.read.textcheck import lone_surrogate
 from tracefuse_stream.read.toplevel import EVENTS_KEY_BYTES, MAX_EVENT_BYTES, keys_before_at
 
 CHUNK_BYTES = 1 << 20  # read size; a batch is about this large
@@ -70,7 +71,33 @@ class NotBatchable(Exception):
 
 
 def _decode(data: Any) -> Any:
-    return loads_exact(data)
+    try:
+        return loads_exact(data)
+    except RecursionError:  # nested beyond msgspec's reach: the exact reader names the depth
+        raise DecodeError("nested too deep") from None
+
+
+def _projected(decode: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """A projected decoder (``fields``) skips the values it does not keep without
+    judging their text: invalid UTF-8 and lone surrogate escapes there would pass,
+    while the merge of the same file refuses them. Such text fails here too, and the
+    exact reader names the problem (read/textcheck.py)."""
+
+    def run(data: Any) -> Any:
+        raw = bytes(data)
+        if not raw.isascii():
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise DecodeError("invalid UTF-8") from None
+        if b"\\u" in raw and lone_surrogate(raw) is not None:
+            raise DecodeError("lone surrogate escape")
+        try:
+            return decode(data)
+        except RecursionError:
+            raise DecodeError("nested too deep") from None
+
+    return run
 
 
 def _array_end(buf: bytearray, hi: int) -> int:
@@ -191,8 +218,8 @@ class EventBatches:
             events_type: Any = List[fields]  # type: ignore[valid-type]
             # the document's other keys (the trailer) are skipped, not decoded
             doc = msgspec.defstruct("_Doc", [("traceEvents", events_type)])
-            self._decode = msgspec.json.Decoder(events_type, float_hook=Decimal).decode
-            decode_doc = msgspec.json.Decoder(doc, float_hook=Decimal).decode
+            self._decode = _projected(msgspec.json.Decoder(events_type, float_hook=Decimal).decode)
+            decode_doc = _projected(msgspec.json.Decoder(doc, float_hook=Decimal).decode)
             self._decode_doc = lambda data: {"traceEvents": getattr(decode_doc(data), "traceEvents")}  # noqa: B009
 
     def __iter__(self) -> Iterator[List[Any]]:

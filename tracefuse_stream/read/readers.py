@@ -25,8 +25,10 @@ from tracefuse_stream.errors import ErrorKind, InputError
 from tracefuse_stream.exactjson import dumps_exact, dumps_fast, encode_lines
 from tracefuse_stream.read.batches import EventBatches, NotBatchable, RawRewrite
 from tracefuse_stream.read.jsonerrors import describe_json_error
+from tracefuse_stream.read.locate import find_lone_surrogate
 from tracefuse_stream.read.salvage import Framer, SalvageReport, tolerant_chunks
 from tracefuse_stream.read.sources import TraceReader
+from tracefuse_stream.read.textcheck import MAX_DEPTH, SurrogateScan, depth, too_deep_message
 from tracefuse_stream.read.toplevel import IJSON_BUF, MAX_EVENT_BYTES, find_trailer, trailer_of_file
 
 PARSE_BUF = IJSON_BUF  # read/toplevel.py: why 1 MiB
@@ -126,8 +128,17 @@ class _Capped:
     def __init__(self, owner: ExactReader) -> None:
         self._owner = owner
         self.mark = 0  # the reader's offset when the last event was complete
+        self.surrogates = SurrogateScan()
+        self.suspect = False  # the text may hold a lone surrogate escape (yajl: "?")
 
     def read(self, n: int = -1) -> bytes:
+        data = self._read(n)
+        if not self.suspect and self.surrogates.suspect(data):
+            self.suspect = True
+            self._owner.locate_surrogates()
+        return data
+
+    def _read(self, n: int) -> bytes:
         o = self._owner
         if n != 0 and o.reader.offset - self.mark > MAX_EVENT_BYTES:
             raise InputError(
@@ -149,16 +160,30 @@ class ExactReader(_FileReader):
         self.layout = layout
         self.need_trailer = need_trailer
         self.index = 0  # events delivered
+        self._lone: Optional[tuple] = None  # (event index, field, escape): read/locate.py
 
     def batches(self) -> Iterator[List[Any]]:
         prefix = "traceEvents.item" if self.layout == "object" else "item"
         capped = _Capped(self)
         try:
             for ev in ijson.items(capped, prefix, use_float=False, buf_size=PARSE_BUF):
+                if self._lone is not None and self._lone[0] == self.index:
+                    raise self._surrogate_error()
                 self.index += 1
                 capped.mark = self.reader.offset
+                d = depth(ev)
+                if d > MAX_DEPTH:
+                    raise InputError(
+                        self.path,
+                        too_deep_message(depth(ev, -1)),
+                        kind=ErrorKind.INVALID_JSON,
+                        hint="use --salvage to drop such events",
+                        event_index=self.index - 1,
+                    )
                 yield [ev]
         except (ijson.JSONError, UnicodeDecodeError) as e:
+            if self._lone is not None and self._lone[0] == self.index:
+                raise self._surrogate_error() from None  # yajl: a lone low surrogate is invalid UTF-8
             kind, problem = describe_json_error(e)
             if self._open_array_end(kind):
                 self.notes.append(
@@ -184,6 +209,23 @@ class ExactReader(_FileReader):
             if trailer is None:  # longer than the kept tail: read it from the file
                 trailer = trailer_of_file(self.path)[0]
             self.trailer = trailer
+
+    def locate_surrogates(self) -> None:
+        """The text may hold a lone surrogate escape, which yajl would write as "?":
+        the events are judged one by one (read/locate.py); the first such one stops the
+        read when the read reaches it (a problem earlier in the file is named first)."""
+        self._lone = find_lone_surrogate(self.path)
+
+    def _surrogate_error(self) -> InputError:
+        assert self._lone is not None
+        index, where, escape = self._lone
+        return InputError(
+            self.path,
+            f"lone UTF-16 surrogate escape {escape} in {where}: not Unicode text, it cannot be written as it is",
+            kind=ErrorKind.INVALID_UTF8,
+            hint="use --salvage to drop such events",
+            event_index=index,
+        )
 
     def _open_array_end(self, kind: ErrorKind) -> bool:
         """A bare ``[...]`` trace may end after a complete event without its closing

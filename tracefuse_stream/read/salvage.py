@@ -26,6 +26,7 @@ import orjson
 from tracefuse_stream.errors import InputError
 from tracefuse_stream.exactjson import FLOAT_EXACT_LIMIT, DecodeError
 from tracefuse_stream.read.sources import READ_SIZE, TraceReader
+from tracefuse_stream.read.textcheck import MAX_DEPTH, depth, surrogate_field
 from tracefuse_stream.read.toplevel import EVENTS_KEY_BYTES, MAX_EVENT_BYTES, decode_value
 
 _OUTSIDE = re.compile(rb'["{}\[\],:]')
@@ -192,6 +193,8 @@ def parse_slice(data: bytes, exact: bool, report: SalvageReport) -> Tuple[bool, 
             value = json.loads(candidate, parse_float=Decimal, parse_constant=const)
         except (ValueError, RecursionError):
             continue
+        if surrogate_field(value) is not None or depth(value) > MAX_DEPTH:
+            break  # text no encoder can write as it is (read/textcheck.py): skipped
         changed = attempt > 0 or "\ufffd" in text and b"\xef\xbf\xbd" not in data or nonfinite[0] > 0
         if changed:
             report.repaired += 1
@@ -249,10 +252,13 @@ def _in_string(st: _ScanState, c: bytes, p: int) -> None:
 class Framer:
     """Splits a (possibly broken) trace into header values and event slices."""
 
-    def __init__(self, chunks: Iterator[bytes], report: SalvageReport, exact: bool) -> None:
+    def __init__(
+        self, chunks: Iterator[bytes], report: SalvageReport, exact: bool, raw: bool = False
+    ) -> None:
         self.chunks = chunks
         self.report = report
         self.exact = exact
+        self.raw = raw  # yield each event's text, unparsed (read/locate.py)
         self.header: Dict[str, Any] = {}
         self.offset = 0  # decompressed bytes consumed before buf
         self.layout: Optional[str] = None
@@ -329,7 +335,8 @@ class Framer:
         st.depth -= 1
         event: Optional[Tuple[bool, Any]] = None
         if st.in_events and st.depth == st.events_depth and st.elem_start >= 0 and c == b"}":
-            event = parse_slice(bytes(st.buf[st.elem_start : p + 1]), self.exact, self.report)
+            data = bytes(st.buf[st.elem_start : p + 1])
+            event = (True, data) if self.raw else parse_slice(data, self.exact, self.report)
             st.elem_start = -1
         elif st.in_events and st.depth == st.events_depth - 1:
             st.in_events = False

@@ -24,6 +24,7 @@ from tracefuse_stream.plan.cycles import describe_cycles
 from tracefuse_stream.plan.extent import RankInfo
 from tracefuse_stream.plan.planner import InputSpec, PlanList, plan_all
 from tracefuse_stream.plan.rankplan import RankPlan
+from tracefuse_stream.plan.starts import earliest_ns
 from tracefuse_stream.report.onepass import broken_text, scan_files
 from tracefuse_stream.timeunits import iso_utc
 
@@ -88,11 +89,14 @@ def collect_info(
             scans_out.append(fs.scan)
     plans[:] = good
     text = []
+    known = {r.path: r.first_ns for r in rows}  # each file's earliest event: the cycles' starts
+    for c in plans.cycles:
+        c.start_ns = earliest_ns(c.plans, known)
     if len(plans.cycles) > 1:
         text.append(
             f"{len(plans.cycles)} profiling cycles (the cycle column; merge needs --cycle N|latest|all):"
         )
-        text.extend(describe_cycles(plans.cycles))
+        text.extend(describe_cycles(plans.cycles, known=known))
     text.append(format_info(rows, plans.broken))
     text.extend(f"warning: {w}" for w in plans.warnings())
     text.extend(f"note: {n}" for n in plans.input_notes(limit=None))

@@ -42,6 +42,8 @@ class _Context:
         self.pids = rw.pids
         self.first_ts = rw.pid_first_ts
         self.gpu_like = rw.pid_gpu_like
+        self.tids_seen = rw.tids_seen  # threads written (the kernel adds its own)
+        self.neg_tids = rw.neg_tids  # threads made from negative tids (Python's)
         flt = rw.filter  # the merge's one selection object, read as it is
         self.drop_cats: FrozenSet[Any] = frozenset(flt.dropped_categories())
         self.keep_args: Optional[FrozenSet[str]] = rw.keep_args

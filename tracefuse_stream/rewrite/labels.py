@@ -20,10 +20,11 @@ at least one event, so filtering never leaves empty named tracks behind.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, Dict, Iterator, Optional
 
-from tracefuse_stream.rewrite.rules import PID_DEVICE_LIMIT, RankRewriter
+from tracefuse_stream.rewrite.rules import PID_DEVICE_LIMIT, RankRewriter, pid_key
 
 Event = Dict[str, Any]
 
@@ -56,28 +57,35 @@ def _describe(pid: Any, labels: Optional[str], gpu_like: bool) -> tuple:
             return "CPU", None
     if gpu_like and type(pid) is int and 0 <= pid < PID_DEVICE_LIMIT:
         return "GPU", pid
-    if type(pid) is int and pid < 0:
-        return "OTHER", None
+    if type(pid) is not int or pid < 0:
+        return "OTHER", None  # -1 (overhead), and pids Kineto never writes (1.0, true, null)
     return "CPU", None
 
 
+def pid_text(pid: Any) -> str:
+    """An original pid as its JSON spelling (titles and labels: ``1.0``, ``true``, ``""``)."""
+    if type(pid) is str:
+        return pid if pid.strip() else json.dumps(pid)
+    if type(pid) is bool or pid is None:
+        return json.dumps(pid)
+    return str(pid)
+
+
 def _kinds(rw: RankRewriter, names: Dict[Any, str], labels: Dict[Any, str]) -> Dict[Any, tuple]:
-    """``orig pid -> (kind, device, accelerator name)`` for the rank's kept processes,
+    """``output pid -> (orig pid, kind, device, accelerator name)`` for the rank's kept processes,
     in first-appearance order; kind is "CPU", "GPU" (any accelerator) or "OTHER"."""
     kept = set(rw.pid_first_ts)
     out: Dict[Any, tuple] = {}
     for orig in rw.pid_order:
-        pid = rw.pids[orig]
+        pid = rw.pids[pid_key(orig)]
         if pid not in kept:
             continue
-        kind, dev = _describe(orig, labels.get(orig), pid in rw.pid_gpu_like)
-        lab = labels.get(orig) or ""
-        accel = (
-            None if isinstance(orig, str) or "CPU" in lab else device_of(lab) or device_of(names.get(orig))
-        )
+        kind, dev = _describe(orig, labels.get(pid), pid in rw.pid_gpu_like)
+        lab = labels.get(pid) or ""
+        accel = None if isinstance(orig, str) or "CPU" in lab else device_of(lab) or device_of(names.get(pid))
         if accel is not None:  # an accelerator Kineto names by its own kind (MTIA, XPU, ...)
             kind, dev = "GPU", accel[1]
-        out[orig] = (kind, dev, accel[0] if accel else "GPU")
+        out[pid] = (orig, kind, dev, accel[0] if accel else "GPU")
     return out
 
 
@@ -98,26 +106,25 @@ def rank_metadata(rw: RankRewriter, host: Optional[str] = None) -> Iterator[Even
     """Yield the metadata events of one finished rank (rewritten and generated);
     ``host``: the rank's host name, for ``process_labels``."""
     r = rw.rank
-    names: Dict[Any, str] = {}
+    names: Dict[Any, str] = {}  # by output pid: 1, 1.0 and true are three processes
     labels: Dict[Any, str] = {}
     for ev in rw.metadata:
         n = ev.get("name")
         args = ev.get("args")
         a: Dict[str, Any] = args if isinstance(args, dict) else {}
         if n == "process_name" and isinstance(a.get("name"), str):
-            names[ev.get("pid")] = a["name"]
+            names[rw.out_pid(ev.get("pid"))] = a["name"]
         elif n == "process_labels" and isinstance(a.get("labels"), str):
-            labels[ev.get("pid")] = a["labels"]
+            labels[rw.out_pid(ev.get("pid"))] = a["labels"]
     kept = set(rw.pid_first_ts)
     kinds = _kinds(rw, names, labels)
     per_accel: Dict[str, int] = {}
-    for kind, _, accel in kinds.values():
+    for _, kind, _, accel in kinds.values():
         if kind == "GPU":
             per_accel[accel] = per_accel.get(accel, 0) + 1
     cpu_order = 0
     other_order = 0
-    for orig, (kind, dev, accel) in kinds.items():
-        out = rw.pids[orig]
+    for out, (orig, kind, dev, accel) in kinds.items():
         if kind == "GPU":
             # the device index only where the rank has several devices of that kind
             title = f"RANK {r} - {accel} {dev}" if per_accel[accel] > 1 else f"RANK {r} - {accel}"
@@ -127,13 +134,16 @@ def rank_metadata(rw: RankRewriter, host: Optional[str] = None) -> Iterator[Even
             sort = min(cpu_order, SORT_GPU - 1)
             cpu_order += 1
         else:
-            title = f"RANK {r} - {orig if isinstance(orig, str) and orig else repr(orig)}"
+            # Kineto's pid "" (its "Record Window End" instant): named as the pid it is,
+            # not as an empty name (``RANK 0 - ''`` read as a process without a name)
+            blank = type(orig) is str and not orig.strip()
+            title = f"RANK {r} - pid {pid_text(orig)}" if blank else f"RANK {r} - {pid_text(orig)}"
             sort = min(SORT_OTHER + other_order, SORT_STRIDE - 1)
             other_order += 1
         ts = rw.pid_first_ts[out]
         base = {"ph": "M", "ts": ts, "pid": out, "tid": 0}
         yield {**base, "name": "process_name", "args": {"name": title, "rank": r}}
-        detail = process_detail(r, orig, names.get(orig), labels.get(orig), host)
+        detail = process_detail(r, orig, names.get(out), labels.get(out), host)
         yield {**base, "name": "process_labels", "args": {"labels": detail, "rank": r}}
         yield {
             **base,
@@ -146,7 +156,7 @@ def rank_metadata(rw: RankRewriter, host: Optional[str] = None) -> Iterator[Even
         if type(name) is str and name in PROCESS_META:
             continue
         # a pid that is a list or object belongs to no process of the rank
-        out_pid = rw.pids.get(pid) if not isinstance(pid, (list, dict)) else None
+        out_pid = rw.out_pid(pid)
         if out_pid is None or out_pid not in kept:
             continue
         if ev.get("name") == "thread_sort_index" and not _int32_sort_index(ev):

@@ -53,11 +53,13 @@ from tracefuse_stream.rewrite.contract import (  # noqa: F401
     output_pid,
     rank_of_pid,
 )
+from tracefuse_stream.rewrite.values import _beyond_ids, _is_id, pid_key, short_text  # noqa: F401
 from tracefuse_stream.select.filters import EventFilter
 from tracefuse_stream.select.spans import PROFILER_SPAN_CAT, is_profiler_span, span_fits
 from tracefuse_stream.timeunits import TimeCheck, us_to_ns
 
 Event = Dict[str, Any]
+
 
 BAD_TIME_HINT = "use --salvage to drop such events"
 
@@ -146,6 +148,10 @@ class RankRewriter:
         self.next_slot = PID_DEVICE_LIMIT
         self.tids: Dict[Any, int] = {}
         self.synth_tids: Dict[Tuple[int, int], Any] = {}  # (out pid, out tid) -> original
+        # threads as ``out pid << 32 | tid``: written as they are (the kernel adds to it
+        # too), and made from a negative tid; one in both would be two threads as one
+        self.tids_seen: Set[int] = set()
+        self.neg_tids: Set[int] = set()
         self.pid_first_ts: Dict[int, Any] = {}
         self.pid_gpu_like: Set[int] = set()
         # --args slim/none: the arg keys kept (rewrite/args.py); None: all. The filter is
@@ -166,7 +172,11 @@ class RankRewriter:
     # -- tables ---------------------------------------------------------------
     def map_pid(self, pid: Any) -> int:
         """The output pid of original ``pid`` (allocating a slot on first sight)."""
-        out = self.pids.get(pid)
+        try:
+            key = pid_key(pid)
+        except TypeError as e:
+            raise InputError(self.path, str(e), event_index=self.index, hint=BAD_TIME_HINT) from None
+        out = self.pids.get(key)
         if out is not None:
             return out
         if type(pid) is int and 0 <= pid < PID_DEVICE_LIMIT:
@@ -180,9 +190,16 @@ class RankRewriter:
                 )
             out = self.pid_base + self.next_slot
             self.next_slot += 1
-        self.pids[pid] = out
+        self.pids[key] = out
         self.pid_order.append(pid)
         return out
+
+    def out_pid(self, pid: Any) -> Optional[int]:
+        """The output pid of an original pid already seen (None: unseen, or no pid)."""
+        try:
+            return self.pids.get(pid_key(pid))
+        except TypeError:
+            return None
 
     def map_tid(self, out_pid: int, tid: Any) -> Any:
         """Valid uint32 tids stay; negatives -> abs; anything else -> synthetic."""
@@ -190,6 +207,10 @@ class RankRewriter:
             if 0 <= tid < UINT32:
                 return tid
             if -UINT32 < tid < 0:
+                thread = out_pid << 32 | -tid
+                if thread in self.tids_seen:
+                    raise self._one_thread(out_pid, -tid)
+                self.neg_tids.add(thread)
                 return -tid
         key = (type(tid).__name__, tid if not isinstance(tid, (dict, list)) else repr(tid))
         out = self.tids.get(key)
@@ -198,6 +219,23 @@ class RankRewriter:
             self.tids[key] = out
         self.synth_tids.setdefault((out_pid, out), tid)
         return out
+
+    def _new_thread(self, key: int, index: int) -> None:
+        """A (pid, tid) written as it is, seen for the first time."""
+        if key in self.neg_tids:
+            self.index = index
+            raise self._one_thread(key >> 32, key & (UINT32 - 1))
+        self.tids_seen.add(key)
+
+    def _one_thread(self, out_pid: int, tid: int) -> InputError:
+        orig = next((p for p in self.pid_order if self.out_pid(p) == out_pid), out_pid)
+        return InputError(
+            self.path,
+            f"pid {short_text(orig)} has threads {tid} and -{tid}: negative tids become their "
+            "absolute value (what newer PyTorch writes), so they would be one thread",
+            event_index=self.index,
+            hint=BAD_TIME_HINT,
+        )
 
     def map_id(self, value: Any, what: str) -> int:
         """``rank * 2**32 + id`` for an integer id in 0..2**32-1 (hex strings allowed)."""
@@ -250,6 +288,7 @@ class RankRewriter:
         pids, first_ts, gpu_like = self.pids, self.pid_first_ts, self.pid_gpu_like
         shifting, add, dshift = self._shifting, self._add, self._dshift
         rewrite_args, time_problem = self._rewrite_args, self.time_problem
+        tids_seen = self.tids_seen
         try:
             for ev in events:
                 index += 1
@@ -276,7 +315,8 @@ class RankRewriter:
                     dropped += 1
                     continue
                 p = get("pid")
-                pid: Any = pids.get(p)
+                tp = type(p)  # 1, 1.0 and true are three pids: only ints and strings key as they are
+                pid: Any = pids.get(p) if tp is int or tp is str else None
                 new_pid = pid is None
                 if new_pid:
                     self.index = index
@@ -284,7 +324,10 @@ class RankRewriter:
                 ev["pid"] = pid
                 tid = get("tid")
                 if type(tid) is not int or not 0 <= tid < UINT32:
+                    self.index = index
                     ev["tid"] = self.map_tid(pid, tid)
+                elif pid << 32 | tid not in tids_seen:
+                    self._new_thread(pid << 32 | tid, index)
                 if ts is not None and shifting:
                     try:
                         if type(ts) is Decimal and ts.is_finite():
@@ -297,7 +340,7 @@ class RankRewriter:
                     self._early(ts)  # before the output base: the merge places it again
                 if new_pid or pid not in first_ts:
                     first_ts.setdefault(pid, 0 if ts is None else ts)
-                if "id" in ev or "bind_id" in ev or (type(ph) is str and ph in FLOW_PHASES):
+                if "id" in ev or "bind_id" in ev or "id2" in ev or (type(ph) is str and ph in FLOW_PHASES):
                     self._rewrite_ids(ev, ph, index)  # flows: rare next to slices
                 args = get("args")
                 if type(args) is dict:
@@ -336,8 +379,8 @@ class RankRewriter:
                 v = args[key]
                 if type(v) is int and 0 <= v < ID_LIMIT:
                     args[key] = v + id_off
-                elif key in STRICT_LINK_ARGS or _is_id(v):
-                    self.index = index
+                elif key in STRICT_LINK_ARGS or _is_id(v) or _beyond_ids(v):
+                    self.index = index  # beyond 2**32: it could equal another rank's rewritten id
                     args[key] = self.map_id(v, f"args[{key!r}]")
         args["rank"] = self.rank
 
@@ -356,6 +399,21 @@ class RankRewriter:
             raise self._flow_without_id(ph, index)
         if "bind_id" in ev:
             ev["bind_id"] = self.map_id(ev["bind_id"], "bind_id")
+        if "id2" in ev:
+            ev["id2"] = self._rewrite_id2(ev["id2"])
+
+    def _rewrite_id2(self, id2: Any) -> Dict[str, Any]:
+        """An async event's ``id2`` ``{"global": id}`` / ``{"local": id}``: the id gets the
+        flow-id rule (a global id binds across processes, so two ranks' b/e pairs
+        would pair up; a local one is made unique the same way, for one rule)."""
+        if type(id2) is not dict or not id2 or not set(id2) <= {"global", "local"}:
+            raise InputError(
+                self.path,
+                f'id2 {short_text(id2)} is not {{"global": id}} or {{"local": id}}',
+                event_index=self.index,
+                hint=BAD_TIME_HINT,
+            )
+        return {k: self.map_id(v, f"id2.{k}") for k, v in id2.items()}
 
     def _shift_error(self, ts: Any, e: BaseException, index: int) -> InputError:
         why = e if isinstance(e, (ValueError, TypeError)) else f"{ts!r} cannot be shifted exactly"
@@ -403,7 +461,7 @@ class RankRewriter:
 
     def rewrite_metadata(self, ev: Event) -> Event:
         """Remap pid/tid/ts of a buffered metadata event (pid must be known)."""
-        pid = self.pids[ev.get("pid")]
+        pid = self.pids[pid_key(ev.get("pid"))]
         out = dict(ev)
         out["pid"] = pid
         tid = ev.get("tid")
@@ -412,7 +470,10 @@ class RankRewriter:
         if ev.get("ts") is not None and not self.shift.identity:
             out["ts"] = self.shift(ev["ts"])
         if out.get("ts") is not None and out["ts"] < 0:
-            self._early(out["ts"])
+            # Metadata never moves the output base (the planner's rule, read/head.py
+            # timed_ts): its ts means nothing to Perfetto, which would drop it below 0,
+            # so it is placed where its process starts, like the regenerated labels.
+            out["ts"] = self.pid_first_ts.get(pid, 0)
         args = ev.get("args")
         out["args"] = dict(args) if type(args) is dict else {}
         out["args"]["rank"] = self.rank
@@ -420,20 +481,4 @@ class RankRewriter:
 
     def pid_map(self) -> List[List[Any]]:
         """``[[original pid, output pid], ...]`` in order of first appearance."""
-        return [[p, self.pids[p]] for p in self.pid_order]
-
-
-def _is_id(v: Any) -> bool:
-    """A non-strict link value that is still an id (hex string, integral number)?
-    Sentinels such as -1 and other non-ids are not rewritten."""
-    if type(v) is str:
-        try:
-            return 0 <= int(v, 16) < ID_LIMIT
-        except ValueError:
-            return False
-    if not isinstance(v, (float, Decimal)) or isinstance(v, bool):
-        return False
-    try:
-        return v == int(v) and 0 <= v < ID_LIMIT
-    except (ValueError, OverflowError, ArithmeticError):
-        return False
+        return [[p, self.pids[pid_key(p)]] for p in self.pid_order]

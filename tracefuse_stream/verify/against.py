@@ -29,6 +29,7 @@ from tracefuse_stream.verify.digest import (
     EventTuple,
     event_tuple,
     hashable,
+    pid_hashable,
     tuple_example,
     tuple_hashes,
 )
@@ -102,7 +103,7 @@ def input_tuples(ctx: RankInput, batch: Iterable[Any], F: Optional[Findings]) ->
                 and not span_fits(base + ts_ns, dur_ns or 0, window)
             ):
                 continue
-        pid = hashable(ev.get("pid"))
+        pid = pid_hashable(ev.get("pid"))
         out_pid = pidmap.get(pid)
         if out_pid is None and F is not None:
             ctx.unmapped += 1
@@ -164,7 +165,7 @@ def match_inputs(v: MergedChecker, tf: Dict[str, Any]) -> List[RankInput]:
         pidmap: Dict[Any, int] = {}
         for pair in info.get("pids") or []:
             if isinstance(pair, list) and len(pair) == 2:
-                pidmap[hashable(pair[0])] = pair[1]
+                pidmap[pid_hashable(pair[0])] = pair[1]
         shift: Any = info.get("shift_ns")
         if type(shift) is not int:
             shift = (info.get("base_time_ns") or 0) - base

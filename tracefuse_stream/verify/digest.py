@@ -9,6 +9,7 @@ are examined again (see :mod:`tracefuse_stream.verify.against`).
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any, List, Tuple
 
 from tracefuse_stream.timeunits import us_to_ns_or_none
@@ -27,6 +28,16 @@ def hashable(v: Any) -> Any:
         return v
     except TypeError:
         return repr(v)
+
+
+def pid_hashable(v: Any) -> Any:
+    """An input pid as a dict key that keeps ``1``, ``1.0`` and ``true`` apart (the
+    merge gives them three output pids: rewrite/rules.pid_key)."""
+    if type(v) is bool:
+        return ("bool", v)
+    if type(v) is float or type(v) is Decimal:
+        return ("number", v)
+    return hashable(v)
 
 
 def tuple_hashes(t: Tuple[Any, ...]) -> Tuple[int, int]:

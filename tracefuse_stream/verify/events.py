@@ -69,6 +69,7 @@ class MergedChecker:
         self.sorter = OverlapSorter(sort_chunk_records)
         self.digests: Dict[Any, Digest] = {}
         self.idx = -1
+        self.summary_events = 0  # events of --link-collectives' "Collectives" process
 
     def rank_stats(self, r: Any) -> Dict[str, Any]:
         st = self.ranks.get(r)
@@ -111,8 +112,11 @@ class MergedChecker:
                 pid: Any = ev.get("pid")
                 args: Any = ev.get("args")
                 rank: Any = args.get("rank") if type(args) is dict else None
-                if type(rank) is not int and not is_summary_event(ev):  # "Collectives" belongs to no rank
-                    rank = self._rank_missing(ev, ph, pid, idx)
+                if type(rank) is not int:
+                    if is_summary_event(ev):  # "Collectives" belongs to no rank: counted apart
+                        self.summary_events += 1
+                    else:
+                        rank = self._rank_missing(ev, ph, pid, idx)
                 st = ranks.get(rank) or self.rank_stats(rank)
                 st["events"] += 1
                 meta = ph == "M"
@@ -145,7 +149,7 @@ class MergedChecker:
                 dur_ns = None
                 if ph == "X":
                     dur_ns = self._complete(ev, rank, st, tinfo[0], ts_ns, idx)
-                elif ph in FLOW_PHASES:
+                elif type(ph) is str and ph in FLOW_PHASES:  # a ph that is a list or object: no flow
                     self._flow(ev, ph, rank, st, idx)
                     if want_digest and is_collective_link(ev.get("cat"), ev.get("name"), ev.get("id"), rank):
                         continue  # --link-collectives adds these: they are in no input

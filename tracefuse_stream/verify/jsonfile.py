@@ -96,9 +96,19 @@ def verify_json(
     errors, warnings = F.finish()
     totals = _totals(v, res, time.perf_counter() - t0)
     ranks = {}
-    for r, st in v.ranks.items():
-        ranks[r if r is not None else "unknown"] = st
+    for r, st in v.ranks.items():  # events of no rank: the Collectives process (only), or unknown
+        ranks[r if r is not None else _no_rank_key(st, v.summary_events)] = st
     return VerifyReport(path, not errors, errors, warnings, ranks, totals, against_paths)
+
+
+#: The report's row for the events of ``merge --link-collectives``' summary process.
+COLLECTIVES_ROW = "Collectives"
+
+
+def _no_rank_key(st: Dict[str, Any], summary_events: int) -> str:
+    """The row of the events that belong to no rank: "Collectives" when they are all
+    the summary process's (report/summary_track.py), else "unknown"."""
+    return COLLECTIVES_ROW if summary_events and st["events"] == summary_events else "unknown"
 
 
 def _totals(v: MergedChecker, res: PassResult, seconds: float) -> Dict[str, Any]:
@@ -106,6 +116,7 @@ def _totals(v: MergedChecker, res: PassResult, seconds: float) -> Dict[str, Any]
             "flow_ends", "flow_orphan_ends", "overlaps", "processes", "threads")  # fmt: skip
     t: Dict[str, Any] = {k: sum(st[k] for st in v.ranks.values()) for k in keys}
     t["ranks"] = len([r for r in v.ranks if r is not None])
+    t["collectives_events"] = v.summary_events
     t["bytes"] = res.nbytes
     t["file_bytes"] = os.path.getsize(v.path)
     t["compression"] = detect_compression(v.path)

@@ -123,7 +123,7 @@ class VerifyReport:
         out.write(
             f"tracefuse verify: {self.path}\n"
             f"  {mb:.1f} MB decompressed, {t.get('events', 0):,} events, "
-            f"{len(self.ranks)} rank(s), {t.get('seconds', 0):.2f} s "
+            f"{self._ranks_text()}, {t.get('seconds', 0):.2f} s "
             f"({t.get('mb_per_s', 0):.1f} MB/s)\n"
         )
         if self.against:
@@ -151,6 +151,18 @@ class VerifyReport:
         else:
             out.write(f"\nFAILED: {len(self.errors)} error-level finding(s)\n")
         return out.getvalue()
+
+    def _ranks_text(self) -> str:
+        """``4 ranks`` (only the ranks: the rows that are ranks), ``+ the Collectives
+        process`` and ``+ N events of no rank`` where the file has them."""
+        n = sum(1 for r in self.ranks if isinstance(r, int))
+        text = f"{n} rank{'s' if n != 1 else ''}"
+        if "Collectives" in self.ranks:
+            text += " + the Collectives process"
+        unknown = self.ranks.get("unknown")
+        if unknown is not None:
+            text += f" + {unknown['events']:,} event(s) of no rank"
+        return text
 
     def _table(self) -> str:
         t = self.totals
