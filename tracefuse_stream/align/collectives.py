@@ -47,6 +47,7 @@ from typing import Any, Callable, Dict, Hashable, List, Mapping, NamedTuple, Opt
 from tracefuse_stream.align import gloo_groups
 from tracefuse_stream.align.clock import _seq_value, _stream_of, is_collective_kernel
 from tracefuse_stream.align.instance_ends import check_ends
+from tracefuse_stream.align.pg_config import PgConfig, pg_config_of, pg_count_of, ranks_arg
 from tracefuse_stream.align.sequences import match_group
 from tracefuse_stream.errors import ErrorKind, InputError
 from tracefuse_stream.rankset import compress_ranges
@@ -62,7 +63,6 @@ GLOO_CAT = "user_annotation"
 STEP_PREFIX = "ProfilerStep#"
 _STEP_RE = re.compile(r"ProfilerStep#([0-9]+)", re.ASCII)
 Key = Tuple[Hashable, ...]
-PgConfig = List[Tuple[str, Optional[Tuple[int, ...]]]]  # (pg_name, ranks) in pg_config order
 #: what the compiled kernel hands over for a collective scan (a superset: checked again)
 COLLECTIVE_SELECTION = ScanSelection(
     ph="X", name_contains=("gloo:", STEP_PREFIX, "nccl", "rccl"), text_contains='"Collective name"'
@@ -103,20 +103,6 @@ def is_gloo_op(event: Mapping[str, Any]) -> bool:
     return event.get("cat") == GLOO_CAT and isinstance(name, str) and name.startswith(GLOO_PREFIX)
 
 
-def _ranks_arg(v: Any) -> Optional[Tuple[int, ...]]:
-    """``Process Group Ranks`` as Kineto writes it (the string ``"[0, 1]"``)."""
-    if isinstance(v, list):
-        items = v
-    elif isinstance(v, str) and v.strip().startswith("["):
-        items = [x.strip() for x in v.strip()[1:-1].split(",") if x.strip()]
-    else:
-        return None
-    try:
-        return tuple(sorted({int(x) for x in items}))
-    except (TypeError, ValueError):
-        return None
-
-
 def _plain(v: Any) -> Any:
     """A size arg as a plain value (an int, a short string) or None."""
     if type(v) is int or (type(v) is str and len(v) <= 32):
@@ -140,7 +126,7 @@ def _describe(event: Dict[str, Any], index: int, kept: bool) -> Optional[Collect
             key: Key = ("seq", pg_s or "", str(coll) if coll is not None else name, seq)
         else:
             key = ("order", pg_s or "", name, _stream_of(event, args))
-        ranks = _ranks_arg(args.get("Process Group Ranks"))
+        ranks = ranks_arg(args.get("Process Group Ranks"))
         size = tuple(_plain(args.get(k)) for k in ("In msg nelems", "Out msg nelems", "dtype", "Group size"))
         return CollectiveEvent(
             index, "gpu", name, ts, dur, event.get("tid"), key, pg_s, ranks, None, kept,
@@ -235,24 +221,6 @@ def scan_collectives(
             raise
         scan.error = e.problem
     return scan
-
-
-def pg_config_of(header: Mapping[str, Any]) -> PgConfig:
-    """``distributedInfo.pg_config`` as (name, ranks) pairs, in the order written."""
-    di = header.get("distributedInfo")
-    cfg = di.get("pg_config") if isinstance(di, dict) else None
-    out: PgConfig = []
-    for pg in cfg if isinstance(cfg, list) else []:
-        if isinstance(pg, dict) and pg.get("pg_name") is not None:
-            out.append((str(pg["pg_name"]), _ranks_arg(pg.get("ranks"))))
-    return out
-
-
-def pg_count_of(header: Mapping[str, Any]) -> Optional[int]:
-    """``distributedInfo.pg_count`` (how many process groups the rank's process made)."""
-    di = header.get("distributedInfo")
-    v = di.get("pg_count") if isinstance(di, dict) else None
-    return v if type(v) is int else None
 
 
 class Entry(NamedTuple):

@@ -42,11 +42,13 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_report(a: argparse.Namespace) -> int:
-    from tracefuse_stream.errors import EXIT_INPUT, EXIT_OK
-    from tracefuse_stream.rankset import parse_rank_spec, parse_steps
-    from tracefuse_stream.report.page import render_page
-    from tracefuse_stream.report.page_data import command_line, report_data
-    from tracefuse_stream.write.atomic import AtomicOutput, check_output_path
+    # lazy on purpose: the parser imports this module for its arguments; the page and the
+    # pass load only when the command runs (cli/app.py: a command imports its own modules)
+    from tracefuse_stream.errors import EXIT_INPUT, EXIT_OK  # lazy: see above
+    from tracefuse_stream.rankset import parse_rank_spec, parse_steps  # lazy: see above
+    from tracefuse_stream.report.page import render_page  # lazy: see above
+    from tracefuse_stream.report.page_data import command_line, report_data  # lazy: see above
+    from tracefuse_stream.write.atomic import AtomicOutput, check_output_path  # lazy: see above
 
     steps = parse_steps(a.steps) if a.steps else None
     if a.output != "-":  # fail before the pass, not after it

@@ -8,10 +8,14 @@ docs/collectives.md), for the latest profiling cycle or the one asked for.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any, Dict, List, Optional, Sequence, TypedDict, Union
 
+from tracefuse_stream.align.collectives import CollectiveTable
 from tracefuse_stream.errors import InputError, UsageError
 from tracefuse_stream.rankset import parse_rank_spec
+from tracefuse_stream.report.collectives import collect_analyses, to_json
+from tracefuse_stream.report.info import collect_info
 
 
 class StragglerReport(TypedDict, total=False):
@@ -51,9 +55,6 @@ def stragglers(
     latest, as ``info --collectives``); ``jobs``: worker processes. A file that cannot be
     read raises :class:`~tracefuse_stream.errors.InputError` naming it.
     """
-    from tracefuse_stream.report.collectives import collect_analyses, to_json
-    from tracefuse_stream.report.info import collect_info
-
     paths = [inputs] if isinstance(inputs, str) else list(inputs)
     wanted = parse_rank_spec(ranks) if isinstance(ranks, str) else (None if ranks is None else list(ranks))
     scans: List[Any] = []
@@ -78,10 +79,6 @@ def stragglers(
 
 
 def _empty() -> Any:
-    from collections import Counter
-
-    from tracefuse_stream.align.collectives import CollectiveTable
-
     return CollectiveTable([], [], Counter(), [])
 
 

@@ -37,7 +37,9 @@ from tracefuse_stream.align.collectives import Instance
 from tracefuse_stream.align.links import _us as exact_us
 from tracefuse_stream.exactjson import dumps_exact
 from tracefuse_stream.rankset import compress_ranges
+from tracefuse_stream.report.collectives import analyse
 from tracefuse_stream.report.stragglers import held_ns
+from tracefuse_stream.report.why import headline
 from tracefuse_stream.write.codecs import PieceWriter
 from tracefuse_stream.write.sinks import JsonSink
 
@@ -142,8 +144,6 @@ def why_events(
     """One "why rank R" track per straggler: a slice per step it stands out in, on the
     stretch that holds its largest contributor (time outside operators: the gap itself;
     an operator: from its first to its last call in the stretch), named with the finding."""
-    from tracefuse_stream.report.why import headline
-
     by_rank = {p.rank: p for p in plans}
     out: List[Dict[str, Any]] = []
     tids: Dict[int, int] = {}
@@ -181,8 +181,6 @@ def write_summaries(
     waits: Dict[Optional[int], Dict[int, int]] = {}
     why: List[Dict[str, Any]] = []
     if plan.table is not None and plan.table.instances:
-        from tracefuse_stream.report.collectives import analyse
-
         a = analyse(plan.table, list(plans) or None, jobs)
         waits = {row.step: dict(row.wait) for row in a.verdict.by_step}
         why = a.why

@@ -1,0 +1,44 @@
+"""What a rank's header says about its process groups (``distributedInfo``), and the
+``Process Group Ranks`` arg of collective kernels: the participants of a collective,
+as align/collectives.py and align/gloo_groups.py need them."""
+
+from __future__ import annotations
+
+from typing import Any, List, Mapping, Optional, Tuple
+
+PgConfig = List[Tuple[str, Optional[Tuple[int, ...]]]]  # (pg_name, ranks) in pg_config order
+
+
+def ranks_arg(v: Any) -> Optional[Tuple[int, ...]]:
+    """``Process Group Ranks`` as Kineto writes it (the string ``"[0, 1]"``)."""
+    if isinstance(v, list):
+        items = v
+    elif isinstance(v, str) and v.strip().startswith("["):
+        items = [x.strip() for x in v.strip()[1:-1].split(",") if x.strip()]
+    else:
+        return None
+    try:
+        return tuple(sorted({int(x) for x in items}))
+    except (TypeError, ValueError):
+        return None
+
+
+def pg_config_of(header: Mapping[str, Any]) -> PgConfig:
+    """``distributedInfo.pg_config`` as (name, ranks) pairs, in the order written."""
+    di = header.get("distributedInfo")
+    cfg = di.get("pg_config") if isinstance(di, dict) else None
+    out: PgConfig = []
+    for pg in cfg if isinstance(cfg, list) else []:
+        if isinstance(pg, dict) and pg.get("pg_name") is not None:
+            out.append((str(pg["pg_name"]), ranks_arg(pg.get("ranks"))))
+    return out
+
+
+def pg_count_of(header: Mapping[str, Any]) -> Optional[int]:
+    """``distributedInfo.pg_count`` (how many process groups the rank's process made)."""
+    di = header.get("distributedInfo")
+    v = di.get("pg_count") if isinstance(di, dict) else None
+    return v if type(v) is int else None
+
+
+__all__ = ["PgConfig", "pg_config_of", "pg_count_of", "ranks_arg"]

@@ -1,0 +1,478 @@
+(function () {
+"use strict";
+var t0 = performance.now();
+var errs = [];
+function done() {
+  var b = document.body;
+  b.setAttribute("data-errors", String(errs.length));
+  if (errs.length) b.setAttribute("data-error-text", errs.join(" | ").slice(0, 2000));
+  b.setAttribute("data-rendered", errs.length ? "error" : "ok");
+  b.setAttribute("data-render-ms", (performance.now() - t0).toFixed(1));
+  b.setAttribute("data-since-start-ms", performance.now().toFixed(1));  // from the navigation's start
+}
+window.addEventListener("error", function (e) { errs.push(String(e.message || e)); done(); });
+var cerr = console.error;
+console.error = function () { errs.push(Array.prototype.join.call(arguments, " ")); done(); return cerr.apply(console, arguments); };
+
+function esc(s) {
+  return String(s).replace(/[&<>"']/g, function (c) {
+    return {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c];
+  });
+}
+function num(v) { return typeof v === "number" && isFinite(v); }
+function ms(us) {
+  if (!num(us)) return "\u2013";
+  var m = us / 1000, a = Math.abs(m);
+  return (a >= 100 ? m.toFixed(1) : a >= 1 ? m.toFixed(2) : m.toFixed(3)) + " ms";
+}
+function fix(v, d) { return num(v) ? v.toFixed(d) : "\u2013"; }
+function bytes(b) {
+  if (!num(b)) return "\u2013";
+  var u = ["B", "KB", "MB", "GB"], i = 0;
+  while (Math.abs(b) >= 1024 && i < 3) { b /= 1024; i++; }
+  return (i ? b.toFixed(1) : b) + " " + u[i];
+}
+function ranges(list) {
+  var a = list.slice().sort(function (x, y) { return x - y; }), out = [], i = 0;
+  while (i < a.length) {
+    var j = i;
+    while (j + 1 < a.length && a[j + 1] === a[j] + 1) j++;
+    out.push(j > i ? a[i] + "-" + a[j] : String(a[i]));
+    i = j + 1;
+  }
+  return out.join(",");
+}
+function rangesShort(list, max) {  // "24-31", or "8 ranks" when the list does not fit
+  var t = ranges(list);
+  return t.length <= (max || 14) ? t : list.length + " ranks";
+}
+function na(what) { return '<span class="na">not available</span>' + (what ? ' <span class="muted">(' + esc(what) + ")</span>" : ""); }
+function stepLabel(s) { return s === null || s === undefined ? "outside steps" : "#" + s; }
+function stepKey(s) { return s === null || s === undefined ? "outside" : String(s); }
+function el(id) { return document.getElementById(id); }
+function has(o, k) { return o && Object.prototype.hasOwnProperty.call(o, k); }
+
+// colour: sqrt scale from light grey through orange to dark red
+var STOPS = [[0, [244, 244, 244]], [0.5, [253, 174, 97]], [1, [165, 0, 38]]];
+function mix(t) {
+  for (var i = 1; i < STOPS.length; i++) {
+    if (t <= STOPS[i][0]) {
+      var a = STOPS[i - 1], b = STOPS[i], f = (t - a[0]) / (b[0] - a[0]);
+      return "rgb(" + [0, 1, 2].map(function (k) { return Math.round(a[1][k] + f * (b[1][k] - a[1][k])); }).join(",") + ")";
+    }
+  }
+  return "rgb(165,0,38)";
+}
+var PALETTE = [];
+for (var pi = 0; pi <= 255; pi++) PALETTE.push(mix(pi / 255));
+function colour(v, max) {
+  if (!num(v)) return "#d8d8e8";
+  var t = max > 0 ? Math.sqrt(Math.max(0, Math.min(1, v / max))) : 0;
+  return PALETTE[Math.round(t * 255)];
+}
+function legend(max, label) {
+  var w = 220, s = '<div class="legend"><svg width="' + (w + 40) + '" height="30">';
+  for (var i = 0; i < 44; i++) {
+    var t = i / 43;
+    s += '<rect x="' + (i * 5) + '" y="2" width="5" height="12" fill="' + colour(t * t * max, max) + '"/>';
+  }
+  s += '<text x="0" y="26">0</text><text x="' + (w / 2 - 14) + '" y="26">' + esc(ms(max / 4)) + "</text>";
+  s += '<text x="' + (w - 40) + '" y="26">' + esc(ms(max)) + "</text>";
+  s += '</svg><span class="sub">' + esc(label) + " (square-root scale)</span></div>";
+  return s;
+}
+
+var doc = JSON.parse(el("tracefuse-report").textContent);
+var C = doc.collectives || {}, P = doc.page || {};
+var hostOf = {};
+Object.keys(P.hosts || {}).forEach(function (k) { hostOf[k] = P.hosts[k]; });
+Object.keys(C.hosts || {}).forEach(function (k) { hostOf[k] = C.hosts[k]; });
+var rankRows = C.ranks || [];
+var ranks = rankRows.map(function (r) { return r.rank; }).sort(function (a, b) { return a - b; });
+var rankInfo = {};
+rankRows.forEach(function (r) { rankInfo[r.rank] = r; });
+var steps = C.by_step || [];
+var stepByKey = {};
+steps.forEach(function (s, i) { stepByKey[stepKey(s.step)] = s; });
+function inRange(s) { return !P.steps || (s !== null && s >= P.steps[0] && s <= P.steps[1]); }
+var stragglers = C.stragglers || [];
+var strSet = {};
+stragglers.forEach(function (s) { strSet[s.rank] = true; });
+function host(r) { var h = hostOf[String(r)]; return h === null || h === undefined || h === "" ? "(host unknown)" : String(h); }
+var groups = [], gIndex = {};
+ranks.forEach(function (r) {
+  var h = host(r);
+  if (!has(gIndex, h)) { gIndex[h] = groups.length; groups.push({host: h, ranks: []}); }
+  groups[gIndex[h]].ranks.push(r);
+});
+var rowTops = [];  // [y, rank] of the heatmap's rows, top to bottom (for the totals' hover)
+function rankAtY(yy) {
+  var lo = 0, hi = rowTops.length - 1, best = null;
+  while (lo <= hi) { var mid = (lo + hi) >> 1; if (rowTops[mid][0] <= yy) { best = rowTops[mid][1]; lo = mid + 1; } else hi = mid - 1; }
+  return best;
+}
+var metric = location.hash === "#wait" ? "wait" : "held";  // report.html#wait: open on the own wait
+var METRIC = {held: "the others waited for this rank (held_us)", wait: "this rank's own wait (wait_us)"};
+function val(row, r) { var m = row[metric + "_us"]; return m && has(m, String(r)) ? m[String(r)] : undefined; }
+
+function render() {
+  var app = el("app"), h = [];
+  h.push("<h1>tracefuse report</h1>");
+  var nh = groups.length;
+  h.push('<div class="sub">' + ranks.length + " ranks on " + nh + " host" + (nh === 1 ? "" : "s") + ", " + steps.length +
+    " step" + (steps.length === 1 ? "" : "s") + ", " + (C.instances ? C.instances.length + " matched collective instances" : "") +
+    (P.cycle !== null && P.cycle !== undefined && (P.cycles || []).length > 1 ? ", cycle " + esc(P.cycle) + " of " + P.cycles.length : "") +
+    (P.steps ? ", ProfilerSteps " + esc(P.steps[0] + ":" + P.steps[1]) + " only" : "") + "</div>");
+  h.push('<div class="sub">made by <code>' + esc(P.command || "tracefuse report") + "</code>" + (P.tool ? " (" + esc(P.tool) + ")" : "") + "</div>");
+  (P.broken || []).forEach(function (b) { h.push('<div class="warn">BROKEN ' + esc(b.path) + ": " + esc(b.broken) + "</div>"); });
+  (P.warnings || []).forEach(function (w) { h.push('<div class="warn">warning: ' + esc(w) + "</div>"); });
+  if (P.trimmed && P.trimmed.length) {
+    h.push('<div class="sub warn">left out of this page to keep it small (<code>info --collectives --json</code> has them): ' +
+      esc(P.trimmed.join("; ")) + "</div>");
+  }
+  h.push(verdictHtml());
+  h.push('<h2 id="h-heat">Ranks \u00d7 steps</h2><div class="ctl">colour: ' +
+    '<label><input type="radio" name="metric" value="held"' + (metric === "held" ? " checked" : "") + '> how long the others waited for the rank</label>' +
+    '<label><input type="radio" name="metric" value="wait"' + (metric === "wait" ? " checked" : "") + '> the rank\'s own wait</label></div>' +
+    '<div id="heat-legend"></div><div id="heat"></div>');
+  h.push('<h2 id="h-hosts">Per host</h2><div class="sub">the same figures summed over the ranks of each host</div>' +
+    '<div id="host-legend"></div><div id="hosts"></div><div id="host-table"></div>');
+  h.push('<h2 id="h-why">Why the straggler is late</h2><div class="lazy" id="why"></div>');
+  h.push('<h2 id="h-coll">Per collective</h2><div class="lazy" id="per-collective"></div>');
+  h.push('<h2 id="h-unmatched">Unmatched instances</h2><div class="lazy" id="unmatched"></div>');
+  h.push('<h2 id="h-defs">Definitions and notes</h2><div class="lazy" id="defs"></div>');
+  app.innerHTML = h.join("");
+  drawMaps();
+  drawWhy();
+  drawPerCollective();
+  drawUnmatched();
+  drawDefs();
+  Array.prototype.forEach.call(document.querySelectorAll('input[name="metric"]'), function (inp) {
+    inp.addEventListener("change", function () {
+      metric = inp.value;
+      try { history.replaceState(null, "", metric === "wait" ? "#wait" : "#"); } catch (e) { /* file:// may refuse */ }
+      drawMaps();
+    });
+  });
+  tooltips();
+  var probe = /^#probe=(\d+):(\w+)$/.exec(location.hash);
+  if (probe) el("app").insertAdjacentHTML("beforeend", '<pre id="probe">' + esc(cellText(probe[1], probe[2])) + "</pre>");
+}
+
+function verdictHtml() {
+  var V = C.verdict, text, ev, cls = "";
+  if (V && V.text) {
+    text = esc(V.text);
+    ev = "evidence: <b>" + esc(V.evidence || "not stated") + "</b>" +
+      (num(V.p_chance) ? " (chance of this pattern with nobody slow: p = " + esc(V.p_chance.toPrecision(2)) + ")" : "") +
+      (V.one_step ? " \u00b7 one step profiled" : "");
+    if (!stragglers.length) cls = "none";
+  } else {
+    if (!(C.instances || []).length && !steps.length) {
+      text = "No collective instance was matched across ranks: there is nothing to judge.";
+      cls = "none";
+    } else if (stragglers.length) {
+      var sr = stragglers.map(function (x) { return x.rank; }), first = stragglers[0];
+      var stepsOf = {};
+      stragglers.forEach(function (x) { (x.steps || []).forEach(function (st) { stepsOf[stepKey(st)] = st; }); });
+      var ss = Object.keys(stepsOf).map(function (k) { return stepsOf[k]; });
+      var where = steps.length === 1 ? "in the one step profiled" : steps.length > 1 && ss.length === steps.length ? "in every step" :
+        "in step" + (ss.length === 1 ? " " : "s ") + ss.map(stepLabel).join(", ");
+      var hs = [];
+      groups.forEach(function (g) {
+        var mine = g.ranks.filter(function (r) { return strSet[r]; });
+        if (mine.length) hs.push((mine.length === g.ranks.length && g.ranks.length > 1 ? "all of host " : "host ") + esc(g.host));
+      });
+      var held = stragglers.map(function (x) { return x.held_us; }).filter(num);
+      text = (sr.length > 1 ? "Stragglers: ranks " + ranges(sr) : "Straggler: rank " + sr[0]) + " (" + hs.join(", ") + ") " + where +
+        ": the others waited " + (sr.length > 1 ? esc(ms(Math.min.apply(null, held))) + " to " + esc(ms(Math.max.apply(null, held))) + " for each" : esc(ms(first.held_us)) + " for it") +
+        (sr.length > 1 ? " (rank " + first.rank + " most, last to arrive in " : ", last to arrive in ") + first.last_arrivals + " of " + first.instances + " instances" + (sr.length > 1 ? ")." : ".");
+    } else {
+      text = "No rank stands out: nobody is named.";
+      cls = "none";
+    }
+    ev = "evidence: " + na("this tracefuse's JSON has no collectives.verdict");
+  }
+  var cmd = P.merge_command || C.merge_command;
+  return '<div id="verdict" class="' + cls + '">' + text + '</div><div id="evidence" class="sub">' + ev + "</div>" +
+    '<h3>The worst step in Perfetto</h3>' + (cmd ? '<pre id="merge-cmd">' + esc(cmd) + "</pre>" :
+    '<div id="merge-cmd" class="muted">no merge command: no step to show</div>');
+}
+
+function drawMaps() {
+  drawHeat();
+  drawHosts();
+}
+
+function drawHeat() {
+  var n = ranks.length, ns = steps.length;
+  if (!n || !ns) {
+    el("heat").innerHTML = '<div class="muted">no ranks and steps to draw (no matched collective)</div>';
+    el("heat-legend").innerHTML = "";
+    return;
+  }
+  var rowH = n <= 48 ? 14 : n <= 128 ? 5 : n <= 512 ? 2 : 1;
+  var gap = groups.length > 1 ? (rowH >= 5 ? 3 : 1) : 0;
+  var cellW = Math.max(8, Math.min(72, Math.floor(640 / ns)));
+  var labW = rowH >= 12 ? 200 : 160, top = 30, x0 = labW, barX = x0 + ns * cellW + 14, barW = 130;
+  var max = 0, totals = {}, tmax = 0;
+  steps.forEach(function (row) { ranks.forEach(function (r) { var v = val(row, r); if (num(v)) { max = Math.max(max, v); totals[r] = (totals[r] || 0) + v; } }); });
+  ranks.forEach(function (r) { tmax = Math.max(tmax, totals[r] || 0); });
+  var s = [], y = top, lastLab = -100, marks = [], bars = [], barsS = [];  // the totals: two paths, not 2 x n rects
+  rowTops = [];
+  var k = 1;
+  var gh0 = groups.length ? groups[0].ranks.length * rowH + gap : 10;
+  if (gh0 < 11) k = Math.ceil(11 / gh0);
+  steps.forEach(function (row, j) {
+    var lx = x0 + j * cellW + cellW / 2;
+    if (ns <= 24 || j % Math.ceil(ns / 24) === 0) {
+      s.push('<text x="' + lx + '" y="' + (top - 8) + '" text-anchor="middle">' + esc(row.step === null ? "out" : row.step) + "</text>");
+    }
+  });
+  s.push('<text x="' + (x0 - 6) + '" y="' + (top - 8) + '" text-anchor="end" font-weight="600">host / rank \u2193  step \u2192</text>');
+  s.push('<text x="' + barX + '" y="' + (top - 8) + '" font-weight="600">all steps</text>');
+  groups.forEach(function (g, gi) {
+    var gh = g.ranks.length * rowH;
+    var hasStr = g.ranks.some(function (r) { return strSet[r]; });
+    var forced = hasStr;
+    if ((gi % k === 0 || forced) && (forced || y - lastLab >= 11)) {
+      var ty = Math.max(y + Math.min(gh, 11) - 2, lastLab + 11);
+      s.push('<text x="' + (x0 - (rowH >= 12 ? 44 : 6)) + '" y="' + ty + '" text-anchor="end"' + (hasStr ? ' fill="#a50026" font-weight="600"' : "") + ">" +
+        esc(g.host) + (rowH >= 12 ? "" : " (" + rangesShort(g.ranks) + ")") + "</text>");
+      lastLab = ty;
+    }
+    if (groups.length > 1) s.push('<rect x="' + (x0 - 4) + '" y="' + y + '" width="2" height="' + Math.max(gh, 1) + '" fill="' + (gi % 2 ? "#999" : "#555") + '"/>');
+    g.ranks.forEach(function (r) {
+      if (rowH >= 12) s.push('<text x="' + (x0 - 8) + '" y="' + (y + rowH - 3) + '" text-anchor="end"' + (strSet[r] ? ' fill="#a50026" font-weight="600"' : "") + ">" + r + "</text>");
+      steps.forEach(function (row, j) {
+        var v = val(row, r), st = (row.stragglers || []).indexOf(r) >= 0;
+        s.push('<rect ' + (st && rowH >= 5 ? 'class="s" ' : "") + 'x="' + (x0 + j * cellW) + '" y="' + y + '" width="' + (cellW - (cellW > 12 ? 1 : 0)) +
+          '" height="' + rowH + '" fill="' + colour(v, max) + '" data-rank="' + r + '" data-step="' + stepKey(row.step) + '"' + (st ? ' data-straggler="1"' : "") + "/>");
+      });
+      var t = totals[r] || 0;
+      var bw = tmax > 0 ? Math.max(0, t / tmax * barW) : 0, bh = Math.max(rowH - (rowH >= 5 ? 1 : 0), 1);
+      if (bw > 0) (strSet[r] ? barsS : bars).push("M" + barX + " " + y + "h" + bw.toFixed(1) + "v" + bh + "h-" + bw.toFixed(1) + "z");
+      rowTops.push([y, r]);
+      if (strSet[r]) {
+        var lb = marks.length ? marks[marks.length - 1] : null;
+        if (lb && y - lb.last < 11) { lb.ranks.push(r); lb.last = y; } else { marks.push({y: y, last: y, ranks: [r], t: t}); }
+      }
+      y += rowH;
+    });
+    y += gap;
+  });
+  s.push('<path id="totals" d="' + bars.join("") + '" fill="#8d99ae"/><path id="totals-s" d="' + barsS.join("") + '" fill="#a50026"/>');
+  s.push('<rect id="totals-hit" x="' + barX + '" y="' + top + '" width="' + barW + '" height="' + (y - top) + '" fill="transparent"/>');
+  marks.forEach(function (m) {
+    s.push('<text x="' + (barX + barW + 6) + '" y="' + (m.y + 9) + '" fill="#a50026" font-weight="600">\u25c0 ' + (m.ranks.length > 1 ? (ranges(m.ranks).length <= 16 ? "ranks " + ranges(m.ranks) : m.ranks.length + " stragglers") :
+      "rank " + m.ranks[0] + " (" + esc(ms(m.t)) + ")") + "</text>");
+  });
+  var W = barX + barW + 130, H = y + 6;
+  el("heat").innerHTML = '<svg id="heatmap" data-metric="' + metric + '" width="' + W + '" height="' + H + '" viewBox="0 0 ' + W + " " + H + '">' +
+    "<style>.s{stroke:#000;stroke-width:1.2}</style>" + s.join("") + "</svg>";
+  el("heat-legend").innerHTML = legend(max, METRIC[metric]) +
+    '<div class="sub">' + (rowH >= 5 ? "outlined: the step's straggler(s); " : "") + "grey-blue: the rank has no collective in that step; right: the rank's sum over the steps; hover a cell for rank, host, step and figures</div>";
+}
+
+function drawHosts() {
+  var ns = steps.length;
+  if (!groups.length || !ns) { el("hosts").innerHTML = ""; el("host-table").innerHTML = ""; el("host-legend").innerHTML = ""; return; }
+  var sums = groups.map(function (g) {
+    var per = steps.map(function (row) {
+      var t = 0, any = false;
+      g.ranks.forEach(function (r) { var v = val(row, r); if (num(v)) { t += v; any = true; } });
+      return any ? t : undefined;
+    });
+    var held = 0, wait = 0;
+    g.ranks.forEach(function (r) { var i = rankInfo[r] || {}; held += num(i.held_us) ? i.held_us : 0; wait += num(i.wait_us) ? i.wait_us : 0; });
+    return {g: g, per: per, held: held, wait: wait};
+  });
+  var max = 0;
+  sums.forEach(function (x) { x.per.forEach(function (v) { if (num(v)) max = Math.max(max, v); }); });
+  var nh = groups.length, rowH = nh <= 40 ? 13 : nh <= 128 ? 5 : 3;
+  var cellW = Math.max(8, Math.min(72, Math.floor(640 / ns))), x0 = 200, top = 22, s = [];
+  var k = rowH >= 11 ? 1 : Math.ceil(11 / rowH);
+  steps.forEach(function (row, j) {
+    if (ns <= 24 || j % Math.ceil(ns / 24) === 0) s.push('<text x="' + (x0 + j * cellW + cellW / 2) + '" y="' + (top - 8) + '" text-anchor="middle">' + esc(row.step === null ? "out" : row.step) + "</text>");
+  });
+  sums.forEach(function (x, i) {
+    var y = top + i * rowH, hasStr = x.g.ranks.some(function (r) { return strSet[r]; });
+    if (i % k === 0 || hasStr) s.push('<text x="' + (x0 - 6) + '" y="' + (y + Math.min(rowH, 11) - 2) + '" text-anchor="end"' + (hasStr ? ' fill="#a50026" font-weight="600"' : "") + ">" + esc(x.g.host) + " (" + rangesShort(x.g.ranks) + ")</text>");
+    x.per.forEach(function (v, j) {
+      s.push('<rect x="' + (x0 + j * cellW) + '" y="' + y + '" width="' + (cellW - (cellW > 12 ? 1 : 0)) + '" height="' + Math.max(rowH - (rowH >= 5 ? 1 : 0), 1) + '" fill="' + colour(v, max) +
+        '" data-host="' + esc(x.g.host) + '" data-step="' + stepKey(steps[j].step) + '"/>');
+    });
+  });
+  var W = x0 + ns * cellW + 20, H = top + nh * rowH + 6;
+  el("hosts").innerHTML = '<svg id="hostmap" width="' + W + '" height="' + H + '">' + s.join("") + "</svg>";
+  el("host-legend").innerHTML = legend(max, "summed over the host's ranks: " + METRIC[metric]);
+  var order = sums.slice().sort(function (a, b) { return b.held - a.held || a.g.ranks[0] - b.g.ranks[0]; });
+  var rows = order.map(function (x) {
+    var st = x.g.ranks.filter(function (r) { return strSet[r]; });
+    return "<tr><td class=\"l\">" + esc(x.g.host) + '</td><td class="l">' + ranges(x.g.ranks) + "</td><td>" + x.g.ranks.length + "</td><td>" + esc(ms(x.held)) +
+      "</td><td>" + esc(ms(x.wait)) + '</td><td class="l">' + (st.length ? (st.length > 1 ? "ranks " : "rank ") + ranges(st) : "") + "</td></tr>";
+  });
+  var head = '<table id="host-sums"><tr><th class="l">host</th><th class="l">ranks</th><th>n</th><th>others waited for its ranks</th><th>its ranks\' own wait</th><th class="l">stragglers</th></tr>';
+  var shown = 16;
+  el("host-table").innerHTML = head + rows.slice(0, shown).join("") + "</table>" +
+    (rows.length > shown ? "<details><summary>all " + rows.length + " hosts</summary>" + head + rows.slice(shown).join("") + "</table></details>" : "");
+}
+
+var KIND = {op: "op", outside_ops: "outside ops", kernel: "kernel", gpu_idle: "GPU idle"};
+function drawWhy() {
+  var box = el("why");
+  if (!has(C, "why")) { box.innerHTML = na("this tracefuse's JSON has no collectives.why"); return; }
+  var list = (C.why || []).filter(function (w) { return inRange(w.step); });
+  if (!list.length) { box.innerHTML = '<div class="muted">no rank stands out: nothing to explain</div>'; return; }
+  var order = [], byRank = {};
+  list.forEach(function (w) {
+    if (!has(byRank, w.rank)) { byRank[w.rank] = []; order.push(w.rank); }
+    byRank[w.rank].push(w);
+  });
+  box.innerHTML = order.map(function (r) {  // a rank's first two steps open, the others one click away
+    var cards = byRank[r].map(whyCard);
+    return cards.slice(0, 2).join("") + (cards.length > 2 ? "<details><summary>rank " + esc(r) + ": " + (cards.length - 2) +
+      " more step(s)</summary>" + cards.slice(2).join("") + "</details>" : "");
+  }).join("");
+}
+function whyCard(w) {
+  var cs = (w.contributors || []).slice(), top = cs.slice(0, 12), rest = cs.slice(12);
+  var share = num(w.lateness_us) && w.lateness_us > 0 && num(w.explained_us) ? " (" + Math.round(100 * w.explained_us / w.lateness_us) + "%)" : "";
+  var head = "<h3>rank " + esc(w.rank) + " (host " + esc(host(w.rank)) + "), step " + esc(stepLabel(w.step)) + ": late by " + esc(ms(w.lateness_us)) +
+    ", explained " + esc(ms(w.explained_us)) + share + "</h3>" +
+    '<div class="sub">against the median of the other ranks' + (w.reference_rank !== undefined && w.reference_rank !== null ? " (reference rank " + esc(w.reference_rank) + ")" : "") +
+    (w.collective ? ", up to its arrival at " + esc(w.collective) : "") + "</div>";
+  if (!top.length) return '<div class="card why-card">' + head + '<div class="muted">no contributor</div></div>';
+  var max = 0;
+  top.forEach(function (c) { [c.rank_us, c.others_us, Math.abs(c.extra_us || 0)].forEach(function (v) { if (num(v)) max = Math.max(max, v); }); });
+  var labW = 330, barW = 380, rh = 24, s = [];
+  top.forEach(function (c, i) {
+    var y = 4 + i * rh, name = (KIND[c.kind] || c.kind || "?") + ": " + (c.name || "") + (c.where ? " in " + c.where : "");
+    var short = name.length > 52 ? name.slice(0, 51) + "\u2026" : name;
+    s.push('<g class="contrib"><title>' + esc(name) + "</title>");
+    s.push('<text x="' + (labW - 6) + '" y="' + (y + 13) + '" text-anchor="end">' + esc(short) + "</text>");
+    var both = num(c.rank_us) && num(c.others_us);
+    if (both) {
+      s.push('<rect x="' + labW + '" y="' + y + '" width="' + (max > 0 ? c.rank_us / max * barW : 0).toFixed(1) + '" height="9" fill="#a50026"/>');
+      s.push('<rect x="' + labW + '" y="' + (y + 10) + '" width="' + (max > 0 ? c.others_us / max * barW : 0).toFixed(1) + '" height="9" fill="#9aa5b8"/>');
+    } else {
+      s.push('<rect x="' + labW + '" y="' + (y + 4) + '" width="' + (max > 0 ? Math.abs(c.extra_us || 0) / max * barW : 0).toFixed(1) + '" height="11" fill="' + ((c.extra_us || 0) >= 0 ? "#a50026" : "#2f8f46") + '"/>');
+    }
+    var counts = num(c.count) || num(c.others_count) ? " \u00b7 " + (num(c.count) ? c.count : "\u2013") + " vs " + (num(c.others_count) ? c.others_count : "\u2013") + " calls" : "";
+    s.push('<text x="' + (labW + barW + 8) + '" y="' + (y + 13) + '">' + ((c.extra_us || 0) >= 0 ? "+" : "") + esc(ms(c.extra_us)) + esc(counts) + "</text></g>");
+  });
+  var H = 10 + top.length * rh + 16, W = labW + barW + 230;
+  s.push('<rect x="' + labW + '" y="' + (H - 12) + '" width="10" height="8" fill="#a50026"/><text x="' + (labW + 14) + '" y="' + (H - 4) + '">rank ' + esc(w.rank) + "</text>");
+  s.push('<rect x="' + (labW + 90) + '" y="' + (H - 12) + '" width="10" height="8" fill="#9aa5b8"/><text x="' + (labW + 104) + '" y="' + (H - 4) + '">median of the others</text>');
+  s.push('<text x="' + (labW + barW) + '" y="' + (H - 4) + '" text-anchor="end">' + esc(ms(max)) + "</text>");
+  var more = rest.length ? '<div class="sub">' + rest.length + " more contributor(s), " + esc(ms(rest.reduce(function (a, c) { return a + (c.extra_us || 0); }, 0))) + " together</div>" : "";
+  return '<div class="card why-card" data-rank="' + esc(w.rank) + '" data-why-step="' + stepKey(w.step) + '">' + head +
+    '<svg width="' + W + '" height="' + H + '">' + s.join("") + "</svg>" + more + "</div>";
+}
+
+function drawPerCollective() {
+  var box = el("per-collective");
+  if (!has(C, "per_collective")) { box.innerHTML = na("this tracefuse's JSON has no collectives.per_collective"); return; }
+  var list = C.per_collective || [];
+  if (!list.length) { box.innerHTML = '<div class="muted">no collective</div>'; return; }
+  var h = ['<table><tr><th class="l">collective</th><th>group size</th><th class="l">dtype</th><th>elements</th><th>size</th><th>count</th>' +
+    "<th>shortest</th><th>start skew</th><th>end skew</th><th>algbw GB/s</th><th>busbw GB/s</th><th class=\"l\">first to arrive</th></tr>"];
+  list.forEach(function (p) {
+    var fa = p.first_arrivals || {}, top = Object.keys(fa).sort(function (a, b) { return fa[b] - fa[a] || a - b; }).slice(0, 3);
+    h.push('<tr><td class="l">' + esc(p.name) + "</td><td>" + esc(p.group_size === undefined || p.group_size === null ? "\u2013" : p.group_size) + '</td><td class="l">' + esc(p.dtype || "\u2013") +
+      "</td><td>" + esc(num(p.nelems) ? p.nelems : "\u2013") + "</td><td>" + esc(bytes(p.bytes)) + "</td><td>" + esc(num(p.count) ? p.count : "\u2013") + "</td><td>" + esc(ms(p.min_duration_us)) +
+      "</td><td>" + esc(ms(p.start_skew_us)) + "</td><td>" + esc(ms(p.end_skew_us)) + "</td><td>" + esc(fix(p.algbw_gbps, 2)) + "</td><td>" + esc(fix(p.busbw_gbps, 2)) +
+      '</td><td class="l">' + esc(top.map(function (r) { return "rank " + r + " \u00d7" + fa[r]; }).join(", ")) + "</td></tr>");
+  });
+  box.innerHTML = h.join("") + "</table>";
+}
+
+function drawUnmatched() {
+  var box = el("unmatched"), U = C.unmatched;
+  if (!U) { box.innerHTML = na("no collectives.unmatched"); return; }
+  var list = U.by_reason || [];
+  var h = ['<div class="sub">' + esc(num(U.total) ? U.total : list.length) + " instance(s) could not be matched across ranks and count in no wait</div>"];
+  if (list.length) {
+    h.push('<table id="unmatched-table"><tr><th class="l">kind</th><th class="l">name</th><th class="l">group</th><th>instances</th><th class="l">reason</th></tr>');
+    list.forEach(function (u) {
+      h.push('<tr><td class="l">' + esc(u.kind) + '</td><td class="l">' + esc(u.name) + '</td><td class="l">' + esc(u.group === null || u.group === undefined ? "?" : u.group) +
+        "</td><td>" + esc(u.instances) + '</td><td class="l">' + esc(u.reason) + "</td></tr>");
+    });
+    h.push("</table>");
+  }
+  box.innerHTML = h.join("");
+}
+
+function drawDefs() {
+  var h = [];
+  h.push("<h3>Definitions</h3>" + (C.definitions ? "<div>" + esc(C.definitions) + "</div>" : na("this tracefuse's JSON has no collectives.definitions")));
+  var T = C.threshold;
+  h.push("<h3>Threshold</h3>" + (T && T.rule ? "<div>" + esc(T.rule) + "</div>" : na()));
+  if ((C.notes || []).length) h.push("<h3>Notes</h3><ul>" + C.notes.map(function (n) { return "<li>" + esc(n) + "</li>"; }).join("") + "</ul>");
+  h.push('<h3>Inputs</h3><div class="sub">' + esc((P.inputs || []).join(" ")) + (P.files ? " (" + P.files + " files)" : "") + "</div>");
+  h.push('<div class="sub">The data of this page is the <code>info --collectives --json</code> object, embedded in the ' +
+    '<code>&lt;script type="application/json" id="tracefuse-report"&gt;</code> element; each heatmap cell is a <code>rect</code> with <code>data-rank</code> and <code>data-step</code>.</div>');
+  el("defs").innerHTML = h.join("");
+}
+
+/** The hover text of the heatmap cell of rank ``r`` in step ``sk`` (a data-step value). */
+function cellText(r, sk) {
+  var row = stepByKey[sk] || {}, rk = String(r);
+  var lines = ["rank " + r + " \u00b7 host " + host(+r), "step " + stepLabel(row.step),
+    "the others waited for it: " + ms((row.held_us || {})[rk]), "its own wait: " + ms((row.wait_us || {})[rk])];
+  if (row.threshold_us && has(row.threshold_us, rk)) lines.push("threshold: " + ms(row.threshold_us[rk]));
+  if (row.last_rank === +r) lines.push("last to arrive in this step");
+  if ((row.stragglers || []).indexOf(+r) >= 0) lines.push("straggler of this step");
+  return lines.join("\n");
+}
+window.tracefuseCellText = cellText;  // for a user's script (and the page's tests: report.html#probe=RANK:STEP)
+
+function tooltips() {
+  var tip = el("tip");
+  function show(e, text) {
+    tip.textContent = text;
+    tip.style.display = "block";
+    var x = e.clientX + 14, y = e.clientY + 14;
+    if (x + tip.offsetWidth > window.innerWidth - 4) x = e.clientX - tip.offsetWidth - 10;
+    if (y + tip.offsetHeight > window.innerHeight - 4) y = e.clientY - tip.offsetHeight - 10;
+    tip.style.left = x + "px";
+    tip.style.top = y + "px";
+  }
+  document.addEventListener("mousemove", function (e) {
+    var t = e.target;
+    if (!t || !t.getAttribute) { tip.style.display = "none"; return; }
+    var r = t.getAttribute("data-rank"), sk = t.getAttribute("data-step"), hh = t.getAttribute("data-host"), tr = null;
+    if (t.id === "totals-hit") {
+      var box = t.ownerSVGElement.getBoundingClientRect(), rr = rankAtY(e.clientY - box.top);
+      tr = rr === null ? null : String(rr);
+    }
+    if (r !== null && sk !== null && t.tagName.toLowerCase() === "rect") {
+      show(e, cellText(r, sk));
+    } else if (hh !== null && sk !== null) {
+      var g = groups[gIndex[hh]], row2 = stepByKey[sk] || {}, held = 0, wait = 0;
+      (g ? g.ranks : []).forEach(function (q) { held += (row2.held_us || {})[q] || 0; wait += (row2.wait_us || {})[q] || 0; });
+      show(e, "host " + hh + " (ranks " + (g ? ranges(g.ranks) : "?") + ")\nstep " + stepLabel(row2.step) + "\nthe others waited for its ranks: " + ms(held) + "\nits ranks' own wait: " + ms(wait));
+    } else if (tr !== null) {
+      var i = rankInfo[tr] || {};
+      show(e, "rank " + tr + " \u00b7 host " + host(+tr) + "\nall steps: the others waited " + ms(i.held_us) + " for it\nits own wait " + ms(i.wait_us) +
+        "\nlast to arrive in " + (i.last_arrivals === undefined ? "?" : i.last_arrivals) + " of " + (i.instances === undefined ? "?" : i.instances) + " instances");
+    } else {
+      tip.style.display = "none";
+    }
+  });
+}
+
+if (window.requestAnimationFrame) {  // the first frame after drawing: layout and paint included
+  requestAnimationFrame(function () {
+    setTimeout(function () { document.body.setAttribute("data-painted-ms", performance.now().toFixed(1)); }, 0);
+  });
+}
+try {
+  render();
+} catch (e) {
+  errs.push(String((e && e.stack) || e));
+  var app = document.getElementById("app");
+  if (app) app.insertAdjacentHTML("afterbegin", '<pre class="warn">the page could not draw itself: ' + esc(String(e)) + "</pre>");
+}
+done();
+})();
