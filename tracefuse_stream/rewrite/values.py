@@ -20,8 +20,10 @@ def pid_key(pid: Any) -> Any:
         return pid
     if t is bool:
         return ("bool", pid)
-    if t is Decimal or t is float:
+    if t is Decimal:
         return ("number", pid)  # 1.0 and 1.00 spell one number
+    if t is float:  # the same number as the exact reader's Decimal of its text
+        return ("number", Decimal(repr(pid)))
     raise TypeError(f"a pid must be a number or a string, not {short_text(pid)}")
 
 

@@ -35,8 +35,10 @@ def pid_hashable(v: Any) -> Any:
     merge gives them three output pids: rewrite/rules.pid_key)."""
     if type(v) is bool:
         return ("bool", v)
-    if type(v) is float or type(v) is Decimal:
+    if type(v) is Decimal:
         return ("number", v)
+    if type(v) is float:  # as rewrite/values.pid_key: the number its text spells
+        return ("number", Decimal(repr(v)))
     return hashable(v)
 
 
