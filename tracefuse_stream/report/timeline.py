@@ -104,8 +104,8 @@ class TimelineCollector:
         if type(ev) is not dict or ev.get("ph") != "X":
             return
         cat = ev.get("cat")
-        if cat not in OP_CATS and cat not in GPU_CATS:
-            return
+        if type(cat) is not str or (cat not in OP_CATS and cat not in GPU_CATS):
+            return  # (a cat that is no string is no op: not even hashable when an object)
         name = ev.get("name")
         if type(name) is not str:
             return

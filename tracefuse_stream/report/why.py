@@ -118,7 +118,9 @@ def requests(
                 e = by_id[i].entries.get(p.rank)
                 if e is None:
                     continue
-                gpu = e.event.tid if e.event.kind == "gpu" else None
+                tid = e.event.tid
+                ok = isinstance(tid, (int, str)) and not isinstance(tid, bool)  # a stream id, hashable
+                gpu = tid if e.event.kind == "gpu" and ok else None
                 lo, hi = _rel(table, p, span[0]), _rel(table, p, e.start_ns)
                 stretches.append(Stretch((step, i), step, lo, max(lo, hi), gpu))
         out.append(Request(p.path, p.compression, p.layout, tuple(stretches)))
