@@ -246,7 +246,13 @@ def verdict_sentence(table: CollectiveTable, v: Verdict, stats: Sequence[RankSta
         worst = max(stats, key=lambda s: (s.held_ns, -s.rank))
         return (f"{one}no rank stands out (most waited for: rank {worst.rank}, "
                 f"{_ms(worst.held_ns)} ms in total, below the threshold)")  # fmt: skip
-    parts = [f"rank {s.rank} held the others back in {_where(v, s.steps)}" for s in v.stragglers]
+    same: Dict[Tuple[Any, ...], List[int]] = {}  # stragglers of the same steps: one clause
+    for st in v.stragglers:
+        same.setdefault(tuple(st.steps), []).append(st.rank)
+    parts = [
+        f"{'rank' if len(rs) == 1 else 'ranks'} {_ranks(sorted(rs))} held the others back in {_where(v, list(steps))}"
+        for steps, rs in same.items()
+    ]
     s0 = v.stragglers[0]
     return (f"{one}{'; '.join(parts)} ({s0.evidence} evidence: the others waited "
             f"{_ms(s0.held_ns)} ms for rank {s0.rank}, p_chance {s0.p_chance:.2g}, "
