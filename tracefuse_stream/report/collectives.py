@@ -161,7 +161,7 @@ def analyse(table: CollectiveTable, plans: Optional[Sequence[RankPlan]] = None, 
     a = Analysis(table, v, rank_stats(table, v))
     if plans and table.instances:
         mine = [p for p in plans if p.rank in set(table.ranks)]
-        reqs, _ = why.requests(table, v, mine)
+        reqs = why.requests(table, v, mine)
         results = parallel_map(why.scan_breakdowns, [(r,) for r in reqs], jobs)
         a.why, a.breakdown = why.compare(table, v, mine, results)
         a.why_notes = [

@@ -207,15 +207,13 @@ class Verdict:
     def steps_profiled(self) -> int:
         return sum(1 for r in self.by_step if r.step is not None)
 
-    def base_threshold_ns(self, m: int = 1) -> int:
-        """The threshold without the others' spread, for a rank with ``m`` instances."""
+    def base_threshold_ns(self) -> int:
+        """The threshold without the others' spread (the same for every rank of the run)."""
         step_part = int(STEP_FRACTION * self.busy_step_ns) if self.busy_step_ns is not None else 0
         return max(int(NOISE_FACTOR * self.noise_ns), step_part, MIN_THRESHOLD_NS)
 
-    threshold_ns = base_threshold_ns
-
-    def noise_part_ns(self, m: int = 1) -> int:
-        """What arrival noise alone explains for ``m`` instances (at least the minimum)."""
+    def noise_part_ns(self) -> int:
+        """What arrival noise alone explains (at least the minimum)."""
         return max(int(NOISE_FACTOR * self.noise_ns), MIN_THRESHOLD_NS)
 
     def worst_step(self) -> Optional[StepRow]:
@@ -349,7 +347,7 @@ def judge(table: CollectiveTable) -> Verdict:
         for r, h in row.held.items():
             others = [v for q, v in row.held.items() if q != r]
             outlier = (_median(others) + int(NOISE_FACTOR * _spread(others))) if others else 0
-            row.threshold[r] = max(verdict.base_threshold_ns(row.count[r]), outlier)
+            row.threshold[r] = max(verdict.base_threshold_ns(), outlier)
             if h > row.threshold[r]:
                 passes.setdefault(r, []).append(row)
     group_size = _group_sizes(table)
@@ -364,7 +362,7 @@ def judge(table: CollectiveTable) -> Verdict:
                 r, sum(row.held[r] for row in mine), [row.step for row in steps],
                 sum(row.last.get(r, 0) for row in mine), sum(row.count[r] for row in mine),
                 margin=min(row.held[r] / max(row.threshold[r], 1) for row in steps),
-                noise_margin=min(row.held[r] / verdict.noise_part_ns(row.count[r]) for row in steps),
+                noise_margin=min(row.held[r] / verdict.noise_part_ns() for row in steps),
             ))  # fmt: skip
     found.sort(key=lambda s: (-s.held_ns, s.rank))
     named: List[int] = []  # step-down: each rank is tested leaving out the stronger ones named

@@ -82,8 +82,6 @@ class TimelineCollector:
 
     def __init__(self, stretches: Sequence[Stretch]) -> None:
         self.stretches = list(stretches)
-        self.lo = min((s.lo_ns for s in stretches), default=0)
-        self.hi = max((s.hi_ns for s in stretches), default=-1)
         self.gpu_tids = {s.gpu_tid for s in stretches if s.gpu_tid is not None}
         merged: List[List[int]] = []  # the stretches' union, sorted: only events in it are kept
         for lo, hi in sorted((s.lo_ns, s.hi_ns) for s in stretches):

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, Hashable, List, Optional, Sequence, Tuple
 
-from tracefuse_stream.align.collectives import CollectiveTable, Instance
+from tracefuse_stream.align.collectives import CollectiveTable
 from tracefuse_stream.errors import TraceFuseError
 from tracefuse_stream.plan.rankplan import RankPlan
 from tracefuse_stream.read.events import StepFields, iter_event_batches
@@ -101,9 +101,7 @@ def wanted(verdict: Verdict) -> Dict[Optional[int], List[int]]:
     return out
 
 
-def requests(
-    table: CollectiveTable, verdict: Verdict, plans: Sequence[RankPlan]
-) -> Tuple[List[Request], Dict[int, Instance]]:
+def requests(table: CollectiveTable, verdict: Verdict, plans: Sequence[RankPlan]) -> List[Request]:
     """Per plan (same order): the stretches of its rank to break down."""
     by_id = {i.id: i for i in table.instances}
     todo = wanted(verdict)
@@ -124,7 +122,7 @@ def requests(
                 lo, hi = _rel(table, p, span[0]), _rel(table, p, e.start_ns)
                 stretches.append(Stretch((step, i), step, lo, max(lo, hi), gpu))
         out.append(Request(p.path, p.compression, p.layout, tuple(stretches)))
-    return out, by_id
+    return out
 
 
 def _median_rank(values: Dict[int, int]) -> Optional[int]:
