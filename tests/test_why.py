@@ -18,7 +18,7 @@ from tracefuse_stream.align.collectives import CollectiveEvent, CollectiveTable,
 from tracefuse_stream.align.instance_ends import check_ends
 from tracefuse_stream.cli.app import main
 from tracefuse_stream.report.stragglers import binomial_tail, union_ns
-from tracefuse_stream.report.timeline import Breakdown, Stretch, TimelineCollector
+from tracefuse_stream.report.timeline import TimelineFeed, breakdown
 
 RECORDED = Path(__file__).resolve().parent / "data" / "recorded"
 SLEEPERS = {  # set -> (rank, seconds it sleeps before backward in every step)
@@ -199,8 +199,7 @@ def test_point_to_point_ops_are_not_unmatched_collectives(
 def test_self_time_and_gaps_add_up_to_the_stretch() -> None:
     """The partition of one thread: an aten::mm inside aten::linear is aten::mm's time,
     a gap inside an annotation is that annotation's, outside everything is said so."""
-    s = Stretch((1, 0), 1, 0, 100_000)
-    c = TimelineCollector([s])
+    feed = TimelineFeed()
     evs = [
         ("ProfilerStep#1", "user_annotation", 0, 100),
         ("train_step", "user_annotation", 10, 60),
@@ -209,8 +208,10 @@ def test_self_time_and_gaps_add_up_to_the_stretch() -> None:
         ("aten::add", "cpu_op", 80, 5),
     ]
     for name, cat, ts, dur in evs:
-        c.feed({"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, "pid": 7, "tid": 7})
-    bd: Breakdown = c.result()[(1, 0)]
+        feed.offer({"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, "pid": 7, "tid": 7})
+    segs = feed.finish({1: (0, 100_000)}, [100_000], [])
+    bd = breakdown(segs, 1, 0, 100_000)
+    assert bd is not None and bd.main_thread == "thread 7"
     got = {k: p.ns for k, p in bd.parts.items()}
     assert got == {
         ("outside_ops", "outside every annotation"): (10 + 10 + 15) * 1000,
@@ -223,11 +224,12 @@ def test_self_time_and_gaps_add_up_to_the_stretch() -> None:
 
 
 def test_gpu_stream_kernels_and_idle_add_up() -> None:
-    s = Stretch((1, 0), 1, 0, 50_000, gpu_tid=7)
-    c = TimelineCollector([s])
-    for name, ts, dur in [("gemm", 5, 10), ("gemm", 20, 10), ("relu", 40, 5)]:
-        c.feed({"ph": "X", "name": name, "cat": "kernel", "ts": ts, "dur": dur, "pid": 0, "tid": 7})
-    parts = {k: (p.ns, p.count) for k, p in c.result()[(1, 0)].parts.items()}
+    feed = TimelineFeed()
+    for name, ts, dur in [("gemm", 5, 10), ("gemm", 20, 10), ("relu", 40, 5), ("nccl", 50, 5)]:
+        feed.offer({"ph": "X", "name": name, "cat": "kernel", "ts": ts, "dur": dur, "pid": 0, "tid": 7})
+    bd = breakdown(feed.finish({1: (0, 60_000)}, [50_000], [(7, 50_000)]), 1, 0, 50_000, gpu_tid=7)
+    assert bd is not None and bd.stream == "GPU 0"
+    parts = {k: (p.ns, p.count) for k, p in bd.parts.items()}
     assert parts == {
         ("kernel", "gemm"): (20_000, 2),
         ("kernel", "relu"): (5_000, 1),

@@ -53,13 +53,14 @@
 #include "csrc/rewrite.c"
 #include "csrc/scan.c"
 #include "csrc/skim.c"
+#include "csrc/timeline.c"
 #include "csrc/walk.c"
 
 static PyMethodDef methods[] = {
     {"rewrite", kernel_rewrite, METH_VARARGS,
      "rewrite(ctx, buf, pos, need_sep, at_start) -> (out, pos, status, skip_to, need_sep, n_in, n_dropped, n_out)"},
     {"scan", kernel_scan, METH_VARARGS,
-     "scan(sel, buf, pos, need_sep, at_start) -> (selected, pos, status, skip_to, need_sep, n_judged, lo, hi)"},
+     "scan(sel, buf, pos, need_sep, at_start[, timeline]) -> (selected, pos, status, skip_to, need_sep, n_judged, lo, hi)"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {
@@ -69,7 +70,8 @@ PyMODINIT_FUNC PyInit__kernel(void) {
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     if (PyModule_AddIntConstant(m, "NEED_MORE", ST_NEED_MORE) < 0 || PyModule_AddIntConstant(m, "END", ST_END) < 0 ||
-        PyModule_AddIntConstant(m, "FALLBACK", ST_FALLBACK) < 0) {
+        PyModule_AddIntConstant(m, "FALLBACK", ST_FALLBACK) < 0 || PyType_Ready(&TimelineType) < 0 ||
+        PyModule_AddObjectRef(m, "Timeline", (PyObject *)&TimelineType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

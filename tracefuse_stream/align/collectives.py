@@ -95,6 +95,7 @@ class RankScan:
     events: List[CollectiveEvent] = field(default_factory=list)
     steps: Dict[int, Tuple[int, int]] = field(default_factory=dict)  # step -> (ts_ns, end_ns), file-relative
     error: Optional[str] = None
+    timeline: Any = None  # the why's partitions from the same pass (report/timeline.Segments), if made
 
 
 def is_gloo_op(event: Mapping[str, Any]) -> bool:
@@ -283,6 +284,7 @@ class CollectiveTable:
     )  # rank -> step -> abs (start, end)
     point_to_point: Counter = field(default_factory=Counter)  # op name -> events (all ranks)
     hosts: Dict[int, Optional[str]] = field(default_factory=dict)
+    timelines: Dict[int, Any] = field(default_factory=dict)  # rank -> the why's segments (report/timeline.py)
 
     @property
     def unmatched_total(self) -> int:

@@ -21,7 +21,9 @@
 /* what the walk found in one event */
 typedef struct {
     Span f[3]; /* ph, cat, name */
-    unsigned seen; /* keys met: ph 1, cat 2, name 4, ts 8, dur 16 */
+    unsigned seen; /* keys met: ph 1, cat 2, name 4, ts 8, dur 16, pid 32, tid 64 */
+    Span id[2];    /* pid, tid: their text (with a Timeline) */
+    int id_kind[2]; /* 1 a plain integer, 2 a plain string, 3 anything else */
     int escaped, found, ts_ok, dur_ok;
     __int128 ts, dur;
 } Walk;
@@ -84,9 +86,12 @@ static int walk_value(St *st, Py_ssize_t *i, int bit, const Needles *nd, Walk *w
     unsigned char c = s[*i];
     Span v;
     if (bit == 16 && c != '-' && (c < '0' || c > '9')) return E_FALL; /* a dur not a number: malformed */
+    int idk = bit == 32 ? 0 : bit == 64 ? 1 : -1;
+    if (idk >= 0) w->id_kind[idk] = 3;
     if (c == '"') {
         int r = walk_string(s, n, i, &v, nd, w);
         if (r == OK && (bit & 7)) w->f[bit >> 1] = v;
+        if (r == OK && idk >= 0) w->id[idk] = v, w->id_kind[idk] = 2;
         return r;
     }
     if (bit & 7) return E_FALL; /* ph, cat or name not a string: the scan decides */
@@ -108,6 +113,11 @@ static int walk_value(St *st, Py_ssize_t *i, int bit, const Needles *nd, Walk *w
         st->i = *i;
         int r = scan_number(st, &num);
         if (r) return r;
+        if (idk >= 0 && !num.has_frac && !(num.neg && num.ip.n == 1 && num.ip.p[0] == '0')) {
+            w->id[idk].p = s + *i; /* an integer as Python prints it (not -0) */
+            w->id[idk].n = st->i - *i;
+            w->id_kind[idk] = 1;
+        }
         *i = st->i;
         if (bit & 24) {
             __int128 *v = bit == 8 ? &w->ts : &w->dur;
@@ -140,7 +150,28 @@ static int walk_selects(const Sel *sel, const Walk *w, Span text, int quoted) {
     return w->escaped || (quoted ? w->found : holds(text, bytes_span(sel->text_contains)));
 }
 
-static int walk_event(St *st, const Sel *sel, const Needles *nd, ScanEv *ev) {
+/* the walked event into the Timeline when it is one (csrc/timeline.c): OK, E_FALL
+ * (Python decides: an odd pid or tid), E_NOMEM */
+static int walk_record(Timeline *tl, const Walk *w) {
+    if (!(w->seen & 1) || !IS(w->f[0], "X") || !(w->seen & 2) || !(w->seen & 4) || !w->ts_ok || !w->dur_ok) return OK;
+    Span cat = w->f[1];
+    int kind = IS(cat, "cpu_op")            ? 0
+               : IS(cat, "user_annotation") ? 1
+               : (IS(cat, "kernel") || IS(cat, "gpu_memcpy") || IS(cat, "gpu_memset")) ? 2
+                                                                                       : -1;
+    if (kind < 0 || w->dur < 0) return OK;
+    if (!(w->seen & 32) || !(w->seen & 64)) return OK; /* no thread: no part of any */
+    if (w->id_kind[0] == 3 || w->id_kind[1] == 3) return E_FALL;
+    unsigned char key[512];
+    Py_ssize_t kp = tl_value_key(key, 256, w->id_kind[0] == 2, w->id[0]);
+    Py_ssize_t kt = kp ? tl_value_key(key + kp, 256, w->id_kind[1] == 2, w->id[1]) : 0;
+    if (!kp || !kt) return E_FALL;
+    /* 1e-9 us (1e6 of them a ns) -> ns, each truncated toward zero (as int(Decimal) is), end = start + dur */
+    int64_t a = (int64_t)(w->ts / 1000000), b = a + (int64_t)(w->dur / 1000000);
+    return tl_push(tl, kind, a, b, w->f[2].p, w->f[2].n, key, kp + kt, key, kp);
+}
+
+static int walk_event(St *st, const Sel *sel, const Needles *nd, ScanEv *ev, Timeline *tl) {
     const unsigned char *s = st->s;
     Py_ssize_t n = st->len, start = st->i, i = st->i;
     Walk w;
@@ -162,7 +193,8 @@ static int walk_event(St *st, const Sel *sel, const Needles *nd, ScanEv *ev) {
             if (s[i] != ':') goto judge;
             i = walk_ws(s, i + 1, n);
             if (i >= n) return E_MORE;
-            int bit = IS(k, "ph") ? 1 : IS(k, "cat") ? 2 : IS(k, "name") ? 4 : IS(k, "ts") ? 8 : IS(k, "dur") ? 16 : 0;
+            int bit = IS(k, "ph") ? 1 : IS(k, "cat") ? 2 : IS(k, "name") ? 4 : IS(k, "ts") ? 8 : IS(k, "dur") ? 16
+                      : IS(k, "pid") ? 32 : IS(k, "tid") ? 64 : 0;
             if (w.seen & (unsigned)bit) goto judge; /* repeated: the scan refuses it */
             w.seen |= (unsigned)bit;
             if ((r = walk_value(st, &i, bit, nd, &w))) goto fail;
@@ -176,6 +208,11 @@ static int walk_event(St *st, const Sel *sel, const Needles *nd, ScanEv *ev) {
         }
     Span text = {s + start, i - start};
     if (walk_selects(sel, &w, text, nd->n_all)) goto judge; /* selected: its text decodes as in the scan */
+    if (tl) {
+        r = walk_record(tl, &w);
+        if (r == E_NOMEM) return r;
+        if (r != OK) goto judge;
+    }
     st->i = i;
     ev->sure = 1;
     if (sel->extremes && !((w.seen & 1) && IS(w.f[0], "M")) && w.ts_ok) {
@@ -188,7 +225,12 @@ fail:
     if (r != E_FALL) return r;
 judge:
     st->i = start;
-    return scan_event(st, sel, ev);
+    r = scan_event(st, sel, ev);
+    if (r == OK && tl && !ev->selected) {
+        ev->selected = 1; /* with a Timeline, Python records every event it judges */
+        ev->sure = 0;
+    }
+    return r;
 }
 
 static PyObject *kernel_scan(PyObject *self, PyObject *args) {
@@ -197,7 +239,17 @@ static PyObject *kernel_scan(PyObject *self, PyObject *args) {
     Py_ssize_t pos;
     int need_sep, at_start;
     (void)self;
-    if (!PyArg_ParseTuple(args, "Oy*npp", &sel_obj, &buf, &pos, &need_sep, &at_start)) return NULL;
+    PyObject *tl_obj = Py_None;
+    if (!PyArg_ParseTuple(args, "Oy*npp|O", &sel_obj, &buf, &pos, &need_sep, &at_start, &tl_obj)) return NULL;
+    Timeline *tl = NULL;
+    if (tl_obj != Py_None) {
+        if (!PyObject_TypeCheck(tl_obj, &TimelineType)) {
+            PyBuffer_Release(&buf);
+            PyErr_SetString(PyExc_TypeError, "scan: the timeline is a Timeline or None");
+            return NULL;
+        }
+        tl = (Timeline *)tl_obj;
+    }
     Sel sel;
     enum { NSEL = 5 };
     PyObject *held[NSEL] = {NULL, NULL, NULL, NULL, NULL};
@@ -226,6 +278,12 @@ static PyObject *kernel_scan(PyObject *self, PyObject *args) {
     int skim = va ? !PyObject_IsTrue(va) : 0, walk = skim && sel.extremes; /* timing: the walk reads the numbers */
     Py_XDECREF(va);
     Needles nd;
+    if (tl && !walk) {
+        for (int j = 0; j < NSEL; j++) Py_DECREF(held[j]);
+        PyBuffer_Release(&buf);
+        PyErr_SetString(PyExc_ValueError, "scan: a timeline needs the walk (extremes, validate false)");
+        return NULL;
+    }
     if (walk) walk_needle(&sel, &nd); /* the walk's own needle, when it has one */
     else if (skim && (PyTuple_Check(sel.cat) || !skim_needles(&sel, &nd))) skim = 0; /* several cats: scan */
     if (PyErr_Occurred()) {
@@ -242,7 +300,7 @@ static PyObject *kernel_scan(PyObject *self, PyObject *args) {
     while (r == OK && next_event(&st, &need_sep, &at_start, &consumed, &status, &skip_to)) {
         Py_ssize_t ev_start = st.i, out_start = st.olen;
         ScanEv ev;
-        int e = walk   ? walk_event(&st, &sel, &nd, &ev)
+        int e = walk   ? walk_event(&st, &sel, &nd, &ev, tl)
                 : skim ? skim_event(&st, &sel, &nd, &ev)
                        : scan_event(&st, &sel, &ev);
         if (e == E_NOMEM) {

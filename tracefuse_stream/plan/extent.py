@@ -50,10 +50,12 @@ def scan_rank(
     plan: RankPlan,
     select: Optional[ScanSelection] = None,
     visit: Optional[Callable[[List[Any]], None]] = None,
+    timeline: Any = None,
 ) -> RankInfo:
     """Count events and find the absolute time span of one rank (one streaming pass,
     numbers parsed exactly). ``select``/``visit``: the same pass also hands the events
-    ``select`` picks to ``visit`` (``info --collectives/--steps/--align``: report/onepass.py).
+    ``select`` picks to ``visit`` (``info --collectives/--steps/--align``: report/onepass.py);
+    ``timeline``: the kernel records the why's events into it (read/scan.py's Tally).
 
     Times are compared as the numbers the reader gives (ints and Decimals compare and
     add exactly) and converted to ns once, for the two extremes: converting every
@@ -63,7 +65,7 @@ def scan_rank(
     n = 0
     lo: Any = None
     hi: Any = None
-    tally = Tally()  # the events the compiled kernel counted and timed itself
+    tally = Tally(timeline)  # the events the compiled kernel counted and timed itself
     check = TimeCheck(base)
     for batch in iter_event_batches(
         plan.path,

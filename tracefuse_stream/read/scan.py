@@ -49,9 +49,13 @@ class ScanSelection:
 
 class Tally:
     """The events the kernel judged without handing them over (see module docstring).
-    Times are exact microsecond values (ints or Decimals, as the readers give them)."""
+    Times are exact microsecond values (ints or Decimals, as the readers give them).
+    ``timeline``: a compiled ``Timeline`` (report/timeline.py) the walk records the
+    operator, annotation and kernel events it judges into (only with the walk:
+    ``extremes`` and not ``validate``); every event it cannot record is handed over."""
 
-    def __init__(self) -> None:
+    def __init__(self, timeline: Any = None) -> None:
+        self.timeline = timeline
         self.events = 0
         self._lo: Optional[int] = None  # in 1e-9 us
         self._hi: Optional[int] = None
@@ -108,7 +112,7 @@ class KernelScan:
         self, buf: bytearray, pos: int, need_sep: bool, at_start: bool
     ) -> Tuple[bytes, int, str, int, bool]:
         out, pos, status, skip_to, need_sep, n, lo, hi = native.kernel.scan(  # type: ignore[union-attr]
-            self._args, buf, pos, need_sep, at_start
+            self._args, buf, pos, need_sep, at_start, self.tally.timeline
         )
         self.tally.add(n, lo, hi)
         return out, pos, _STATUS[status], skip_to, bool(need_sep)
@@ -118,6 +122,8 @@ def kernel_scan(selection: Optional[ScanSelection], tally: Optional[Tally]) -> O
     """The kernel scan for a pass, or ``None`` (no selection, or no kernel here)."""
     if selection is None or tally is None or not native.available():
         return None
+    if tally.timeline is not None and not isinstance(tally.timeline, native.kernel.Timeline):  # type: ignore[union-attr]
+        return None  # a Python timeline: every event goes through Python
     return KernelScan(selection, tally)
 
 

@@ -68,14 +68,17 @@ def _scan(path: str, rank: int, base: Optional[int]) -> RankScan:
 
 
 def table_from_scans(plans: Sequence[RankPlan], scans: Sequence[RankScan]) -> CollectiveTable:
-    """Match the scans of ``plans`` (same order) on the ranks' own clocks."""
-    return match_instances(
+    """Match the scans of ``plans`` (same order) on the ranks' own clocks (the why's
+    segments of the scans that have them kept with the table)."""
+    table = match_instances(
         {p.rank: s for p, s in zip(plans, scans)},
         {p.rank: pg_config_of(p.header) for p in plans},
         {p.rank: p.host_name for p in plans},
         {p.rank: p.align_offset_ns for p in plans},
         {p.rank: pg_count_of(p.header) for p in plans},
     )
+    table.timelines = {p.rank: s.timeline for p, s in zip(plans, scans) if s.timeline is not None}
+    return table
 
 
 def collect_table(plans: Sequence[RankPlan], jobs: int = 1) -> CollectiveTable:
@@ -161,12 +164,15 @@ def analyse(table: CollectiveTable, plans: Optional[Sequence[RankPlan]] = None, 
     a = Analysis(table, v, rank_stats(table, v))
     if plans and table.instances:
         mine = [p for p in plans if p.rank in set(table.ranks)]
-        reqs = why.requests(table, v, mine)
-        results = parallel_map(why.scan_breakdowns, [(r,) for r in reqs], jobs)
-        a.why, a.breakdown = why.compare(table, v, mine, results)
-        a.why_notes = [
-            f"rank {p.rank}: why read only partly: {err}" for p, (_, err) in zip(mine, results) if err
-        ]
+        segs = [table.timelines.get(p.rank) for p in mine]
+        missing = [k for k, s in enumerate(segs) if s is None]
+        if missing:  # a table not from info's single pass: one pass per file for the why
+            got = parallel_map(why.segments_of, [(mine[k],) for k in missing], jobs)
+            for k, (s, err) in zip(missing, got):
+                segs[k] = s
+                if err:
+                    a.why_notes.append(f"rank {mine[k].rank}: why not read: {err}")
+        a.why, a.breakdown = why.compare(table, v, mine, why.breakdowns(table, v, mine, segs))
     return a
 
 

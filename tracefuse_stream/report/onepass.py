@@ -7,8 +7,12 @@ event in C and hands over only the ``ph: X`` events whose name holds ``gloo:``,
 ``ProfilerStep#``, ``nccl``/``rccl`` or whose text holds ``"Collective name"``
 (:data:`INFO_SELECTION`); :class:`~tracefuse_stream.align.collectives.
 CollectiveCollector` keeps the collective events and the step spans from those.
-Memory: the collective events and steps of a file, never its other events. With
-``jobs`` > 1 the files are read in worker processes.
+With ``--collectives``, the same pass keeps what the why needs (report/timeline.py:
+the file's operator, annotation and kernel events, compactly, partitioned at the
+file's end into per-segment aggregates, which is all that is kept). Memory: the
+collective events and steps of a file and those aggregates; while a file is read, 32
+bytes per operator/kernel event of it. With ``jobs`` > 1 the files are read in worker
+processes.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from tracefuse_stream.align.ends import DEFAULT_CAP, RankCollectives
 from tracefuse_stream.errors import InputError, TraceFuseError
 from tracefuse_stream.plan.extent import RankInfo, scan_rank
 from tracefuse_stream.plan.rankplan import RankPlan
+from tracefuse_stream.report.timeline import TimelineFeed
 from tracefuse_stream.workers import parallel_map, resolve_jobs
 
 SECTIONS = ("steps", "collectives", "align")
@@ -54,12 +59,24 @@ def scan_file(plan: RankPlan, sections: Tuple[str, ...]) -> FileScan:
             return FileScan(scan_rank(plan), None)
         scan = RankScan(plan.rank, int(plan.base_time_ns or 0))
         collector = CollectiveCollector(scan, None)
+        feed = TimelineFeed() if "collectives" in sections else None
 
         def visit(batch: List[Any]) -> None:
             for ev in batch:
+                if feed is not None:
+                    feed.offer(ev)  # before the collector, which may decode its args in place
                 collector.feed(ev, -1)
 
-        return FileScan(scan_rank(plan, select=INFO_SELECTION, visit=visit), scan)
+        info = scan_rank(
+            plan, select=INFO_SELECTION, visit=visit, timeline=None if feed is None else feed.timeline
+        )
+        if feed is not None:
+            scan.timeline = feed.finish(
+                scan.steps,
+                [e.ts_ns for e in scan.events],
+                [(e.tid, e.ts_ns) for e in scan.events if e.kind == "gpu"],
+            )
+        return FileScan(info, scan)
     except TraceFuseError as e:
         return FileScan(None, None, broken_text(e))
 

@@ -1,36 +1,44 @@
-"""Where one rank's time went over given stretches of its timeline (the why's raw data).
+"""Where one rank's time went over stretches of its timeline (the why's raw data).
 
-Why: "rank 5 is late" is half an answer; the user's next question is *why*. For each
-stretch asked for -- from a step's start to the rank's arrival at one collective -- this
-module partitions the stretch of the rank's **main thread** (the thread holding its
-``ProfilerStep#N``) into the innermost thing running at each instant, so the parts add
-up to the stretch exactly:
+Why: "rank 5 is late" is half an answer; the user's next question is *why*. A
+*stretch* runs from a step's start to the rank's arrival at one collective. It is
+partitioned on the rank's **main thread** (the thread holding its ``ProfilerStep#N``)
+into the innermost thing running at each instant, so the parts add up to the stretch
+exactly:
 
 * ``op``: the self time of each operator by name (a ``cpu_op`` not covered by its
   child ops: a slow ``aten::mm`` inside ``aten::linear`` counts as ``aten::mm``),
   with the number of calls that start in the stretch;
 * ``outside_ops``: time inside no operator, named by the innermost user annotation
   (``record_function`` / ``user_annotation``) holding it, or "outside every annotation"
-  (the ``ProfilerStep`` itself is the profiler's, not the user's).
+  (the ``ProfilerStep`` itself is the profiler's, not the user's); its count is the
+  number of separate gaps.
 
 For a GPU collective, the GPU it ran on (all its streams) is partitioned the same way:
 ``kernel`` (kernels, memcpy, memset by name; where streams overlap, the most recently
 started kernel holds the instant) and ``gpu_idle`` (no kernel on any stream: the GPU
-waiting for the CPU to launch work). Each part also keeps its largest single stretch (where to show it).
+waiting for the CPU to launch work; count: the gaps). Each part also keeps its largest
+single piece and its span (where to show it in Perfetto).
 
-Memory: only the events that overlap an asked stretch are held, compactly (a tuple
-each), for one file at a time; what is returned is one aggregate per (stretch, kind,
-name). The events come from the compiled kernel's scan (``ph`` X only, read/scan.py);
-without the kernel every event is offered and filtered here, to the same result.
+One pass (issue 27, item 9: a second pass over every file cost more than the merge):
+which stretches are asked is known only once all ranks are matched, so info's single
+pass keeps the file's operator, annotation and kernel events compactly (the compiled
+kernel's ``Timeline``: 32 bytes an event, names interned; :class:`PyTimeline` is the
+same in Python) and, at the file's end, partitions the step threads and the
+collectives' GPUs once, **cut at every step start and collective arrival** of the rank
+(:class:`Segments`: aggregates per segment, kind and name). Any stretch is then a sum
+of segments (:func:`breakdown`); the events are freed with the file.
 """
 
 from __future__ import annotations
 
 import bisect
+import struct
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Dict, Hashable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from tracefuse_stream import native
 from tracefuse_stream.timeunits import us_to_ns_or_none
 
 OP_CATS = frozenset({"cpu_op", "user_annotation"})
@@ -38,17 +46,13 @@ GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 OUTSIDE_ALL = "outside every annotation"
 STEP_PREFIX = "ProfilerStep#"
 Key = Tuple[str, str]  # (kind, name): the same on every rank (where: Breakdown.main_thread / stream)
+KINDS = ("op", "outside_ops", "kernel", "gpu_idle")
+_CAT_KIND = {"cpu_op": 0, "user_annotation": 1, "kernel": 2, "gpu_memcpy": 2, "gpu_memset": 2}
+_STEP_B = STEP_PREFIX.encode()
 
-
-@dataclass(frozen=True)
-class Stretch:
-    """A stretch of one rank's timeline to break down (file-relative ns)."""
-
-    key: Hashable  # the caller's name for it: (step, instance id)
-    step: int
-    lo_ns: int
-    hi_ns: int
-    gpu_tid: Any = None  # the GPU stream of the collective (None: a CPU collective)
+# a segment row: (seg, kind, name_id, ns, count, runs, piece_a, piece_b, span_a, span_b,
+#                 first_a, first_b, last_a, last_b)
+Row = Tuple[int, int, int, int, int, int, int, int, int, int, int, int, int, int]
 
 
 @dataclass
@@ -59,12 +63,6 @@ class Part:
     count: int = 0
     piece: Tuple[int, int] = (0, 0)  # the largest single interval (file-relative ns)
     span: Tuple[int, int] = (0, 0)  # first start .. last end of what it holds
-
-    def add(self, a: int, b: int) -> None:
-        self.ns += b - a
-        if b - a > self.piece[1] - self.piece[0]:
-            self.piece = (a, b)
-        self.span = (a, b) if self.span == (0, 0) else (min(self.span[0], a), max(self.span[1], b))
 
 
 @dataclass
@@ -77,189 +75,373 @@ class Breakdown:
     stream: Optional[str] = None
 
 
-class TimelineCollector:
-    """Feeds on one rank's events (any order) and breaks the asked stretches down."""
-
-    def __init__(self, stretches: Sequence[Stretch]) -> None:
-        self.stretches = list(stretches)
-        self.gpu_tids = {s.gpu_tid for s in stretches if s.gpu_tid is not None}
-        merged: List[List[int]] = []  # the stretches' union, sorted: only events in it are kept
-        for lo, hi in sorted((s.lo_ns, s.hi_ns) for s in stretches):
-            if merged and lo <= merged[-1][1]:
-                merged[-1][1] = max(merged[-1][1], hi)
-            else:
-                merged.append([lo, hi])
-        self._los = [m[0] for m in merged]
-        self._his = [m[1] for m in merged]
-        self.cpu: Dict[
-            Tuple[Any, Any], List[Tuple[int, int, str, bool]]
-        ] = {}  # thread -> (a, b, name, is_op)
-        self.gpu: Dict[Any, List[Tuple[int, int, str]]] = {}  # device pid -> (a, b, name), every stream
-        self.gpu_at: Dict[Tuple[Any, int], Any] = {}  # (stream tid, start ns) -> device pid
-        self.step_thread: Dict[int, Tuple[Any, Any]] = {}  # step -> (pid, tid) holding ProfilerStep#N
-
-    def feed(self, ev: Any) -> None:
-        if type(ev) is not dict or ev.get("ph") != "X":
-            return
-        cat = ev.get("cat")
-        if type(cat) is not str or (cat not in OP_CATS and cat not in GPU_CATS):
-            return  # (a cat that is no string is no op: not even hashable when an object)
-        name = ev.get("name")
-        if type(name) is not str:
-            return
-        a = _ns(ev.get("ts"))
-        d = _ns(ev.get("dur"))
-        if a is None or d is None or d < 0:
-            return
-        b = a + d
-        i = bisect.bisect_right(self._los, b) - 1
-        if i < 0 or self._his[i] < a:
-            return  # in no asked stretch
-        pid, tid = ev.get("pid"), ev.get("tid")
-        if not isinstance(pid, (int, str)) or not isinstance(tid, (int, str)) or isinstance(pid, bool):
-            return
-        if cat in GPU_CATS:
-            if self.gpu_tids:
-                self.gpu.setdefault(pid, []).append((a, b, name))
-                if tid in self.gpu_tids:
-                    self.gpu_at[(tid, a)] = pid
-            return
-        self.cpu.setdefault((pid, tid), []).append((a, b, name, cat == "cpu_op"))
-        if name.startswith(STEP_PREFIX) and name[len(STEP_PREFIX) :].isdigit():
-            self.step_thread[int(name[len(STEP_PREFIX) :])] = (pid, tid)
-
-    def result(self) -> Dict[Hashable, Breakdown]:
-        """stretch key -> its breakdown (a stretch whose step has no thread: CPU parts
-        left out, GPU parts still there)."""
-        index: Dict[Tuple[Any, Any], Tuple[List[int], List[Tuple[int, int, str, bool]], int]] = {}
-        for th, events in self.cpu.items():
-            events.sort(key=lambda e: (e[0], -e[1]))
-            longest = max((e[1] - e[0] for e in events), default=0)
-            index[th] = ([e[0] for e in events], events, longest)
-        for kernels in self.gpu.values():
-            kernels.sort()
-        out: Dict[Hashable, Breakdown] = {}
-        for s in self.stretches:
-            bd = Breakdown(max(0, s.hi_ns - s.lo_ns))
-            thread = self.step_thread.get(s.step)
-            if thread is not None:
-                bd.main_thread = f"thread {thread[1]}"
-                _cpu_parts(_window(index.get(thread), s.lo_ns, s.hi_ns), s.lo_ns, s.hi_ns, bd)
-            if s.gpu_tid is not None:
-                dev = self.gpu_at.get((s.gpu_tid, s.hi_ns))  # the device the collective ran on
-                if dev is None:
-                    dev = next(
-                        (d for (t, _a), d in sorted(self.gpu_at.items(), key=str) if t == s.gpu_tid), None
-                    )
-                bd.stream = f"GPU {dev}"
-                _gpu_parts(self.gpu.get(dev, []), s.lo_ns, s.hi_ns, bd)
-            out[s.key] = bd
-        return out
+def value_key(v: Any) -> Optional[bytes]:
+    """A pid or tid as the timeline keys it (the compiled kernel spells it the same
+    way from the text): an int (not a bool) or a string; None: no thread of any part."""
+    if type(v) is int:
+        b = str(v).encode()
+        return b"i" + struct.pack("<I", len(b)) + b
+    if type(v) is str:
+        b = v.encode("utf-8", "surrogatepass")
+        return b"s" + struct.pack("<I", len(b)) + b
+    return None
 
 
-def _window(
-    idx: Optional[Tuple[List[int], List[Tuple[int, int, str, bool]], int]], lo: int, hi: int
-) -> List[Tuple[int, int, str, bool]]:
-    """The thread's events that may overlap [lo, hi], in order (those starting before
-    ``lo`` are kept when they can reach it: ProfilerStep, annotations)."""
-    if idx is None:
-        return []
-    starts, events, longest = idx
-    j = bisect.bisect_left(starts, hi)
-    i = bisect.bisect_left(starts, lo)
-    early = [e for e in events[bisect.bisect_left(starts, lo - longest) : i] if e[1] > lo]
-    return early + events[i:j]
+def _hashable(v: Any) -> bool:
+    return type(v) is int or type(v) is str
+
+
+_FAR = 1 << 62  # ns: csrc/walk.c's WALK_FAR
 
 
 def _ns(v: Any) -> Optional[int]:
-    """Microseconds as whole ns, fast for what Kineto writes (ints, 3-decimal numbers;
-    digits beyond the ns are cut, which no aggregate here can show); None: no time."""
+    """Microseconds as whole ns, truncated toward zero (the kernel's rule); None: no time."""
     t = type(v)
     if t is int:
-        return v * 1000
+        return int(v * 1000)
     if t is Decimal:
         return int(v.scaleb(3)) if v.is_finite() else None
     return us_to_ns_or_none(v) if t is float else None
 
 
-def _part(bd: Breakdown, key: Key) -> Part:
-    p = bd.parts.get(key)
-    if p is None:
-        p = bd.parts[key] = Part()
-    return p
+class PyTimeline:
+    """The compiled kernel's ``Timeline`` in Python (csrc/timeline.c: the same rows)."""
+
+    def __init__(self) -> None:
+        self._recs: List[Tuple[int, int, bytes, bytes, bytes, int]] = []  # (a, b, name, thread, dev, kind)
+
+    def __len__(self) -> int:
+        return len(self._recs)
+
+    def add(self, kind: int, a: int, b: int, name: bytes, thread: bytes, dev: bytes) -> None:
+        if kind not in (0, 1, 2):
+            raise ValueError("Timeline.add: kind is 0, 1 or 2")
+        self._recs.append((a, b, bytes(name), bytes(thread), bytes(dev), kind))
+
+    def segments(
+        self, cuts: Sequence[int], threads: List[bytes], devices: List[bytes]
+    ) -> Tuple[List[bytes], List[List[Row]], List[List[Row]]]:
+        names: Dict[bytes, int] = {}
+        for r in self._recs:  # ids in the order first seen (the kernel's: its records' order)
+            names.setdefault(r[2], len(names))
+        cuts = list(cuts)
+        if any(b <= a for a, b in zip(cuts, cuts[1:])):
+            raise ValueError("Timeline.segments: cuts are increasing")
+        out_t = [self._unit(t, False, cuts, names) for t in threads]
+        out_d = [self._unit(d, True, cuts, names) for d in devices]
+        return list(names), out_t, out_d
+
+    def _unit(self, key: bytes, gpu: bool, cuts: List[int], names: Dict[bytes, int]) -> List[Row]:
+        if len(cuts) < 2:
+            return []
+        if gpu:
+            evs = sorted(
+                (r for r in self._recs if r[5] == 2 and r[4] == key), key=lambda r: (r[0], r[1], r[2])
+            )
+        else:
+            evs = sorted(
+                (r for r in self._recs if r[5] != 2 and r[3] == key), key=lambda r: (r[0], -r[1], -r[5], r[2])
+            )
+        seg = _Segmenter(cuts)
+        (_gpu if gpu else _cpu)(evs, seg, names)
+        seg.flush()
+        return seg.rows
 
 
-def _cpu_parts(events: Sequence[Tuple[int, int, str, bool]], lo: int, hi: int, bd: Breakdown) -> None:
-    """Partition [lo, hi] of one thread into the innermost op / annotation gap."""
-    none: Key = ("outside_ops", OUTSIDE_ALL)
-    stack: List[Tuple[int, Key]] = []  # (end, owner key)
-    key: Key
+class _Segmenter:
+    """Aggregates given intervals per (segment, kind, name), cut at ``cuts``."""
+
+    def __init__(self, cuts: List[int]) -> None:
+        self.cuts = cuts
+        self.seg = 0
+        self.aggs: Dict[Tuple[int, int], List[int]] = {}
+        self.rows: List[Row] = []
+
+    def flush(self) -> None:
+        for (kind, name), x in self.aggs.items():
+            self.rows.append((self.seg, kind, name, *x[:11]))  # type: ignore[arg-type]
+        self.aggs = {}
+
+    def at(self, t: int) -> None:
+        seg = self.seg
+        while seg + 2 < len(self.cuts) and self.cuts[seg + 1] <= t:
+            seg += 1
+        if seg != self.seg:
+            self.flush()
+            self.seg = seg
+
+    def _agg(self, kind: int, name: int) -> List[int]:
+        x = self.aggs.get((kind, name))
+        if x is None:  # ns count runs piece_a piece_b span_a span_b first_a first_b last_a last_b has_run
+            x = self.aggs[(kind, name)] = [0] * 12
+        return x
+
+    def give(self, a: int, b: int, kind: int, name: int) -> None:
+        while b > a:
+            self.at(a)
+            e = min(b, self.cuts[self.seg + 1])
+            x = self._agg(kind, name)
+            x[0] += e - a
+            if x[11] and x[10] == a:
+                x[10] = e
+                if x[2] == 1:
+                    x[8] = e
+            else:
+                x[2] += 1
+                x[9], x[10] = a, e
+                if not x[11]:
+                    x[7], x[8], x[5] = a, e, a
+                x[11] = 1
+            x[6] = e
+            if x[10] - x[9] > x[4] - x[3]:
+                x[3], x[4] = x[9], x[10]
+            a = e
+
+    def count(self, a: int, kind: int, name: int) -> None:
+        self.at(a)
+        self._agg(kind, name)[1] += 1
+
+
+def _cpu(
+    evs: Sequence[Tuple[int, int, bytes, bytes, bytes, int]], g: _Segmenter, names: Dict[bytes, int]
+) -> None:
+    lo, hi = g.cuts[0], g.cuts[-1]
     t = lo
-
-    def give(a: int, b: int, key: Key) -> None:
-        if b > a:
-            _part(bd, key).add(a, b)
-
-    for a0, b0, name, is_op in events:
-        if b0 <= lo or a0 >= hi:
+    stack: List[Tuple[int, int, int]] = []  # (end, kind, name id)
+    for a0, b0, name, _th, _dev, kind in evs:
+        if a0 >= hi:
+            break
+        if b0 <= lo:
             continue
         a, b = max(a0, lo), min(b0, hi)
         while stack and stack[-1][0] <= a:
-            end, key = stack.pop()
-            give(t, end, key)
+            end, k, n = stack.pop()
+            g.give(t, end, k, n)
             t = max(t, end)
-        owner = stack[-1][1] if stack else none
-        give(t, a, owner)
+        owner = stack[-1] if stack else (0, 1, -1)
+        g.give(t, a, owner[1], owner[2])
         t = max(t, a)
         if stack and b > stack[-1][0]:
             b = stack[-1][0]  # overlaps its parent's end without nesting: clipped there
-        if is_op:
-            key = ("op", name)
+        nid = names[name]
+        if kind == 0:
+            key = (0, nid)
             if a0 >= lo:
-                _part(bd, key).count += 1
-        elif owner[0] == "op":
-            key = owner  # an annotation inside an operator is the operator's time
-        elif name.startswith(STEP_PREFIX):
-            key = none
+                g.count(a0, 0, nid)
+        elif owner[1] == 0:
+            key = (0, owner[2])  # an annotation inside an operator is the operator's time
         else:
-            key = ("outside_ops", name)
-        stack.append((b, key))
+            key = (1, -1 if name.startswith(_STEP_B) else nid)
+        stack.append((b, key[0], key[1]))
     while stack:
-        end, key = stack.pop()
-        give(t, end, key)
+        end, k, n = stack.pop()
+        g.give(t, end, k, n)
         t = max(t, end)
-    give(t, hi, none)
-    for key, p in bd.parts.items():
-        if key[0] == "outside_ops":
-            p.count = max(p.count, 1)
+    g.give(t, hi, 1, -1)
 
 
-def _gpu_parts(kernels: Sequence[Tuple[int, int, str]], lo: int, hi: int, bd: Breakdown) -> None:
-    """Partition [lo, hi] of one GPU (all its streams) into kernels by name -- where
-    streams overlap, the most recently started kernel holds the instant -- and idle
-    time (no kernel on any stream: the GPU waits for the CPU to launch work)."""
-    idle: Key = ("gpu_idle", "idle")
-    inside = [(max(a, lo), min(b, hi), name) for a, b, name in kernels if b > lo and a < hi and b > a]
-    for a0, _b, name in inside:
-        if a0 >= lo:
-            _part(bd, ("kernel", name)).count += 1
-    points = sorted({lo, hi} | {a for a, _, _ in inside} | {b for _, b, _ in inside})
-    starts = sorted(range(len(inside)), key=lambda k: inside[k][0])
-    active: List[int] = []
-    j = 0
-    for t0, t1 in zip(points, points[1:]):
-        while j < len(starts) and inside[starts[j]][0] <= t0:
-            active.append(starts[j])
-            j += 1
-        active = [k for k in active if inside[k][1] > t0]
-        if active:
-            top = max(active, key=lambda k: (inside[k][0], k))
-            _part(bd, ("kernel", inside[top][2])).add(t0, t1)
+def _gpu(
+    evs: Sequence[Tuple[int, int, bytes, bytes, bytes, int]], g: _Segmenter, names: Dict[bytes, int]
+) -> None:
+    lo, hi = g.cuts[0], g.cuts[-1]
+    t, i, n = lo, 0, len(evs)
+    stack: List[int] = []
+    while t < hi:
+        while i < n and evs[i][0] <= t:
+            a, b = evs[i][0], evs[i][1]
+            if b > a and b > lo:
+                if a >= lo:
+                    g.count(a, 2, names[evs[i][2]])
+                if b > t:
+                    stack.append(i)
+            i += 1
+        while stack and evs[stack[-1]][1] <= t:
+            stack.pop()
+        nxt = min(evs[i][0] if i < n else hi, hi)
+        if stack:
+            top = evs[stack[-1]]
+            t1 = min(top[1], nxt)
+            g.give(t, t1, 2, names[top[2]])
         else:
-            p = _part(bd, idle)
-            if p.piece[1] != t0 or p.ns == 0:
-                p.count += 1
-            p.add(t0, t1)
+            t1 = nxt
+            g.give(t, t1, 3, -1)
+        t = t1
 
 
-__all__ = ["Breakdown", "GPU_CATS", "OP_CATS", "OUTSIDE_ALL", "Part", "Stretch", "TimelineCollector"]
+def new_timeline() -> Any:
+    """The compiled kernel's ``Timeline`` where it is here, else a :class:`PyTimeline`."""
+    if native.available():
+        return native.kernel.Timeline()  # type: ignore[union-attr]
+    return PyTimeline()
+
+
+@dataclass
+class Segments:
+    """One rank's partitions, cut at its step starts and collective arrivals (picklable:
+    what a worker hands back instead of the events)."""
+
+    cuts: List[int]
+    names: List[str]
+    cpu: Dict[bytes, Tuple[List[int], List[Row]]]  # thread -> (where each segment's rows start, rows)
+    gpu: Dict[bytes, Tuple[List[int], List[Row]]]  # device -> the same
+    step_thread: Dict[int, bytes]
+    labels: Dict[bytes, str]  # thread / device key -> "thread 7" / "GPU 0"
+    gpu_dev: Dict[Tuple[Any, int], bytes]  # (stream tid, start ns) of a GPU collective -> device
+
+
+class TimelineFeed:
+    """One file's pass: the events Python decodes itself go in through :meth:`offer`
+    (with the kernel, those it hands over; without, every event); the kernel's scan
+    records the rest straight into :attr:`timeline`."""
+
+    def __init__(self) -> None:
+        self.timeline = new_timeline()
+        self._steps: Dict[int, Tuple[int, int, bytes]] = {}  # step -> (start, -end, thread key)
+        self._labels: Dict[bytes, str] = {}
+        self._gpu_dev: Dict[Tuple[Any, int], bytes] = {}
+        self._keys: Dict[Tuple[Any, ...], Tuple[Optional[bytes], Optional[bytes]]] = {}  # (pid, tid) -> keys
+
+    def offer(self, ev: Any) -> None:
+        if type(ev) is not dict or ev.get("ph") != "X":
+            return
+        cat = ev.get("cat")
+        kind = _CAT_KIND.get(cat) if type(cat) is str else None
+        name = ev.get("name")
+        if kind is None or type(name) is not str:
+            return
+        a, d = _ns(ev.get("ts")), _ns(ev.get("dur"))
+        pid, tid = ev.get("pid"), ev.get("tid")
+        keys = self._keys.get((type(pid), pid, type(tid), tid)) if _hashable(pid) and _hashable(tid) else None
+        if keys is None:
+            keys = (value_key(pid), value_key(tid))
+            if _hashable(pid) and _hashable(tid):
+                self._keys[(type(pid), pid, type(tid), tid)] = keys
+        pk, tk = keys
+        if a is None or d is None or d < 0 or pk is None or tk is None or not (-_FAR < a < _FAR and d < _FAR):
+            return  # beyond 2**62 ns: the kernel's walk bound (WALK_FAR), so both paths skip it
+        self.timeline.add(kind, a, a + d, name.encode("utf-8", "surrogatepass"), pk + tk, pk)
+        if kind == 2:
+            start = us_to_ns_or_none(ev.get("ts"))
+            if start is not None:
+                self._gpu_dev.setdefault((ev.get("tid"), start), pk)
+                self._labels.setdefault(pk, f"GPU {ev.get('pid')}")
+        elif name.startswith(STEP_PREFIX) and name[len(STEP_PREFIX) :].isdigit():
+            step = int(name[len(STEP_PREFIX) :])
+            mine = (a, -(a + d), pk + tk)
+            if step not in self._steps or mine < self._steps[step]:
+                self._steps[step] = mine  # the earliest ProfilerStep#N's thread (ties: the longest)
+            self._labels.setdefault(pk + tk, f"thread {ev.get('tid')}")
+
+    def finish(
+        self,
+        steps: Dict[int, Tuple[int, int]],
+        arrivals: Sequence[int],
+        gpu_arrivals: Sequence[Tuple[Any, int]],
+    ) -> Segments:
+        """Partition at ``steps``' starts and ``arrivals`` (file-relative ns) the step
+        threads and the GPUs of ``gpu_arrivals`` ((stream tid, start ns) of the GPU
+        collectives); free the events."""
+        cuts = sorted({lo for lo, _hi in steps.values()} | set(arrivals))
+        threads = sorted({v[2] for v in self._steps.values()})
+        want = set(gpu_arrivals)
+        gpu_dev = {k: d for k, d in self._gpu_dev.items() if k in want}
+        devices = sorted(set(gpu_dev.values()))
+        names, rows_t, rows_d = self.timeline.segments(cuts, threads, devices)
+        self.timeline = new_timeline()
+        text = [n.decode("utf-8", "surrogatepass") for n in names]
+
+        def per_seg(rows: List[Row]) -> Tuple[List[int], List[Row]]:
+            starts = [0] * len(
+                cuts
+            )  # the rows come in segment order: segment k is rows[starts[k]:starts[k + 1]]
+            for r in rows:
+                starts[r[0] + 1] += 1
+            for k in range(1, len(starts)):
+                starts[k] += starts[k - 1]
+            return starts, rows
+
+        return Segments(
+            cuts, text,
+            {k: per_seg(r) for k, r in zip(threads, rows_t)},
+            {k: per_seg(r) for k, r in zip(devices, rows_d)},
+            {s: v[2] for s, v in self._steps.items()},
+            {k: v for k, v in self._labels.items() if k in set(threads) | set(devices)}, gpu_dev,
+        )  # fmt: skip
+
+
+def _combine(rows: Sequence[Row], names: List[str], bd: Breakdown) -> None:
+    """Sum segment rows (in time order) into ``bd``'s parts, joining pieces that meet at a cut."""
+    acc: Dict[Tuple[int, int], List[int]] = {}
+    for _seg, kind, nid, ns, count, runs, pa, pb, sa, sb, fa, fb, la, lb in rows:
+        x = acc.get((kind, nid))
+        if x is None:
+            acc[(kind, nid)] = [ns, count, runs, pa, pb, sa, sb, la, lb]
+            continue
+        x[0] += ns
+        x[1] += count
+        if not runs:
+            continue
+        if not x[2]:  # the first segment where it holds time
+            x[2:9] = [runs, pa, pb, sa, sb, la, lb]
+            continue
+        if x[8] == fa:  # its last piece so far runs on into this segment: one piece
+            joined = (x[7], fb)
+            x[2] += runs - 1
+            if joined[1] - joined[0] > x[4] - x[3]:
+                x[3], x[4] = joined
+            x[7], x[8] = joined if runs == 1 else (la, lb)
+        else:
+            x[2] += runs
+            x[7], x[8] = la, lb
+        if pb - pa > x[4] - x[3]:
+            x[3], x[4] = pa, pb
+        x[6] = sb
+    for (kind, nid), x in acc.items():
+        if kind in (1, 3):
+            name = names[nid] if nid >= 0 else (OUTSIDE_ALL if kind == 1 else "idle")
+            count = x[2]
+        else:
+            name, count = names[nid], x[1]
+        bd.parts[(KINDS[kind], name)] = Part(x[0], count, (x[3], x[4]), (x[5], x[6]))
+
+
+def breakdown(segments: Segments, step: int, lo: int, hi: int, gpu_tid: Any = None) -> Optional[Breakdown]:
+    """The stretch [lo, max(lo, hi)] of ``step`` (file-relative ns, both cuts), or None
+    when the pass did not cut there."""
+    hi = max(lo, hi)
+    cuts = segments.cuts
+    i, j = bisect.bisect_left(cuts, lo), bisect.bisect_left(cuts, hi)
+    if i >= len(cuts) or cuts[i] != lo or j >= len(cuts) or cuts[j] != hi:
+        return None
+    bd = Breakdown(hi - lo)
+    thread = segments.step_thread.get(step)
+    if thread is not None and thread in segments.cpu:
+        bd.main_thread = segments.labels.get(thread)
+        starts, rows = segments.cpu[thread]
+        _combine(rows[starts[i] : starts[j]], segments.names, bd)
+    if gpu_tid is not None:
+        dev = segments.gpu_dev.get((gpu_tid, hi))
+        if dev is None:
+            dev = next((d for (t, _a), d in sorted(segments.gpu_dev.items(), key=str) if t == gpu_tid), None)
+        if dev is not None and dev in segments.gpu:
+            bd.stream = segments.labels.get(dev)
+            starts, rows = segments.gpu[dev]
+            _combine(rows[starts[i] : starts[j]], segments.names, bd)
+        else:
+            bd.stream = "GPU ?"
+    return bd
+
+
+__all__ = [
+    "Breakdown",
+    "GPU_CATS",
+    "OP_CATS",
+    "OUTSIDE_ALL",
+    "Part",
+    "PyTimeline",
+    "Segments",
+    "TimelineFeed",
+    "breakdown",
+    "new_timeline",
+    "value_key",
+]

@@ -15,68 +15,34 @@ lateness exactly, and so do the GPU parts (each view partitions the same stretch
 listed contributors of R's primary view (the GPU for a GPU collective, the main
 thread for a CPU one) add up to, ``share`` its fraction of the lateness.
 
-Cost: a second pass over each file (in ``jobs`` workers) with the compiled kernel's
-scan handing over only ``ph`` X events, holding only those inside the asked stretches.
+Cost: none of its own when the table comes from info's single pass (report/onepass.py):
+that pass already cut each file's timeline into segments at every step start and
+collective arrival (report/timeline.py), and each stretch here is a sum of segments.
+A table from elsewhere (the merge's plan, the report page) gets the segments from one
+such pass per file (:func:`segments_of`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Dict, Hashable, List, Optional, Sequence, Tuple
 
 from tracefuse_stream.align.collectives import CollectiveTable
-from tracefuse_stream.errors import TraceFuseError
 from tracefuse_stream.plan.rankplan import RankPlan
-from tracefuse_stream.read.events import StepFields, iter_event_batches
-from tracefuse_stream.read.scan import ScanSelection, Tally
 from tracefuse_stream.report.stragglers import Verdict
-from tracefuse_stream.report.timeline import (
-    GPU_CATS,
-    OP_CATS,
-    OUTSIDE_ALL,
-    Breakdown,
-    Stretch,
-    TimelineCollector,
-)
+from tracefuse_stream.report.timeline import OUTSIDE_ALL, Breakdown, Segments, breakdown
 
-#: the events a breakdown needs (python_function, cuda_runtime and the like are counted in C)
-WHY_SELECTION = ScanSelection(ph="X", cat=tuple(sorted(OP_CATS | GPU_CATS)), extremes=True, validate=False)
 TOP = 8  # contributors listed per (rank, step) in ``why``
 TOP_BREAKDOWN = 5  # ... and in ``breakdown`` (every rank and step)
+Results = Tuple[Dict[Hashable, Breakdown], Optional[str]]
 
 
-class WhyFields(StepFields, total=False):
-    """What a breakdown reads of an event (no args: decoded several times faster)."""
+def segments_of(plan: RankPlan) -> Tuple[Optional[Segments], Optional[str]]:
+    """The why's partitions of one file from a pass of its own: for a table that did not
+    come from info's single pass (the merge's plan, the report page's)."""
+    from tracefuse_stream.report.onepass import scan_file  # the pass itself is info's
 
-    cat: Any
-    pid: Any
-    tid: Any
-
-
-@dataclass(frozen=True)
-class Request:
-    """What one rank's pass must break down."""
-
-    path: str
-    compression: Optional[str]
-    layout: Optional[str]
-    stretches: Tuple[Stretch, ...]
-
-
-def scan_breakdowns(req: Request) -> Tuple[Dict[Hashable, Breakdown], Optional[str]]:
-    """One pass over the file: its breakdowns, and why it could not be read to the end."""
-    collector = TimelineCollector(req.stretches)
-    error = None
-    try:
-        for batch in iter_event_batches(
-            req.path, compression=req.compression, layout=req.layout, what="breaking down steps",
-            fields=WhyFields, select=WHY_SELECTION, tally=Tally(),
-        ):  # fmt: skip
-            for ev in batch:
-                collector.feed(ev)
-    except TraceFuseError as e:
-        error = str(e)
-    return collector.result(), error
+    fs = scan_file(plan, ("collectives",))
+    return (fs.scan.timeline if fs.scan is not None else None), fs.broken
 
 
 def _rel(table: CollectiveTable, plan: RankPlan, abs_ns: int) -> int:
@@ -101,13 +67,22 @@ def wanted(verdict: Verdict) -> Dict[Optional[int], List[int]]:
     return out
 
 
-def requests(table: CollectiveTable, verdict: Verdict, plans: Sequence[RankPlan]) -> List[Request]:
-    """Per plan (same order): the stretches of its rank to break down."""
+def breakdowns(
+    table: CollectiveTable,
+    verdict: Verdict,
+    plans: Sequence[RankPlan],
+    segments: Sequence[Optional[Segments]],
+) -> List[Dict[Hashable, Breakdown]]:
+    """Per plan (same order): (step, instance id) -> the breakdown of its stretch, from
+    the step's start to the rank's arrival there, summed from the pass's segments."""
     by_id = {i.id: i for i in table.instances}
     todo = wanted(verdict)
-    out = []
-    for p in plans:
-        stretches = []
+    out: List[Dict[Hashable, Breakdown]] = []
+    for p, segs in zip(plans, segments):
+        res: Dict[Hashable, Breakdown] = {}
+        out.append(res)
+        if segs is None:
+            continue
         for step, ids in todo.items():
             span = table.steps.get(p.rank, {}).get(step) if step is not None else None
             if span is None or step is None:
@@ -119,9 +94,9 @@ def requests(table: CollectiveTable, verdict: Verdict, plans: Sequence[RankPlan]
                 tid = e.event.tid
                 ok = isinstance(tid, (int, str)) and not isinstance(tid, bool)  # a stream id, hashable
                 gpu = tid if e.event.kind == "gpu" and ok else None
-                lo, hi = _rel(table, p, span[0]), _rel(table, p, e.start_ns)
-                stretches.append(Stretch((step, i), step, lo, max(lo, hi), gpu))
-        out.append(Request(p.path, p.compression, p.layout, tuple(stretches)))
+                bd = breakdown(segs, step, _rel(table, p, span[0]), _rel(table, p, e.start_ns), gpu)
+                if bd is not None:
+                    res[(step, i)] = bd
     return out
 
 
@@ -135,11 +110,17 @@ def _median_rank(values: Dict[int, int]) -> Optional[int]:
 def _contributors(
     mine: Breakdown, ref: Breakdown, others: Sequence[Breakdown], top: int
 ) -> List[Dict[str, Any]]:
-    keys = set(mine.parts) | set(ref.parts)
+    mp, rp = mine.parts, ref.parts
+    ranked = []
+    for key in set(mp) | set(rp):  # the extras first: only the top rows are built
+        a, b = mp.get(key), rp.get(key)
+        ranked.append(((a.ns if a else 0) - (b.ns if b else 0), key))
+    ranked.sort(key=lambda x: (-x[0], x[1]))
     rows = []
-    for key in keys:
-        a, b = mine.parts.get(key), ref.parts.get(key)
-        extra = (a.ns if a else 0) - (b.ns if b else 0)
+    for extra, key in ranked[:top]:
+        if extra <= 0:
+            continue
+        a, b = mp.get(key), rp.get(key)
         vals = sorted(o.parts[key].ns if key in o.parts else 0 for o in others)
         kind, name = key
         where = (mine.stream if kind in ("kernel", "gpu_idle") else mine.main_thread) or "?"
@@ -151,9 +132,8 @@ def _contributors(
             "piece_ns": list(a.piece) if a else None, "span_ns": list(a.span) if a else None,
         }  # fmt: skip
         row["note"] = _note(row)
-        rows.append((extra, row))
-    rows.sort(key=lambda x: (-x[0], x[1]["kind"], x[1]["name"]))
-    return [r for extra, r in rows[:top] if extra > 0]
+        rows.append(row)
+    return rows
 
 
 def _note(c: Dict[str, Any]) -> str:
@@ -178,16 +158,24 @@ def compare(
     table: CollectiveTable,
     verdict: Verdict,
     plans: Sequence[RankPlan],
-    results: Sequence[Tuple[Dict[Hashable, Breakdown], Optional[str]]],
+    results: Sequence[Dict[Hashable, Breakdown]],
 ) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
     """(``why``: one entry per named straggler and step it stands out in, ``breakdown``:
     one entry per rank and step, at the step's worst instance)."""
     by_id = {i.id: i for i in table.instances}
     rank_of = {i: p.rank for i, p in enumerate(plans)}
     bds: Dict[Tuple[int, Hashable], Breakdown] = {}
-    for i, (res, _err) in enumerate(results):
+    for i, res in enumerate(results):
         for key, bd in res.items():
             bds[(rank_of[i], key)] = bd
+
+    views: Dict[Tuple[int, bool], Breakdown] = {}
+
+    def view(bd: Breakdown, gpu: bool) -> Breakdown:
+        v = views.get((id(bd), gpu))
+        if v is None:
+            v = views[(id(bd), gpu)] = _view(bd, gpu)
+        return v
 
     def entry(r: int, step: int, inst_id: int, top: int) -> Optional[Dict[str, Any]]:
         inst = by_id[inst_id]
@@ -203,10 +191,10 @@ def compare(
         ref = others[ref_rank]
         gpu = inst.match != "gloo order"
         cpu_c = _contributors(
-            _view(mine, False), _view(ref, False), [_view(b, False) for b in others.values()], top
+            view(mine, False), view(ref, False), [view(b, False) for b in others.values()], top
         )
         gpu_c = (
-            _contributors(_view(mine, True), _view(ref, True), [_view(b, True) for b in others.values()], top)
+            _contributors(view(mine, True), view(ref, True), [view(b, True) for b in others.values()], top)
             if gpu
             else []
         )
@@ -269,4 +257,4 @@ def headline(c: Dict[str, Any]) -> str:
     return f"+{ms:.1f} ms {what} {c['name']}{note}"
 
 
-__all__ = ["Request", "TOP", "WHY_SELECTION", "compare", "headline", "requests", "scan_breakdowns", "wanted"]
+__all__ = ["TOP", "breakdowns", "compare", "headline", "segments_of", "wanted"]
