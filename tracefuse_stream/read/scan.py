@@ -122,8 +122,12 @@ def kernel_scan(selection: Optional[ScanSelection], tally: Optional[Tally]) -> O
     """The kernel scan for a pass, or ``None`` (no selection, or no kernel here)."""
     if selection is None or tally is None or not native.available():
         return None
-    if tally.timeline is not None and not isinstance(tally.timeline, native.kernel.Timeline):  # type: ignore[union-attr]
-        return None  # a Python timeline: every event goes through Python
+    if tally.timeline is not None and (
+        not isinstance(tally.timeline, native.kernel.Timeline)  # type: ignore[union-attr]
+        or not selection.extremes
+        or selection.validate
+    ):
+        return None  # a Python timeline, or a scan that does not walk: every event goes through Python
     return KernelScan(selection, tally)
 
 

@@ -132,8 +132,8 @@ class PyTimeline:
         return list(names), out_t, out_d
 
     def _unit(self, key: bytes, gpu: bool, cuts: List[int], names: Dict[bytes, int]) -> List[Row]:
-        if len(cuts) < 2:
-            return []
+        if len(cuts) < 2 or not any(key in (r[3], r[4]) for r in self._recs):
+            return []  # a key no record holds: no rows (the kernel's: a key it never interned)
         if gpu:
             evs = sorted(
                 (r for r in self._recs if r[5] == 2 and r[4] == key), key=lambda r: (r[0], r[1], r[2])
