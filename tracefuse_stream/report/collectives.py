@@ -159,7 +159,9 @@ class Analysis:
 
 def analyse(table: CollectiveTable, plans: Optional[Sequence[RankPlan]] = None, jobs: int = 1) -> Analysis:
     """Judge ``table``; with ``plans`` (same ranks), also break the stretches down
-    (report/why.py: one more pass over each file, in ``jobs`` workers)."""
+    (report/why.py) from the timelines info's single pass kept (``table.timelines``);
+    for a rank without one (the merge's link table), one more pass over its file, in
+    ``jobs`` workers."""
     v = judge(table)
     a = Analysis(table, v, rank_stats(table, v))
     if plans and table.instances:

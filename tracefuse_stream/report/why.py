@@ -111,15 +111,12 @@ def _contributors(
     mine: Breakdown, ref: Breakdown, others: Sequence[Breakdown], top: int
 ) -> List[Dict[str, Any]]:
     mp, rp = mine.parts, ref.parts
-    ranked = []
-    for key in set(mp) | set(rp):  # the extras first: only the top rows are built
-        a, b = mp.get(key), rp.get(key)
-        ranked.append(((a.ns if a else 0) - (b.ns if b else 0), key))
-    ranked.sort(key=lambda x: (-x[0], x[1]))
+    ranked = [(-(p.ns - (rp[k].ns if k in rp else 0)), k) for k, p in mp.items()]
+    ranked = [x for x in ranked if x[0] < 0]  # only the rank's extras (a part only the reference has: none)
+    ranked.sort()  # the extras first, largest first (ties by kind and name): only the top rows are built
     rows = []
-    for extra, key in ranked[:top]:
-        if extra <= 0:
-            continue
+    for neg, key in ranked[:top]:
+        extra = -neg
         a, b = mp.get(key), rp.get(key)
         vals = sorted(o.parts[key].ns if key in o.parts else 0 for o in others)
         kind, name = key
