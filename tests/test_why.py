@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any, Dict, List
@@ -255,6 +256,12 @@ def test_why_names_the_sleep_outside_any_operator(name: str, capsys: pytest.Capt
         assert {"rank", "step", "lateness_us", "explained_us", "contributors"} <= set(w)
         assert {"kind", "name", "where", "extra_us", "count", "others_count"} <= set(top)
     assert {(b["rank"], b["step"]) for b in coll["breakdown"]} >= {(rank, w["step"]) for w in mine}
+    # a gap's count is of gaps (the stretches between the step's operators), said so in the text
+    assert all(w["contributors"][0]["count"] >= 1 for w in mine)
+    assert main(["info", "--collectives", str(RECORDED / name)]) == 0
+    text = capsys.readouterr().out
+    assert "[outside_ops, " in text and "; gaps " in text and "outside_ops, thread" in text
+    assert not re.search(r"\[outside_ops, [^]]*; calls ", text)
 
 
 def test_python_api_is_the_json_report(capsys: pytest.CaptureFixture) -> None:

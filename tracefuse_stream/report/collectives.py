@@ -182,6 +182,11 @@ def _as_analysis(x: Any) -> Analysis:
     return x if isinstance(x, Analysis) else analyse(x)
 
 
+def _counted(c: Dict[str, Any]) -> str:
+    """What a contributor's count counts: calls of an op or kernel, stretches of a gap."""
+    return "gaps" if c["kind"] in ("outside_ops", "gpu_idle") else "calls"
+
+
 def to_json(table: Any) -> Dict[str, Any]:
     """``{"collectives": {...}}`` for ``--json`` (schema: docs/collectives.md); ``table``:
     a :class:`CollectiveTable` or an :class:`Analysis`."""
@@ -350,7 +355,7 @@ def why_lines(a: Analysis) -> List[str]:
         shown = [c for c in w["contributors"] if c["extra_us"] >= max(50.0, 0.01 * w["lateness_us"])]
         for c in shown[:5]:
             lines.append(
-                f"  {why.headline(c)}  [{c['kind']}, {c['where']}; calls {c['count']} vs {c['others_count']}]"
+                f"  {why.headline(c)}  [{c['kind']}, {c['where']}; {_counted(c)} {c['count']} vs {c['others_count']}]"
             )
     return lines
 
