@@ -31,6 +31,11 @@ typedef struct {
     char *o;
     Py_ssize_t olen, ocap;
     int nowrite; /* the scan: tokenise and validate only, write nothing */
+    /* the walk's needle inside nested values: a string token whose content is
+     * needle[0:needle_n] sets needle_found (scan_string; needle_n 0: none) */
+    const unsigned char *needle;
+    Py_ssize_t needle_n;
+    int needle_found;
 } St;
 
 typedef struct {
@@ -69,6 +74,9 @@ static void st_open(St *st, const Py_buffer *buf, Py_ssize_t pos, int nowrite, P
     st->i = pos;
     st->olen = 0;
     st->nowrite = nowrite;
+    st->needle = NULL;
+    st->needle_n = 0;
+    st->needle_found = 0;
     st->ocap = cap;
     st->o = PyMem_Malloc(cap);
 }

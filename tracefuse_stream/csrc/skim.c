@@ -26,6 +26,7 @@ typedef struct {
     Span any[8]; /* one of them must be there (none given: no condition), searched for
                   * in the events that have all of the others (few) */
     int n_any;
+    int token; /* the walk: all[0] is met as a whole string token (walk_needle) */
 } Needles;
 
 /* the needles for sel, 0 when they do not fit (the validating scan is used instead) */

@@ -55,6 +55,8 @@ static int scan_string(St *st, Span *content, int out) {
     }
     content->p = s + start + 1;
     content->n = i - start - 1;
+    if (st->needle_n && content->n == st->needle_n && memcmp(content->p, st->needle, (size_t)st->needle_n) == 0)
+        st->needle_found = 1;
     i++;
     st->i = i;
     if (out) return put(st, s + start, i - start);
@@ -197,6 +199,9 @@ static int copy_container(St *st, int depth) {
     for (;;) {
         if (open == '{') {
             Span k;
+            /* a repeated key matters only to the text written (Python keeps the last
+             * value at the first key's place); a scan that writes nothing skips the check */
+            if (st->nowrite) nkeys = 0;
             if ((r = member_key(st, keys, &nkeys, &k))) return r;
         }
         if ((r = copy_value(st, depth + 1))) return r;

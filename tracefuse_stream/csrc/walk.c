@@ -39,6 +39,11 @@ static int walk_needle(const Sel *sel, Needles *nd) {
         if (t.p[j] == '"' || t.p[j] == '\\') return 0;
     nd->all[0] = t;
     nd->n_all = 1;
+    /* In valid JSON text without a backslash (an escape: the event is judged anyway),
+     * '"x"' occurs only as a string token x, or after a closing quote, where only white
+     * space , : ] } may follow: when x starts with none of those, the text holds the
+     * needle exactly when one of its string tokens is x. */
+    nd->token = t.n > 2 && !strchr(" \t\n\r,:]}", t.p[1]);
     return 1;
 }
 
@@ -100,11 +105,15 @@ static int walk_value(St *st, Py_ssize_t *i, int bit, const Needles *nd, Walk *w
          * bytes: E_FALL, and the validating scan hands the event to Python, which names
          * the problem); nothing is written (st->nowrite) */
         st->i = *i;
+        /* the needle met as a whole string token while the value is read (nd->token:
+         * the same answer as searching its text, see walk_needle) */
+        if (nd->token) st->needle = nd->all[0].p + 1, st->needle_n = nd->all[0].n - 2, st->needle_found = 0;
         int r = copy_value(st, 1);
+        st->needle_n = 0;
         if (r) return r;
         Span text = {s + *i, st->i - *i};
         if (memchr(text.p, '\\', (size_t)text.n)) w->escaped = 1;
-        if (nd->n_all && holds(text, nd->all[0])) w->found = 1;
+        if (nd->token ? st->needle_found : (nd->n_all && holds(text, nd->all[0]))) w->found = 1;
         *i = st->i;
         return OK;
     }
