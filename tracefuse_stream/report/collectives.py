@@ -157,11 +157,15 @@ class Analysis:
     why_notes: List[str] = field(default_factory=list)
 
 
-def analyse(table: CollectiveTable, plans: Optional[Sequence[RankPlan]] = None, jobs: int = 1) -> Analysis:
+def analyse(
+    table: CollectiveTable, plans: Optional[Sequence[RankPlan]] = None, jobs: int = 1, every_rank: bool = True
+) -> Analysis:
     """Judge ``table``; with ``plans`` (same ranks), also break the stretches down
     (report/why.py) from the timelines info's single pass kept (``table.timelines``);
     for a rank without one (the merge's link table), one more pass over its file, in
-    ``jobs`` workers."""
+    ``jobs`` workers. ``every_rank=False``: the why only, not the ``breakdown`` of
+    every rank and step (what only the JSON holds: the human report and the merge's why
+    track skip its cost)."""
     v = judge(table)
     a = Analysis(table, v, rank_stats(table, v))
     if plans and table.instances:
@@ -174,7 +178,9 @@ def analyse(table: CollectiveTable, plans: Optional[Sequence[RankPlan]] = None, 
                 segs[k] = s
                 if err:
                     a.why_notes.append(f"rank {mine[k].rank}: why not read: {err}")
-        a.why, a.breakdown = why.compare(table, v, mine, why.breakdowns(table, v, mine, segs))
+        a.why, a.breakdown = why.compare(
+            table, v, mine, why.breakdowns(table, v, mine, segs, every_rank), every_rank
+        )
     return a
 
 
@@ -422,9 +428,13 @@ def collectives_text(tables: Dict[Optional[int], Any], inputs: Sequence[str]) ->
 
 
 def collect_analyses(
-    plans: Sequence[RankPlan], scans: Optional[Sequence[Optional[RankScan]]] = None, jobs: int = 1
+    plans: Sequence[RankPlan],
+    scans: Optional[Sequence[Optional[RankScan]]] = None,
+    jobs: int = 1,
+    every_rank: bool = True,
 ) -> Dict[Optional[int], Analysis]:
-    """cycle -> its :class:`Analysis` with the why (instances never span cycles)."""
+    """cycle -> its :class:`Analysis` with the why (instances never span cycles;
+    ``every_rank``: :func:`analyse`'s)."""
     cycles: Dict[Optional[int], List[Tuple[RankPlan, Optional[RankScan]]]] = {}
     for i, p in enumerate(plans):
         cycles.setdefault(p.cycle, []).append((p, scans[i] if scans is not None else None))
@@ -435,7 +445,7 @@ def collect_analyses(
             table = table_from_scans(ps, [sc for _, sc in pairs])  # type: ignore[misc]
         else:
             table = collect_table(ps, jobs)
-        out[c] = analyse(table, ps, jobs)
+        out[c] = analyse(table, ps, jobs, every_rank)
     return out
 
 
@@ -460,7 +470,7 @@ def info_collectives(
     """
     import json
 
-    tables = collect_analyses(plans, scans, jobs)
+    tables = collect_analyses(plans, scans, jobs, every_rank=as_json)  # the text shows no breakdown
     broken = list(getattr(plans, "broken", []))
     if not as_json:
         text = list(extra) + collectives_text(tables, inputs)

@@ -181,7 +181,7 @@ def write_summaries(
     waits: Dict[Optional[int], Dict[int, int]] = {}
     why: List[Dict[str, Any]] = []
     if plan.table is not None and plan.table.instances:
-        a = analyse(plan.table, list(plans) or None, jobs)
+        a = analyse(plan.table, list(plans) or None, jobs, every_rank=False)  # the why tracks only
         waits = {row.step: dict(row.wait) for row in a.verdict.by_step}
         why = a.why
     for gi, sink in enumerate(sinks):

@@ -50,15 +50,15 @@ def _rel(table: CollectiveTable, plan: RankPlan, abs_ns: int) -> int:
     return abs_ns - int(plan.base_time_ns or 0) - int(plan.align_offset_ns or 0)
 
 
-def wanted(verdict: Verdict) -> Dict[Optional[int], List[int]]:
-    """step -> the instance ids to break down there: the step's worst instance and each
-    named straggler's latest one."""
+def wanted(verdict: Verdict, every_rank: bool = True) -> Dict[Optional[int], List[int]]:
+    """step -> the instance ids to break down there: the step's worst instance (for
+    the every-rank ``breakdown``) and each named straggler's latest one (the why)."""
     named = {s.rank for s in verdict.stragglers}
     out: Dict[Optional[int], List[int]] = {}
     for row in verdict.by_step:
         if row.step is None:
             continue
-        ids = [] if row.worst_instance is None else [row.worst_instance]
+        ids = [] if row.worst_instance is None or not every_rank else [row.worst_instance]
         for r in sorted(named & set(row.stragglers)):
             i = row.late_at.get(r, -1)
             if i >= 0 and i not in ids:
@@ -72,11 +72,12 @@ def breakdowns(
     verdict: Verdict,
     plans: Sequence[RankPlan],
     segments: Sequence[Optional[Segments]],
+    every_rank: bool = True,
 ) -> List[Dict[Hashable, Breakdown]]:
     """Per plan (same order): (step, instance id) -> the breakdown of its stretch, from
     the step's start to the rank's arrival there, summed from the pass's segments."""
     by_id = {i.id: i for i in table.instances}
-    todo = wanted(verdict)
+    todo = wanted(verdict, every_rank)  # without every_rank: the stragglers' instances only
     out: List[Dict[Hashable, Breakdown]] = []
     for p, segs in zip(plans, segments):
         res: Dict[Hashable, Breakdown] = {}
@@ -156,9 +157,11 @@ def compare(
     verdict: Verdict,
     plans: Sequence[RankPlan],
     results: Sequence[Dict[Hashable, Breakdown]],
+    every_rank: bool = True,
 ) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
     """(``why``: one entry per named straggler and step it stands out in, ``breakdown``:
-    one entry per rank and step, at the step's worst instance)."""
+    one entry per rank and step, at the step's worst instance; empty without
+    ``every_rank``)."""
     by_id = {i.id: i for i in table.instances}
     rank_of = {i: p.rank for i, p in enumerate(plans)}
     bds: Dict[Tuple[int, Hashable], Breakdown] = {}
@@ -219,8 +222,8 @@ def compare(
                 e = entry(s.rank, row.step, inst_id, TOP)
                 if e is not None:
                     why.append(e)
-    breakdown = []
-    for row in verdict.by_step:
+    breakdown: List[Dict[str, Any]] = []
+    for row in verdict.by_step if every_rank else ():
         if row.step is None or row.worst_instance is None:
             continue
         for r in sorted(by_id[row.worst_instance].entries):
