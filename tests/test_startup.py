@@ -25,6 +25,7 @@ SAMPLE = REPO / "fixtures" / "sample_run"
 
 PIPELINE = ("tracefuse_stream.pipeline", "tracefuse_stream.rewrite", "tracefuse_stream.compat")
 SERVER = ("http.server", "webbrowser")
+POOL = ("multiprocessing", "concurrent.futures", "socket")  # a pool's, loaded only when one starts
 
 
 def _modules_after(code: str) -> List[str]:
@@ -65,6 +66,8 @@ def test_a_command_that_does_not_merge_imports_no_pipeline(argv: List[str]) -> N
     assert "tracefuse_stream.cli.app" in mods
     assert _loaded(mods, PIPELINE + SERVER) == []
     assert ("tracefuse_stream.cli.info_cmd" in mods) == (argv[0] == "info")
+    if "-j" in argv or argv[0] != "info":  # no worker pool: its modules are not loaded
+        assert _loaded(mods, POOL) == [], argv
 
 
 def test_merge_imports_its_pipeline_and_not_the_server(tmp_path: Path) -> None:

@@ -21,16 +21,16 @@ from __future__ import annotations
 import contextlib
 import io
 import math
-import multiprocessing
 import os
 import pickle
 import signal
 import sys
 import time
 import warnings
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any, Callable, Generator, Iterator, List, Optional, Sequence, Tuple, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generator, Iterator, List, Optional, Sequence, Tuple, TypeVar
+
+if TYPE_CHECKING:  # the pool's modules load when a pool starts: a -j 1 run never pays them
+    from concurrent.futures import ProcessPoolExecutor
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -160,6 +160,8 @@ def resolve_jobs(jobs: Optional[int], n_tasks: int) -> int:
 
 
 def _context() -> Any:
+    import multiprocessing
+
     return multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
 
 
@@ -269,6 +271,9 @@ def run_in_order(
     counters = ctx.Array("q", jobs)
     pids = ctx.Array("i", jobs)
     seen = [0] * jobs
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import TimeoutError as FutureTimeout
+
     pool = ProcessPoolExecutor(
         max_workers=jobs,
         mp_context=ctx,

@@ -50,8 +50,38 @@ static int put_shifted_ts(St *st, const Ctx *cx, const Num *num) {
 
 /* a number as an exact integer of 10**-decimals of its unit (0: more decimals than
  * that, or more than max_int integer digits) */
+static const uint64_t POW10_U64[19] = {1ULL,
+                                        10ULL,
+                                        100ULL,
+                                        1000ULL,
+                                        10000ULL,
+                                        100000ULL,
+                                        1000000ULL,
+                                        10000000ULL,
+                                        100000000ULL,
+                                        1000000000ULL,
+                                        10000000000ULL,
+                                        100000000000ULL,
+                                        1000000000000ULL,
+                                        10000000000000ULL,
+                                        100000000000000ULL,
+                                        1000000000000000ULL,
+                                        10000000000000000ULL,
+                                        100000000000000000ULL,
+                                        1000000000000000000ULL};
+
 static int num_scaled(const Num *num, int decimals, Py_ssize_t max_int, __int128 *out) {
     if (num->fp.n > decimals || num->ip.n > max_int) return 0;
+    if (num->ip.n <= 18 && decimals <= 18) {
+        /* the common case (a timestamp): each part in 64 bits, one 128-bit product
+         * (the digit loop below in 128 bits was a fifth of info's walk) */
+        uint64_t a = 0, f = 0;
+        for (Py_ssize_t k = 0; k < num->ip.n; k++) a = a * 10 + (uint64_t)(num->ip.p[k] - '0');
+        for (Py_ssize_t k = 0; k < num->fp.n; k++) f = f * 10 + (uint64_t)(num->fp.p[k] - '0');
+        __int128 v = (__int128)a * POW10_U64[decimals] + (__int128)(f * POW10_U64[decimals - num->fp.n]);
+        *out = num->neg ? -v : v;
+        return 1;
+    }
     __int128 v = 0;
     for (Py_ssize_t k = 0; k < num->ip.n; k++) v = v * 10 + (num->ip.p[k] - '0');
     for (Py_ssize_t k = 0; k < decimals; k++) v = v * 10 + (k < num->fp.n ? num->fp.p[k] - '0' : 0);

@@ -185,8 +185,12 @@ static int walk_event(St *st, const Sel *sel, const Needles *nd, ScanEv *ev, Tim
     Py_ssize_t n = st->len, start = st->i, i = st->i;
     Walk w;
     int r = OK;
-    memset(&w, 0, sizeof(w));
-    memset(ev, 0, sizeof(*ev));
+    /* only the flags: every other field is read only after its flag or seen bit is set
+     * (two memsets were ~5% of the walk) */
+    w.seen = 0;
+    w.id_kind[0] = w.id_kind[1] = 0;
+    w.escaped = w.found = w.ts_ok = w.dur_ok = 0;
+    ev->sure = ev->selected = ev->timed = 0;
     if (i >= n) return E_MORE;
     if (s[i] != '{') return E_FALL;
     i = walk_ws(s, i + 1, n);

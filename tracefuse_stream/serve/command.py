@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import stat
 import sys
 from typing import Mapping, Optional
@@ -83,6 +82,8 @@ def is_remote_session(env: Mapping[str, str]) -> bool:
 
 def ssh_tunnel_line(port: int, env: Mapping[str, str], host: Optional[str] = None) -> str:
     """``ssh -L PORT:127.0.0.1:PORT USER@HOST`` for the user's own machine."""
+    import socket  # lazy: the CLI parser imports this module for every command
+
     host = host or socket.gethostname()
     user = env.get("USER") or env.get("LOGNAME") or env.get("USERNAME")
     target = f"{user}@{host}" if user else host
