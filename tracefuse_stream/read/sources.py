@@ -272,13 +272,13 @@ class TraceReader(io.RawIOBase):
         self.bom = False  # a UTF-8 byte order mark was skipped
         self.padding_nuls = 0  # NUL bytes after the JSON, dropped at the end
 
-    def _clean(self) -> bytes:
+    def _clean(self, want: int = READ_SIZE) -> bytes:
         """Decompressed bytes without what strict JSON readers refuse but no data is in:
         a UTF-8 byte order mark (editors on Windows write one) and NUL padding at the
         end (files preallocated or zero-filled by a crash). NULs are held back until
         the next non-empty chunk shows they were not at the end; elsewhere they stay,
         and the JSON readers report them."""
-        data = self._more()
+        data = self._more(want)
         if not self._started and data:
             self._started = True
             if data.startswith(b"\xef\xbb\xbf"):
@@ -296,7 +296,7 @@ class TraceReader(io.RawIOBase):
             self._held_nuls = data[len(body) :]
             data = body
             if not data:
-                return self._clean()
+                return self._clean(want)
         return data
 
     def readable(self) -> bool:
@@ -305,10 +305,10 @@ class TraceReader(io.RawIOBase):
     def tell_raw(self) -> int:
         return self._raw.count
 
-    def _more(self) -> bytes:
+    def _more(self, want: int = READ_SIZE) -> bytes:
         if self._inflater is None:
-            try:
-                return self._raw.read(READ_SIZE)
+            try:  # a plain file: what the caller wants in one read (no join of small reads)
+                return self._raw.read(max(READ_SIZE, want))
             except OSError as e:
                 raise InputError(
                     self.path, f"read error: {e.strerror or e}", offset=self.offset, kind=ErrorKind.UNREADABLE
@@ -344,10 +344,10 @@ class TraceReader(io.RawIOBase):
             # up to n bytes, not one decompressed block: ijson hands yajl what read returns,
             # and yajl's cost for a string spanning blocks grows with their count
             # (read/toplevel.py IJSON_BUF)
-            parts, have = [self._buf], len(self._buf)
+            parts, have = ([self._buf] if self._buf else []), len(self._buf)
             while have < n and self._pending is None:
                 try:
-                    more = self._clean()
+                    more = self._clean(n - have)
                 except InputError as e:
                     if not have:
                         raise
@@ -357,7 +357,7 @@ class TraceReader(io.RawIOBase):
                     break
                 parts.append(more)
                 have += len(more)
-            buf = parts[0] if len(parts) == 1 else b"".join(parts)  # one join: linear in n
+            buf = parts[0] if len(parts) == 1 else b"".join(parts)  # one join (or none): linear in n
             data, self._buf = (buf, b"") if len(buf) <= n else (buf[:n], buf[n:])
         self.offset += len(data)
         if self.keep_tail and data:
