@@ -37,6 +37,7 @@ import struct
 from array import array
 from dataclasses import dataclass, field
 from decimal import Decimal
+from itertools import chain
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from tracefuse_stream import native
@@ -54,9 +55,9 @@ _STEP_B = STEP_PREFIX.encode()
 # a segment row: (seg, kind, name_id, ns, count, runs, piece_a, piece_b, span_a, span_b,
 #                 first_a, first_b, last_a, last_b)
 Row = Tuple[int, int, int, int, int, int, int, int, int, int, int, int, int, int]
-# kept per unit without the segment (its rows' place says it): the other 13 fields in a
-# flat array of int64, 104 bytes a row (a tuple of 14 ints took ~500: 1.3 MB a 20 MB rank)
-_FIELDS = 13
+# kept per unit as one flat array of int64, 112 bytes a row (a tuple of 14 ints took
+# ~500: 1.3 MB a 20 MB rank)
+_FIELDS = 14
 
 
 @dataclass
@@ -361,7 +362,7 @@ class TimelineFeed:
                 starts[r[0] + 1] += 1
             for k in range(1, len(starts)):
                 starts[k] += starts[k - 1]
-            return starts, array("q", [x for r in rows for x in r[1:]])
+            return starts, array("q", chain.from_iterable(rows))
 
         return Segments(
             cuts, text,
@@ -373,7 +374,7 @@ class TimelineFeed:
 
 
 def _rows(flat: array[int], first: int, stop: int) -> Any:
-    """Rows ``first`` to ``stop`` of a unit's flat array, as tuples of the 13 fields."""
+    """Rows ``first`` to ``stop`` of a unit's flat array, as tuples."""
     it = iter(flat[first * _FIELDS : stop * _FIELDS])
     return zip(*([it] * _FIELDS))
 
@@ -381,7 +382,7 @@ def _rows(flat: array[int], first: int, stop: int) -> Any:
 def _combine(rows: Any, names: List[str], bd: Breakdown) -> None:
     """Sum segment rows (in time order) into ``bd``'s parts, joining pieces that meet at a cut."""
     acc: Dict[Tuple[int, int], List[int]] = {}
-    for kind, nid, ns, count, runs, pa, pb, sa, sb, fa, fb, la, lb in rows:
+    for _seg, kind, nid, ns, count, runs, pa, pb, sa, sb, fa, fb, la, lb in rows:
         x = acc.get((kind, nid))
         if x is None:
             acc[(kind, nid)] = [ns, count, runs, pa, pb, sa, sb, la, lb]
