@@ -23,7 +23,14 @@ import pytest
 from tracefuse_stream import native
 from tracefuse_stream.plan.planner import plan_file
 from tracefuse_stream.report.onepass import scan_file
-from tracefuse_stream.report.timeline import PyTimeline, Segments, TimelineFeed, breakdown, value_key
+from tracefuse_stream.report.timeline import (
+    PyTimeline,
+    Segments,
+    TimelineFeed,
+    breakdown,
+    unpack_rows,
+    value_key,
+)
 
 needs_kernel = pytest.mark.skipif(native.kernel is None, reason="the compiled kernel is not built here")
 
@@ -68,7 +75,8 @@ def _cuts(rnd: random.Random, hi: int) -> List[int]:
 
 def _resolved(out: Any) -> Any:
     """Rows with their name ids replaced by the names (ids are in first-seen order)."""
-    names, rows_t, rows_d = out
+    names, packed_t, packed_d = out
+    rows_t, rows_d = [unpack_rows(p) for p in packed_t], [unpack_rows(p) for p in packed_d]
     res = [
         [r[:2] + ((names[r[2]] if r[2] >= 0 else None),) + tuple(r[3:]) for r in rows]
         for rows in rows_t + rows_d

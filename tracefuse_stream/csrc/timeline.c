@@ -19,7 +19,8 @@
  * t.add(kind, a_ns, b_ns, name, thread, dev)   one event Python decoded itself
  *   (kind 0 cpu_op, 1 user_annotation, 2 GPU; name, thread, dev: bytes keys)
  * t.segments(cuts, threads, devices) -> (names, [rows per thread], [rows per device])
- *   rows: (seg, kind, name_id, ns, count, runs, piece_a, piece_b, span_a, span_b,
+ *   each unit's rows: bytes, 14 native int64 a row, in segment order:
+ *         (seg, kind, name_id, ns, count, runs, piece_a, piece_b, span_a, span_b,
  *          first_a, first_b, last_a, last_b); kind 0 op, 1 outside_ops (name_id -1:
  *          outside every annotation), 2 kernel, 3 gpu_idle (name_id -1)
  * len(t): the events held.

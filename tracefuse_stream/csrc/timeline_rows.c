@@ -22,15 +22,18 @@ typedef struct {
     Py_ssize_t scap;
     const int64_t *cuts;
     Py_ssize_t ncuts, seg;
-    PyObject *rows; /* list */
+    int64_t *out; /* the rows written: ROW_FIELDS int64 each */
+    Py_ssize_t on, ocap;
     int failed;
 } TSeg;
 
-static int tseg_open(TSeg *g, const int64_t *cuts, Py_ssize_t ncuts, PyObject *rows) {
+/* a row: seg, kind, name, ns, count, runs, piece a/b, span a/b, first a/b, last a/b */
+#define ROW_FIELDS 14
+
+static int tseg_open(TSeg *g, const int64_t *cuts, Py_ssize_t ncuts) {
     memset(g, 0, sizeof(*g));
     g->cuts = cuts;
     g->ncuts = ncuts;
-    g->rows = rows;
     g->scap = 64;
     g->slots = PyMem_Malloc((size_t)g->scap * sizeof(int32_t));
     if (!g->slots) return E_NOMEM;
@@ -41,21 +44,25 @@ static int tseg_open(TSeg *g, const int64_t *cuts, Py_ssize_t ncuts, PyObject *r
 static void tseg_close(TSeg *g) {
     PyMem_Free(g->aggs);
     PyMem_Free(g->slots);
+    PyMem_Free(g->out);
 }
 
 static int tseg_flush(TSeg *g) {
+    if (g->on + g->n * ROW_FIELDS > g->ocap) {
+        Py_ssize_t cap = g->ocap ? g->ocap : 64 * ROW_FIELDS;
+        while (cap < g->on + g->n * ROW_FIELDS) cap *= 2;
+        int64_t *out = PyMem_Realloc(g->out, (size_t)cap * sizeof(int64_t));
+        if (!out) return E_NOMEM;
+        g->out = out;
+        g->ocap = cap;
+    }
     for (Py_ssize_t j = 0; j < g->n; j++) {
         TAgg *x = &g->aggs[j];
-        PyObject *row = Py_BuildValue("(niiLLLLLLLLLLL)", g->seg, x->kind, x->name, (long long)x->ns,
-                                      (long long)x->count, (long long)x->runs, (long long)x->piece_a,
-                                      (long long)x->piece_b, (long long)x->span_a, (long long)x->span_b,
-                                      (long long)x->first_a, (long long)x->first_b, (long long)x->last_a,
-                                      (long long)x->last_b);
-        if (!row || PyList_Append(g->rows, row) < 0) {
-            Py_XDECREF(row);
-            return E_NOMEM;
-        }
-        Py_DECREF(row);
+        int64_t *o = g->out + g->on;
+        o[0] = (int64_t)g->seg, o[1] = x->kind, o[2] = x->name, o[3] = x->ns, o[4] = x->count, o[5] = x->runs;
+        o[6] = x->piece_a, o[7] = x->piece_b, o[8] = x->span_a, o[9] = x->span_b;
+        o[10] = x->first_a, o[11] = x->first_b, o[12] = x->last_a, o[13] = x->last_b;
+        g->on += ROW_FIELDS;
     }
     g->n = 0;
     for (Py_ssize_t j = 0; j < g->scap; j++) g->slots[j] = -1;
@@ -274,31 +281,27 @@ static Py_ssize_t tl_pick(Timeline *t, int32_t key, int gpu, TRec **out) {
     return m;
 }
 
+/* one unit's rows as bytes: ROW_FIELDS native int64 each, in segment order */
 static PyObject *tl_unit_rows(Timeline *t, PyObject *keyb, int gpu, const int64_t *cuts, Py_ssize_t ncuts) {
-    PyObject *rows = PyList_New(0);
-    if (!rows) return NULL;
     if (!PyBytes_Check(keyb)) {
-        Py_DECREF(rows);
         PyErr_SetString(PyExc_TypeError, "Timeline.segments: thread and device keys are bytes");
         return NULL;
     }
     int32_t key = intern_find(&t->keys, (const unsigned char *)PyBytes_AS_STRING(keyb), PyBytes_GET_SIZE(keyb));
-    if (key < 0 || ncuts < 2) return rows;
+    if (key < 0 || ncuts < 2) return PyBytes_FromStringAndSize(NULL, 0);
     TRec *ev;
     Py_ssize_t n = tl_pick(t, key, gpu, &ev);
     TSeg g;
-    int r = n < 0 ? E_NOMEM : tseg_open(&g, cuts, ncuts, rows);
+    PyObject *rows = NULL;
+    int r = n < 0 ? E_NOMEM : tseg_open(&g, cuts, ncuts);
     if (r == OK) {
         r = gpu ? tl_gpu(ev, n, &g) : tl_cpu(t, ev, n, &g);
         if (r == OK) r = tseg_flush(&g);
+        if (r == OK) rows = PyBytes_FromStringAndSize((const char *)g.out, g.on * (Py_ssize_t)sizeof(int64_t));
         tseg_close(&g);
     }
     if (n >= 0) PyMem_Free(ev);
-    if (r != OK) {
-        Py_DECREF(rows);
-        if (!PyErr_Occurred()) PyErr_NoMemory();
-        return NULL;
-    }
+    if (!rows && !PyErr_Occurred()) PyErr_NoMemory();
     return rows;
 }
 
@@ -372,7 +375,7 @@ static PyMethodDef tl_methods[] = {
     {"keys", (PyCFunction)tl_keys, METH_NOARGS, "keys() -> the thread and device keys, in the order first seen"},
     {"add", (PyCFunction)tl_add, METH_VARARGS, "add(kind, a_ns, b_ns, name, thread, dev): one event Python decoded"},
     {"segments", (PyCFunction)tl_segments, METH_VARARGS,
-     "segments(cuts, threads, devices) -> (names, rows per thread, rows per device)"},
+     "segments(cuts, threads, devices) -> (names, rows per thread, rows per device): rows as bytes of 14 int64 each"},
     {NULL, NULL, 0, NULL}};
 
 static PySequenceMethods tl_as_seq = {.sq_length = (lenfunc)tl_len};

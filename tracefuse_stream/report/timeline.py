@@ -125,15 +125,17 @@ class PyTimeline:
 
     def segments(
         self, cuts: Sequence[int], threads: List[bytes], devices: List[bytes]
-    ) -> Tuple[List[bytes], List[List[Row]], List[List[Row]]]:
+    ) -> Tuple[List[bytes], List[bytes], List[bytes]]:
+        """(names, rows per thread, rows per device); a unit's rows as the kernel gives
+        them: bytes of 14 native int64 a row (:func:`unpack_rows`)."""
         names: Dict[bytes, int] = {}
         for r in self._recs:  # ids in the order first seen (the kernel's: its records' order)
             names.setdefault(r[2], len(names))
         cuts = list(cuts)
         if any(b <= a for a, b in zip(cuts, cuts[1:])):
             raise ValueError("Timeline.segments: cuts are increasing")
-        out_t = [self._unit(t, False, cuts, names) for t in threads]
-        out_d = [self._unit(d, True, cuts, names) for d in devices]
+        out_t = [_packed(self._unit(t, False, cuts, names)) for t in threads]
+        out_d = [_packed(self._unit(d, True, cuts, names)) for d in devices]
         return list(names), out_t, out_d
 
     def _unit(self, key: bytes, gpu: bool, cuts: List[int], names: Dict[bytes, int]) -> List[Row]:
@@ -355,14 +357,16 @@ class TimelineFeed:
         self.timeline = new_timeline()
         text = [n.decode("utf-8", "surrogatepass") for n in names]
 
-        def per_seg(rows: List[Row]) -> Tuple[List[int], array[int]]:
+        def per_seg(packed: bytes) -> Tuple[List[int], array[int]]:
             # the rows come in segment order: segment k is rows[starts[k]:starts[k + 1]]
+            flat = array("q")
+            flat.frombytes(packed)
             starts = [0] * len(cuts)
-            for r in rows:
-                starts[r[0] + 1] += 1
+            for seg in flat[0::_FIELDS]:
+                starts[seg + 1] += 1
             for k in range(1, len(starts)):
                 starts[k] += starts[k - 1]
-            return starts, array("q", chain.from_iterable(rows))
+            return starts, flat
 
         return Segments(
             cuts, text,
@@ -371,6 +375,17 @@ class TimelineFeed:
             {s: v[2] for s, v in self._steps.items()},
             {k: v for k, v in self._labels.items() if k in set(threads) | set(devices)}, gpu_dev,
         )  # fmt: skip
+
+
+def _packed(rows: List[Row]) -> bytes:
+    return array("q", chain.from_iterable(rows)).tobytes()
+
+
+def unpack_rows(packed: bytes) -> List[Row]:
+    """A unit's rows from :meth:`PyTimeline.segments` / the kernel's, as tuples."""
+    flat = array("q")
+    flat.frombytes(packed)
+    return list(_rows(flat, 0, len(flat) // _FIELDS))
 
 
 def _rows(flat: array[int], first: int, stop: int) -> Any:
@@ -453,5 +468,6 @@ __all__ = [
     "TimelineFeed",
     "breakdown",
     "new_timeline",
+    "unpack_rows",
     "value_key",
 ]
