@@ -40,7 +40,7 @@ import msgspec
 
 from tracefuse_stream.exactjson import DecodeError, loads_exact
 from tracefuse_stream.read.sources import TraceReader
-from tracefuse_stream.read.textcheck import lone_surrogate
+from tracefuse_stream.read.textcheck import MAX_DEPTH, deeper_than, lone_surrogate
 from tracefuse_stream.read.toplevel import EVENTS_KEY_BYTES, MAX_EVENT_BYTES, keys_before_at
 
 CHUNK_BYTES = 1 << 20  # read size; a batch is about this large
@@ -71,10 +71,18 @@ class NotBatchable(Exception):
 
 
 def _decode(data: Any) -> Any:
+    """One exact decode of a batch (or of the document's end). Deeper than an event may
+    nest (read/textcheck.py; the list is one level more, the document's end two, so
+    this errs towards handing over), the exact reader takes the rank and names the
+    event and its depth: the one rule of every reader."""
     try:
-        return loads_exact(data)
-    except RecursionError:  # nested beyond msgspec's reach: the exact reader names the depth
+        value = loads_exact(data)
+    except RecursionError:  # nested beyond msgspec's reach
         raise DecodeError("nested too deep") from None
+    if type(value) is list or type(value) is dict:
+        if deeper_than(value, MAX_DEPTH + 1):
+            raise DecodeError("nested too deep")
+    return value
 
 
 def _projected(decode: Callable[[Any], Any]) -> Callable[[Any], Any]:

@@ -28,7 +28,7 @@ from tracefuse_stream.read.jsonerrors import describe_json_error
 from tracefuse_stream.read.locate import find_lone_surrogate
 from tracefuse_stream.read.salvage import Framer, SalvageReport, tolerant_chunks
 from tracefuse_stream.read.sources import TraceReader
-from tracefuse_stream.read.textcheck import MAX_DEPTH, SurrogateScan, depth, too_deep_message
+from tracefuse_stream.read.textcheck import MAX_DEPTH, NestedTooDeep, SurrogateScan, depth, too_deep_message
 from tracefuse_stream.read.toplevel import IJSON_BUF, MAX_EVENT_BYTES, find_trailer, trailer_of_file
 
 PARSE_BUF = IJSON_BUF  # read/toplevel.py: why 1 MiB
@@ -151,6 +151,12 @@ class _Capped:
         return o.reader.read(n)
 
 
+class TooDeepError(InputError):
+    """An event nests too deep: its own problem, worded the same by every pass that
+    meets it (a side pass adds no "while counting events": a shallower event of the
+    same kind is first met by the merge's pass, which does not)."""
+
+
 class ExactReader(_FileReader):
     """ijson, event by event: errors carry the exact offset and event index."""
 
@@ -173,7 +179,7 @@ class ExactReader(_FileReader):
                 capped.mark = self.reader.offset
                 d = depth(ev)
                 if d > MAX_DEPTH:
-                    raise InputError(
+                    raise TooDeepError(
                         self.path,
                         too_deep_message(depth(ev, -1)),
                         kind=ErrorKind.INVALID_JSON,
@@ -205,7 +211,10 @@ class ExactReader(_FileReader):
                     offset=self.reader.offset if kind is ErrorKind.TRUNCATED else None,
                 ) from None
         if self.need_trailer:
-            trailer = find_trailer(self.reader.tail())
+            try:
+                trailer = find_trailer(self.reader.tail())
+            except NestedTooDeep as e:
+                raise InputError(self.path, e.message()) from None
             if trailer is None:  # longer than the kept tail: read it from the file
                 trailer = trailer_of_file(self.path)[0]
             self.trailer = trailer
@@ -262,7 +271,7 @@ class SalvageReader:
         self.path = path
         self.size_bytes = size_bytes
         self.report = SalvageReport()
-        self.framer = Framer(tolerant_chunks(path, self.report), self.report, exact=exact)
+        self.framer = Framer(tolerant_chunks(path, self.report), self.report, exact=exact, path=str(path))
         self.trailer: Optional[Dict[str, Any]] = None
         self.notes: List[str] = []
         self._done = False
