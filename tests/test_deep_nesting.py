@@ -10,6 +10,7 @@ read/toplevel.py's find_trailer)."""
 
 from __future__ import annotations
 
+import io
 import re
 from pathlib import Path
 from typing import List, Tuple
@@ -17,12 +18,12 @@ from typing import List, Tuple
 import pytest
 from test_differential import INFO_FLAGS, kernel_built, run_cli_in_process  # noqa: F401
 
+from tracefuse_stream.read.depthgate import DepthGate, TooDeepText
 from tracefuse_stream.read.textcheck import MAX_DEPTH, MAX_KEY_DEPTH
 
 EVENT = '{"ph":"X","cat":"cpu_op","name":"a","pid":1,"tid":1,"ts":1,"dur":1%s}'
-#: 100,000 levels are left out: ijson's prefixes make them quadratic in memory (see the
-#: hand-over report of branch h28d)
-FAR = [1000, 5000]
+#: 100,000 levels took 23 GB in ijson's prefixes before read/depthgate.py
+FAR = [1000, 5000, 100_000]
 
 
 def _nest(levels: int) -> str:
@@ -107,3 +108,37 @@ def test_one_rule_for_deep_nesting(
         if place in ("args", "event"):
             assert "(at event #0)" in stderr
         assert not out.exists()  # nothing half-written
+
+
+GATE_TEXTS = [
+    b'{"a":"x\\\\","traceEvents":[{"n":"[[[[\\"]]","args":{"k":[[1],{"b":"}}"}]}}]}',
+    b'[{"n":"\\\\\\"[","x":[[[]]]},{"n":"{"}]',
+    b'{"traceEvents":[],"deviceProperties":[{"id":0,"name":"A100 [sxm]"}],"traceName":"t\\"x"}',
+]
+
+
+@pytest.mark.parametrize("text", GATE_TEXTS)
+def test_gate_counts_levels_outside_strings_however_the_text_is_cut(text: bytes) -> None:
+    """Brackets in strings, escaped quotes and backslashes, at every chunk size: the
+    gate's fast path (C-speed counts) and its exact scan end at the same level, 0."""
+    for n in range(1, len(text) + 1):
+        gate = DepthGate(io.BytesIO(text))
+        while gate.read(n):
+            pass
+        assert gate.level == 0, n
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 4096, 1 << 20])
+def test_gate_names_the_key_and_depth(chunk: int) -> None:
+    text = b'{"schemaVersion":1,"a_long_key_name":' + b"[" * 300 + b"]" * 300 + b',"traceEvents":[]}'
+    gate = DepthGate(io.BytesIO(text))
+    with pytest.raises(TooDeepText) as e:
+        while gate.read(chunk):
+            pass
+    assert (e.value.key, e.value.depth, e.value.in_event) == ("a_long_key_name", 300, False)
+    event = b'{"traceEvents":[{"ph":"X"},{"args":{"x":' + b"[" * 400 + b"]" * 400 + b"}}]}"
+    gate = DepthGate(io.BytesIO(event))
+    with pytest.raises(TooDeepText) as e:
+        while gate.read(chunk):
+            pass
+    assert (e.value.depth, e.value.in_event) == (402, True)

@@ -134,8 +134,10 @@ def deeper_than(values: Any, limit: int) -> bool:
     return False
 
 
-def too_deep_message(d: int) -> str:
-    return f"an event nests {d} levels deep (at most {MAX_DEPTH} are accepted)"
+def too_deep_message(d: Optional[int]) -> str:
+    """``d`` None: deeper than the limit, how much deeper not counted (beyond 64 MB)."""
+    levels = f"{d}" if d is not None else f"more than {MAX_DEPTH}"
+    return f"an event nests {levels} levels deep (at most {MAX_DEPTH} are accepted)"
 
 
 class NestedTooDeep(ValueError):

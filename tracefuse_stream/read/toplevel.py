@@ -36,13 +36,13 @@ from ijson.common import ObjectBuilder
 
 from tracefuse_stream.errors import ErrorKind, InputError
 from tracefuse_stream.exactjson import DecodeError, loads_exact
+from tracefuse_stream.read.depthgate import DepthGate, TooDeepText
 from tracefuse_stream.read.sources import READ_SIZE, TraceReader
 from tracefuse_stream.read.textcheck import (
     MAX_KEY_DEPTH,
     NestedTooDeep,
     deep_key,
     deep_key_in_text,
-    key_depths_in_text,
 )
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -230,7 +230,7 @@ def read_header(path: PathLike) -> Tuple[str, Dict[str, Any], bool]:
         problem = start.problem(path)
         if problem is not None:
             raise problem
-        events = ijson.parse(start, use_float=False, buf_size=IJSON_BUF)
+        events = ijson.parse(DepthGate(start), use_float=False, buf_size=IJSON_BUF)
         first = next(events)
         if first[1] == "start_array":
             return ARRAY, header, True
@@ -253,6 +253,8 @@ def read_header(path: PathLike) -> Tuple[str, Dict[str, Any], bool]:
         return OBJECT, header, found == "events"
     except NestedTooDeep as e:
         raise InputError(str(path), _header_depth(path, e).message()) from None
+    except TooDeepText as e:  # deeper than ijson can afford: the header is read (its keys come first)
+        raise InputError(str(path), NestedTooDeep(e.key or "", e.depth).message()) from None
     except (ijson.JSONError, UnicodeDecodeError) as e:
         text = e.args[0] if e.args else type(e).__name__
         if isinstance(text, bytes):
@@ -269,14 +271,20 @@ def read_header(path: PathLike) -> Tuple[str, Dict[str, Any], bool]:
 
 
 def _header_depth(path: PathLike, e: NestedTooDeep) -> NestedTooDeep:
-    """``e`` with the depth ijson stopped short of (it reads no deeper than the limit):
-    counted in the file's first bytes, the same count salvage and the trailer give."""
+    """``e`` with the depth ijson stopped short of (it reads no deeper than the limit),
+    counted by a :class:`DepthGate` that stops at the key's limit (the keys before the
+    events come first): the same count salvage and the trailer give."""
     reader = TraceReader(path)
+    gate = DepthGate(reader, limit=MAX_KEY_DEPTH + 1)  # a key's value opens at level 2
     try:
-        head = reader.read(MAX_EVENT_BYTES)
+        while gate.read(READ_SIZE):
+            pass
+    except TooDeepText as deep:
+        if deep.key == e.key:
+            return NestedTooDeep(e.key, deep.depth)
     finally:
         reader.close()
-    return NestedTooDeep(e.key, key_depths_in_text(head).get(e.key, e.depth))
+    return e
 
 
 _EVENTS_OPEN = re.compile(rb'"traceEvents"\s*:\s*\[')
