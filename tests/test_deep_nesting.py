@@ -90,6 +90,9 @@ def test_one_rule_for_deep_nesting(
         assert python == kernel, argv
         rc, stdout, stderr = python
         assert rc != 70 and "internal error" not in stderr + stdout, (argv, python)
+        if argv[0] == "info":  # as strict as the merge, with the same words
+            assert rc == (1 if depth > limit else 0), (argv, stdout)
+            assert (f"nests {depth} levels deep (at most {limit} are accepted)" in stdout) == (depth > limit)
         if argv[0] != "merge":
             continue
         if depth <= limit:

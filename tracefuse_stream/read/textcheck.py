@@ -115,25 +115,6 @@ def depth(value: Any, limit: int = MAX_DEPTH) -> int:
     return deepest
 
 
-def deeper_than(values: Any, limit: int) -> bool:
-    """Whether a decoded list (a batch of events: the list is level 1) nests more than
-    ``limit`` levels: one level at a time, so a batch of flat events costs one look at
-    each value (about a third of msgspec's decode of it)."""
-    level = [values]
-    d = 1
-    while level:
-        if d > limit:
-            return True
-        nxt = []
-        for c in level:
-            for x in c.values() if type(c) is dict else c:
-                if type(x) is dict or type(x) is list:
-                    nxt.append(x)
-        level = nxt
-        d += 1
-    return False
-
-
 def too_deep_message(d: Optional[int]) -> str:
     """``d`` None: deeper than the limit, how much deeper not counted (beyond 64 MB)."""
     levels = f"{d}" if d is not None else f"more than {MAX_DEPTH}"
@@ -210,7 +191,6 @@ __all__ = [
     "SurrogateScan",
     "deep_key",
     "deep_key_in_text",
-    "deeper_than",
     "depth",
     "key_depths_in_text",
     "lone_surrogate",
