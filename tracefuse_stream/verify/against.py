@@ -120,18 +120,22 @@ def input_tuples(ctx: RankInput, batch: Iterable[Any], F: Optional[Findings]) ->
 
 
 def match_inputs(v: MergedChecker, tf: Dict[str, Any]) -> List[RankInput]:
-    """The ``--against`` inputs paired with their ranks in the header (by path, else by
-    a unique file name); unmatched inputs are findings."""
+    """The ``--against`` inputs paired with their ranks as the merge identified them: by
+    the ``source`` its header records for each rank (whatever numbered the rank:
+    distributedInfo, the name, the position, ``--ranks``), else -- copies elsewhere --
+    by the longest trailing part of that path the input shares, when one rank's source
+    alone shares it (``rank3/trace.json``, or just the name). Unmatched inputs are
+    findings that name what the merge read."""
     F = v.F
     by_path: Dict[str, List[int]] = {}
-    by_base: Dict[str, List[int]] = {}
+    sources: Dict[int, str] = {}
     infos: Dict[int, Dict[str, Any]] = {}
     for rank, info in header_ranks(tf):
         infos[rank] = info
         src = info.get("source")
         if isinstance(src, str):
             by_path.setdefault(os.path.realpath(src), []).append(rank)
-            by_base.setdefault(os.path.basename(src), []).append(rank)
+            sources[rank] = src
     fh = tf.get("filters")
     filt = EventFilter.from_header(fh) if isinstance(fh, dict) else EventFilter()
     if isinstance(fh, dict) and fh.get("custom_filter_fn"):
@@ -150,8 +154,7 @@ def match_inputs(v: MergedChecker, tf: Dict[str, Any]) -> List[RankInput]:
         # the same file twice): take its ranks in order
         cand = [x for x in by_path.get(os.path.realpath(p), []) if x not in used]
         if not cand:
-            same_name = by_base.get(os.path.basename(p), [])
-            cand = same_name if len(same_name) == 1 else []
+            cand = by_trailing_path(p, sources)
         r = cand[0] if cand else None
         if r is None:
             unmatched.append(p)
@@ -171,15 +174,49 @@ def match_inputs(v: MergedChecker, tf: Dict[str, Any]) -> List[RankInput]:
             shift = (info.get("base_time_ns") or 0) - base
         # the rank's absolute base including any alignment: B + shift_ns
         ctxs.append(RankInput(r, p, info, shift, base + shift, pidmap, filt))
+    by_order = bool(infos) and all(i.get("rank_from") == "order" for i in infos.values())
+    if by_order and unmatched and any(v.against.index(c.path) != c.rank for c in ctxs):
+        # a rank is a position in the merge's inputs: this order tells no left-out file's rank
+        F.add("against_order", None, {"inputs": unmatched[:4], "merged_from": _read(sources)},
+              message="the merge numbered its inputs by position (--rank-from order) and --against lists them in another order: pass its inputs in the merge's order, or only the merged ranks' files (merged_from)")  # fmt: skip
+        unmatched = []
     for p in unmatched:
         why = left_out_by_selection(p, v.against, tf, infos, [c.path for c in ctxs])
         if why is None:
-            F.add("against_unmatched", None, {"input": p},
-                  message="--against input is not the source of any rank in the header")  # fmt: skip
+            F.add("against_unmatched", None, {"input": p, "merged_from": _read(sources)},
+                  message="--against input is not the source of any rank in the header: pass the files the merge read (merged_from), or copies under the same names")  # fmt: skip
         else:
             F.add("against_left_out", None, {"input": p, "why": why},
                   message="--against inputs the merge left out by its selection (--ranks, --split-ranks, --cycle): not compared")  # fmt: skip
     return ctxs
+
+
+def by_trailing_path(path: str, sources: Dict[int, str]) -> List[int]:
+    """The one rank whose recorded source ends with the longest run of path components
+    ``path`` ends with too (at least the file name); [] when none or several tie."""
+    mine = _parts(path)
+    best, ranks = 0, []
+    for rank, src in sources.items():
+        theirs = _parts(src)
+        n = 0
+        while n < min(len(mine), len(theirs)) and mine[-1 - n] == theirs[-1 - n]:
+            n += 1
+        if n > best:
+            best, ranks = n, [rank]
+        elif n == best and n > 0:
+            ranks.append(rank)
+    return ranks if len(ranks) == 1 else []
+
+
+def _parts(path: str) -> List[str]:
+    return [c for c in os.path.normpath(os.path.abspath(path)).split(os.sep) if c]
+
+
+def _read(sources: Dict[int, str], shown: int = 4) -> List[str]:
+    """The sources of the merged ranks in rank order, by their last two path components
+    (the first ``shown``; the header holds the full paths)."""
+    names = [os.path.join(*_parts(sources[r])[-2:]) for r in sorted(sources)]
+    return names[:shown] + ([f"... and {len(names) - shown} more"] if len(names) > shown else [])
 
 
 def left_out_by_selection(
@@ -230,6 +267,7 @@ def check_against(v: MergedChecker, tf: Dict[str, Any]) -> None:
     bad: Dict[int, List[int]] = {}
     for ctx in ctxs:
         st = v.rank_stats(ctx.rank)
+        st["against_input"] = ctx.path  # which input this rank was compared with
 
         def handle(batch: Iterable[Any], ctx: RankInput = ctx) -> None:
             d = ctx.digest
