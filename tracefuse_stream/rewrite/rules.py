@@ -179,6 +179,12 @@ class RankRewriter:
         out = self.pids.get(key)
         if out is not None:
             return out
+        if type(pid) is str and not pid.strip():
+            host = self._cpu_process()
+            if host is not None:  # Kineto's pid "" (its "Record Window End"): no process of its own
+                self.pids[key] = host
+                self.pid_order.append(pid)
+                return host
         if type(pid) is int and 0 <= pid < PID_DEVICE_LIMIT:
             out = self.pid_base + pid
         else:
@@ -193,6 +199,29 @@ class RankRewriter:
         self.pids[key] = out
         self.pid_order.append(pid)
         return out
+
+    def _cpu_process(self) -> Optional[int]:
+        """The output pid of the rank's main CPU process, when one is mapped already: the
+        pid Kineto labels "CPU", else the first OS-like pid (rewrite/labels.py's rule).
+
+        Kineto writes one global instant, "Record Window End" (``"s": "g"``), with pid
+        and tid ``""`` at the end of each rank's trace. A process of its own per rank
+        (``RANK 0 - pid ""``) held nothing else and read as a nameless process; the
+        instant marks the end of the rank's recording, so it goes where the rank's
+        other CPU events are, keeping its args.rank (Perfetto draws a global instant
+        across the timeline whatever its pid)."""
+        for ev in self.metadata:
+            args = ev.get("args")
+            if ev.get("name") == "process_labels" and isinstance(args, dict):
+                labels = args.get("labels")
+                if isinstance(labels, str) and "CPU" in labels:
+                    out = self.out_pid(ev.get("pid"))
+                    if out is not None:
+                        return out
+        for orig in self.pid_order:
+            if type(orig) is int and orig >= PID_DEVICE_LIMIT:
+                return self.pids[pid_key(orig)]
+        return None
 
     def out_pid(self, pid: Any) -> Optional[int]:
         """The output pid of an original pid already seen (None: unseen, or no pid)."""
