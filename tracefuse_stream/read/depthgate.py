@@ -265,8 +265,23 @@ class DepthGate:
                 return TooDeepText(key, None)
 
 
+def key_depth_in_file(reader: Any, key: str, limit: int) -> Optional[int]:
+    """How deep the top-level ``key`` of the file ``reader`` reads nests, counted by a
+    gate stopping at ``limit`` levels of a key's value (the keys before the events come
+    first); None when the gate meets no such key that deep."""
+    gate = DepthGate(reader, limit=limit + 1)  # a key's value opens at level 2
+    try:
+        while gate.read(1 << 20):
+            pass
+    except TooDeepText as deep:
+        if deep.key == key:
+            return deep.depth
+    return None
+
+
 __all__ = [
     "COUNT_LIMIT",
+    "key_depth_in_file",
     "DepthGate",
     "GATE_LEVELS",
     "TooDeepText",

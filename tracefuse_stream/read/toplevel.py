@@ -36,7 +36,7 @@ from ijson.common import ObjectBuilder
 
 from tracefuse_stream.errors import ErrorKind, InputError
 from tracefuse_stream.exactjson import DecodeError, loads_exact
-from tracefuse_stream.read.depthgate import DepthGate, TooDeepText
+from tracefuse_stream.read.depthgate import DepthGate, TooDeepText, key_depth_in_file
 from tracefuse_stream.read.sources import READ_SIZE, TraceReader
 from tracefuse_stream.read.textcheck import (
     MAX_KEY_DEPTH,
@@ -252,7 +252,13 @@ def read_header(path: PathLike) -> Tuple[str, Dict[str, Any], bool]:
             )
         return OBJECT, header, found == "events"
     except NestedTooDeep as e:
-        raise InputError(str(path), _header_depth(path, e).message()) from None
+        # ijson stopped at the limit: the depth, counted as salvage and the trailer count it
+        again = TraceReader(path)
+        try:
+            deep = key_depth_in_file(again, e.key, MAX_KEY_DEPTH)
+        finally:
+            again.close()
+        raise InputError(str(path), NestedTooDeep(e.key, deep or e.depth).message()) from None
     except TooDeepText as e:  # deeper than ijson can afford: the header is read (its keys come first)
         raise InputError(str(path), NestedTooDeep(e.key or "", e.depth).message()) from None
     except (ijson.JSONError, UnicodeDecodeError) as e:
@@ -268,23 +274,6 @@ def read_header(path: PathLike) -> Tuple[str, Dict[str, Any], bool]:
         ) from None
     finally:
         reader.close()
-
-
-def _header_depth(path: PathLike, e: NestedTooDeep) -> NestedTooDeep:
-    """``e`` with the depth ijson stopped short of (it reads no deeper than the limit),
-    counted by a :class:`DepthGate` that stops at the key's limit (the keys before the
-    events come first): the same count salvage and the trailer give."""
-    reader = TraceReader(path)
-    gate = DepthGate(reader, limit=MAX_KEY_DEPTH + 1)  # a key's value opens at level 2
-    try:
-        while gate.read(READ_SIZE):
-            pass
-    except TooDeepText as deep:
-        if deep.key == e.key:
-            return NestedTooDeep(e.key, deep.depth)
-    finally:
-        reader.close()
-    return e
 
 
 _EVENTS_OPEN = re.compile(rb'"traceEvents"\s*:\s*\[')

@@ -32,6 +32,7 @@ from tracefuse_stream.errors import ErrorKind, InputError
 from tracefuse_stream.rewrite.args import kept_keys
 
 # the contract's constants, re-exported for the modules that import them from here
+from tracefuse_stream.rewrite.blankpid import cpu_process
 from tracefuse_stream.rewrite.contract import (  # noqa: F401
     _RARE_LINK_KEYS,
     ARG_IDS,
@@ -180,7 +181,7 @@ class RankRewriter:
         if out is not None:
             return out
         if type(pid) is str and not pid.strip():
-            host = self._cpu_process()
+            host = cpu_process(self)
             if host is not None:  # Kineto's pid "" (its "Record Window End"): no process of its own
                 self.pids[key] = host
                 self.pid_order.append(pid)
@@ -199,29 +200,6 @@ class RankRewriter:
         self.pids[key] = out
         self.pid_order.append(pid)
         return out
-
-    def _cpu_process(self) -> Optional[int]:
-        """The output pid of the rank's main CPU process, when one is mapped already: the
-        pid Kineto labels "CPU", else the first OS-like pid (rewrite/labels.py's rule).
-
-        Kineto writes one global instant, "Record Window End" (``"s": "g"``), with pid
-        and tid ``""`` at the end of each rank's trace. A process of its own per rank
-        (``RANK 0 - pid ""``) held nothing else and read as a nameless process; the
-        instant marks the end of the rank's recording, so it goes where the rank's
-        other CPU events are, keeping its args.rank (Perfetto draws a global instant
-        across the timeline whatever its pid)."""
-        for ev in self.metadata:
-            args = ev.get("args")
-            if ev.get("name") == "process_labels" and isinstance(args, dict):
-                labels = args.get("labels")
-                if isinstance(labels, str) and "CPU" in labels:
-                    out = self.out_pid(ev.get("pid"))
-                    if out is not None:
-                        return out
-        for orig in self.pid_order:
-            if type(orig) is int and orig >= PID_DEVICE_LIMIT:
-                return self.pids[pid_key(orig)]
-        return None
 
     def out_pid(self, pid: Any) -> Optional[int]:
         """The output pid of an original pid already seen (None: unseen, or no pid)."""

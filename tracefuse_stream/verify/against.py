@@ -35,6 +35,7 @@ from tracefuse_stream.verify.digest import (
 )
 from tracefuse_stream.verify.events import MergedChecker, rank_of_event
 from tracefuse_stream.verify.header import header_ranks
+from tracefuse_stream.verify.pairing import by_trailing_path, merged_from
 from tracefuse_stream.verify.passes import run_pass
 from tracefuse_stream.verify.report import Findings, short_json
 
@@ -177,46 +178,18 @@ def match_inputs(v: MergedChecker, tf: Dict[str, Any]) -> List[RankInput]:
     by_order = bool(infos) and all(i.get("rank_from") == "order" for i in infos.values())
     if by_order and unmatched and any(v.against.index(c.path) != c.rank for c in ctxs):
         # a rank is a position in the merge's inputs: this order tells no left-out file's rank
-        F.add("against_order", None, {"inputs": unmatched[:4], "merged_from": _read(sources)},
+        F.add("against_order", None, {"inputs": unmatched[:4], "merged_from": merged_from(sources)},
               message="the merge numbered its inputs by position (--rank-from order) and --against lists them in another order: pass its inputs in the merge's order, or only the merged ranks' files (merged_from)")  # fmt: skip
         unmatched = []
     for p in unmatched:
         why = left_out_by_selection(p, v.against, tf, infos, [c.path for c in ctxs])
         if why is None:
-            F.add("against_unmatched", None, {"input": p, "merged_from": _read(sources)},
+            F.add("against_unmatched", None, {"input": p, "merged_from": merged_from(sources)},
                   message="--against input is not the source of any rank in the header: pass the files the merge read (merged_from), or copies under the same names")  # fmt: skip
         else:
             F.add("against_left_out", None, {"input": p, "why": why},
                   message="--against inputs the merge left out by its selection (--ranks, --split-ranks, --cycle): not compared")  # fmt: skip
     return ctxs
-
-
-def by_trailing_path(path: str, sources: Dict[int, str]) -> List[int]:
-    """The one rank whose recorded source ends with the longest run of path components
-    ``path`` ends with too (at least the file name); [] when none or several tie."""
-    mine = _parts(path)
-    best, ranks = 0, []
-    for rank, src in sources.items():
-        theirs = _parts(src)
-        n = 0
-        while n < min(len(mine), len(theirs)) and mine[-1 - n] == theirs[-1 - n]:
-            n += 1
-        if n > best:
-            best, ranks = n, [rank]
-        elif n == best and n > 0:
-            ranks.append(rank)
-    return ranks if len(ranks) == 1 else []
-
-
-def _parts(path: str) -> List[str]:
-    return [c for c in os.path.normpath(os.path.abspath(path)).split(os.sep) if c]
-
-
-def _read(sources: Dict[int, str], shown: int = 4) -> List[str]:
-    """The sources of the merged ranks in rank order, by their last two path components
-    (the first ``shown``; the header holds the full paths)."""
-    names = [os.path.join(*_parts(sources[r])[-2:]) for r in sorted(sources)]
-    return names[:shown] + ([f"... and {len(names) - shown} more"] if len(names) > shown else [])
 
 
 def left_out_by_selection(
