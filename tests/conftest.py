@@ -282,12 +282,24 @@ def shifted_copy(trace: Dict[str, Any], shift_ns: int, rank: Optional[int] = Non
 
 
 # --------------------------------------------------------------------------- checking
-def expected_pid_map(kept_evs: Iterable[Dict[str, Any]], rank: int) -> Dict[Any, int]:
+def expected_pid_map(
+    kept_evs: Iterable[Dict[str, Any]], rank: int, all_evs: Iterable[Dict[str, Any]] = ()
+) -> Dict[Any, int]:
     """docs/OUTPUT_FORMAT.md pid rule: ``(r+1)*10000 + p`` for integer pids 0..4999,
     ``(r+1)*10000 + 5000 + i`` for the others, i in order of first appearance (among
     the kept events: for the real traces and filters used here that is also the order
     in the file, since the CPU pid comes first and the string pids are kept or
-    dropped together)."""
+    dropped together). A blank string pid (Kineto's "Record Window End") takes the CPU
+    process's output pid (labelled "CPU" in ``all_evs``' metadata, else the first OS
+    pid) when that came first."""
+    kept_evs = list(kept_evs)
+    labelled = [
+        e.get("pid")
+        for e in all_evs
+        if e.get("ph") == "M"
+        and e.get("name") == "process_labels"
+        and "CPU" in str((e.get("args") or {}).get("labels"))
+    ]
     m: Dict[Any, int] = {}
     slot = 5000
     for e in kept_evs:
@@ -295,6 +307,13 @@ def expected_pid_map(kept_evs: Iterable[Dict[str, Any]], rank: int) -> Dict[Any,
         key = (type(p).__name__, p)
         if key in m:
             continue
+        if type(p) is str and not p.strip():
+            cpu = [c for c in labelled if (type(c).__name__, c) in m]
+            cpu = cpu or [c for c in m if c[0] == "int" and c[1] >= 5000][:1]
+            if cpu:
+                c = cpu[0]
+                m[key] = m[c if isinstance(c, tuple) else (type(c).__name__, c)]
+                continue
         if type(p) is int and 0 <= p < 5000:
             m[key] = (rank + 1) * 10000 + p
         else:
@@ -362,7 +381,7 @@ def check_rank_section(
     assert not bad, f"rank {r}: metadata inside the event body (kept {n}, first at {bad[:3]})"
     bad = [i for i, e in enumerate(tail) if not is_meta(e)]
     assert not bad, f"rank {r}: {len(non_meta(section))} non-metadata events out, {n} expected from the input"
-    pidmap = expected_pid_map(K, r)
+    pidmap = expected_pid_map(K, r, in_events)
     synth: Dict[Any, int] = {}
     synth_threads = set()
     for i, (k, o) in enumerate(zip(K, body)):
@@ -402,7 +421,9 @@ def check_rank_section(
 
     # ---- metadata
     kept_pids = {o["pid"] for o in body}
-    inv = {v: k[1] for k, v in pidmap.items()}
+    inv: Dict[int, Any] = {}
+    for k, v in pidmap.items():
+        inv.setdefault(v, k[1])  # pid "" shares the CPU process: the CPU pid is its original
     for m in tail:
         assert m["pid"] in kept_pids, f"rank {r}: metadata {m!r:.200} for a process without kept events"
         assert m["args"]["rank"] == r

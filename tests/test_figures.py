@@ -105,9 +105,12 @@ def test_counts_add_up_in_the_table_the_line_the_json_and_the_file(
             expect.append(r["flows_added"])
         assert cells == expect, (row, r)
         assert _num(row[-2]) * 1000 == r["moved_ns"]
+    # the Collectives process (--link-collectives) is no rank's, but the file holds it
+    assert d["events_out"] == sum(r["events_out"] for r in d["ranks"]) + d["collectives_events"]
+    assert d["events_out"] == len(json.loads(out.read_bytes())["traceEvents"])
+    assert (d["collectives_events"] > 0) == ("--link-collectives" in opts)
     for key in (
         "events_in",
-        "events_out",
         "events_kept",
         "dropped",
         "metadata_in",
@@ -121,6 +124,10 @@ def test_counts_add_up_in_the_table_the_line_the_json_and_the_file(
     assert sums in line, line
     if "--link-collectives" in opts:
         assert d["flows_added"] > 0 and f" + {d['flows_added']:,} flows " in line
+        assert f" + {d['collectives_events']:,} in the Collectives process " in line
+        # verify counts the same events: the ranks' and the Collectives process's
+        verify = json.loads(cli("verify", out, "--json")[1])
+        assert verify["totals"]["events"] == d["events_out"], verify["totals"]
     assert "no workers (in this process)" in text and "job(s)" not in text
 
 

@@ -267,7 +267,10 @@ def test_random_valid_runs_merge_with_all_invariants(run, out_ext):
             for a in ("External id", "correlation"):
                 if a in f.get("args", {}):
                     assert g["args"][a] == (r << 32) + f["args"][a]
-        assert len(set(pid_map.values())) == len(pid_map), f"rank {r}: two original pids share an output pid"
+        # one exception (docs/OUTPUT_FORMAT.md): a blank string pid (Kineto's "Record
+        # Window End") may join the rank's CPU process, an output pid of another original
+        own = {k: v for k, v in pid_map.items() if not (k[0] == "str" and not str(k[1]).strip())}
+        assert len(set(own.values())) == len(own), f"rank {r}: two original pids share an output pid"
 
 
 # --------------------------------------------------------------------------- random corruptions

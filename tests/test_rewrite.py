@@ -79,10 +79,10 @@ def test_map_pid_device_pids_keep_their_number_others_by_first_appearance():
     assert r.map_pid(2910249) == base + 5000
     assert r.map_pid("Spans") == base + 5001
     assert r.map_pid(-1) == base + 5002
-    assert r.map_pid("") == base + 5003
-    assert r.map_pid(5000) == base + 5004
-    assert r.map_pid("6583") == base + 5005  # a numeric string is not the number
-    assert r.map_pid(6583) == base + 5006
+    assert r.map_pid("") == base + 5000  # Kineto's pid "": the CPU process (first OS pid here)
+    assert r.map_pid(5000) == base + 5003
+    assert r.map_pid("6583") == base + 5004  # a numeric string is not the number
+    assert r.map_pid(6583) == base + 5005
     # stable
     assert r.map_pid("Spans") == base + 5001
     assert r.map_pid(2910249) == base + 5000
@@ -94,10 +94,10 @@ def test_map_pid_device_pids_keep_their_number_others_by_first_appearance():
         [2910249, base + 5000],
         ["Spans", base + 5001],
         [-1, base + 5002],
-        ["", base + 5003],
-        [5000, base + 5004],
-        ["6583", base + 5005],
-        [6583, base + 5006],
+        ["", base + 5000],
+        [5000, base + 5003],
+        ["6583", base + 5004],
+        [6583, base + 5005],
     ]
 
 
@@ -326,7 +326,7 @@ def test_feed_rewrites_every_rule_on_kineto_shaped_events():
     assert rec["args"] == {"rank": rank}  # args created where there were none
     base = (rank + 1) * 10000
     assert launch["pid"] == base + 5000 and kernel["pid"] == base + 0
-    assert span["pid"] == base + 5001 and rec["pid"] == base + 5002
+    assert span["pid"] == base + 5001 and rec["pid"] == base + 5000  # pid "": the CPU process
     assert kernel["tid"] == 7 and launch["tid"] == 19392
     assert span["tid"] == 1_000_000_000 and rec["tid"] == 1_000_000_001
     assert frag_text(launch["ts"]) == "12.75"  # 11.25 us + 1500 ns
@@ -372,16 +372,15 @@ def test_labels_one_name_per_kept_process_and_sort_order():
     base = (rank + 1) * 10000
     names = {m["pid"]: m["args"]["name"] for m in md if m["name"] == "process_name"}
     sorts = {m["pid"]: m["args"]["sort_index"] for m in md if m["name"] == "process_sort_index"}
-    assert sorted(names) == sorted({base + 5000, base + 0, base + 5001, base + 5002})
+    assert sorted(names) == sorted({base + 5000, base + 0, base + 5001})  # pid "" is in the CPU one
     assert base + 3 not in names  # GPU 3 had metadata only: no track
     # TraceLens' convention exactly; one GPU kept (GPU 3 is idle): no device index
     assert names[base + 5000] == "RANK 1 - CPU"
     assert names[base + 0] == "RANK 1 - GPU"
     assert names[base + 5001] == "RANK 1 - Spans"
-    assert names[base + 5002].startswith("RANK 1 - ")
     assert sorts[base + 5000] == rank * 1000 + 0
     assert sorts[base + 0] == rank * 1000 + 100
-    assert rank * 1000 + 900 <= sorts[base + 5001] < sorts[base + 5002] < (rank + 1) * 1000
+    assert rank * 1000 + 900 <= sorts[base + 5001] < (rank + 1) * 1000
     assert sum(m["name"] == "process_name" for m in md) == len(names)
     assert sum(m["name"] == "process_sort_index" for m in md) == len(sorts)
     # Kineto's own process_sort_index (19392, 16777216, 536870912) is not copied
@@ -395,7 +394,7 @@ def test_labels_one_name_per_kept_process_and_sort_order():
     assert threads[(base + 0, 7)] == "stream 7"
     assert threads[(base + 5000, 19392)] == "thread 19392 (python3)"
     assert threads[(base + 5001, 1_000_000_000)] == "PyTorch Profiler"
-    assert threads[(base + 5002, 1_000_000_001)] == "tid ''"  # never empty: Perfetto import error
+    assert threads[(base + 5000, 1_000_000_001)] == "tid ''"  # never empty: Perfetto import error
     tsi = [(m["pid"], m["tid"], m["args"]["sort_index"]) for m in md if m["name"] == "thread_sort_index"]
     assert tsi == [(base + 5000, 19392, 19392)]
     assert all(m["args"]["rank"] == rank and m["ph"] == "M" for m in md)
@@ -438,7 +437,7 @@ def test_labels_on_a_real_trace_skip_idle_devices(shared_fixtures, h):
     idle = {p for p in meta_pids - event_pids if isinstance(p, int)}
     assert len(idle) == 15  # precondition: the fixture really has idle devices
     names = {m["pid"]: m["args"]["name"] for m in md if m["name"] == "process_name"}
-    assert len(names) == len(event_pids)
+    assert len(names) == len(event_pids - {""})  # Kineto's pid "" is in the CPU process
     assert not {(rank + 1) * 10000 + p for p in idle} & {m["pid"] for m in md}
     assert names[(rank + 1) * 10000 + 0] == "RANK 3 - GPU"  # 16 GPUs listed, 1 with events
     cpu = [p for p in event_pids if isinstance(p, int) and p >= 5000]

@@ -84,6 +84,7 @@ class LinkPlan:
     table: Optional[CollectiveTable] = None
     linked: Dict[int, List[Instance]] = field(default_factory=dict)  # output file -> linked instances
     summary_notes: List[str] = field(default_factory=list)  # what align/summary_track.py wrote
+    summary_events: int = 0  # events of the Collectives process written (slices, labels, why tracks)
 
     def notes(self) -> List[str]:
         t = self.table

@@ -181,6 +181,7 @@ def _merge(inputs: InputSpec, output: str, opts: MergeOptions) -> MergeSummary:
         dry_run=out_opts.dry_run,
         window_ns=flt.window_ns,
         viewer_memory_bytes=largest(viewer),
+        collectives_events=0 if links is None else links.summary_events,
     )
     if out_opts.verify and not out_opts.dry_run and output != "-" and not is_special_file(output):
         _verify_outputs(summary, groups)

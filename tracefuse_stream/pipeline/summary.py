@@ -69,6 +69,9 @@ class MergeSummary:
     viewer_memory_bytes: int = 0  # the largest file's estimated trace_processor memory (report/viewer.py)
     notes: List[str] = field(default_factory=list)  # facts worth a line that are no problem
     cycles: int = 0  # --cycle all: the profiling cycles merged (ranks holds every cycle's ranks)
+    #: --link-collectives: the events of the "Collectives" process the merge wrote (no
+    #: rank's: its slices, labels and why tracks), in ``events_out`` as verify counts them
+    collectives_events: int = 0
 
     @property
     def events_in(self) -> int:
@@ -76,7 +79,8 @@ class MergeSummary:
 
     @property
     def events_out(self) -> int:
-        return sum(r.events_out for r in self.ranks)
+        """Every event written: the ranks' and the Collectives process's."""
+        return sum(r.events_out for r in self.ranks) + self.collectives_events
 
     @property
     def json_bytes_in(self) -> int:
@@ -200,6 +204,8 @@ class MergeSummary:
         written = [f"{self.events_kept:,} kept", f"{self.metadata_out:,} labels"]
         if self.flows_added:
             written.append(f"{self.flows_added:,} flows")
+        if self.collectives_events:
+            written.append(f"{self.collectives_events:,} in the Collectives process")
         return (
             f"{self.events_in:,} events in = {' + '.join(read)}; {self.events_out:,} out = {' + '.join(written)} "
             "(labels: process/thread metadata; the input's are replaced by labels written anew for each rank)"
@@ -214,7 +220,8 @@ class MergeSummary:
         return f"{n} rank{'s' if n != 1 else ''}"
 
 
-#: totals in ``--json-summary`` (each the sum of the per-rank field of the same name)
+#: totals in ``--json-summary`` (each the sum of the per-rank field of the same name;
+#: ``events_out`` also holds ``collectives_events``, the Collectives process's)
 COUNTS = (
     "events_in",
     "events_out",

@@ -88,7 +88,7 @@ def plan_file(
 
 def _plan_salvage(path: PathLike, position: int, err: InputError) -> RankPlan:
     report = SalvageReport()
-    framer = Framer(tolerant_chunks(str(path), report), report, exact=True)
+    framer = Framer(tolerant_chunks(str(path), report), report, exact=True, path=str(path))
     first_ts = None
     for ev in framer.events():
         if first_ts is None and isinstance(ev, dict) and ev.get("ph") != "M":

@@ -18,6 +18,7 @@ from tracefuse_stream.errors import OutputError, TraceFuseError
 from tracefuse_stream.plan.extent import scan_rank
 from tracefuse_stream.rankset import compress_ranges
 from tracefuse_stream.read.batches import EventBatches, NotBatchable
+from tracefuse_stream.read.depthgate import DepthGate
 from tracefuse_stream.read.head import Head, timed_ts
 from tracefuse_stream.read.readers import SalvageReader
 from tracefuse_stream.read.sources import TraceReader
@@ -89,7 +90,7 @@ def _first_ts_exact(plan: RankPlan) -> Optional[Tuple[Any, bool]]:
     prefix = "traceEvents.item" if plan.layout == "object" else "item"
     reader = TraceReader(plan.path, plan.compression)
     try:
-        for ev in ijson.items(reader, prefix, use_float=False, buf_size=IJSON_BUF):
+        for ev in ijson.items(DepthGate(reader), prefix, use_float=False, buf_size=IJSON_BUF):
             ts = timed_ts(ev)
             if ts is not None:
                 return ts, False

@@ -39,8 +39,9 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 import msgspec
 
 from tracefuse_stream.exactjson import DecodeError, loads_exact
+from tracefuse_stream.read.depthgate import text_deeper_than
 from tracefuse_stream.read.sources import TraceReader
-from tracefuse_stream.read.textcheck import lone_surrogate
+from tracefuse_stream.read.textcheck import MAX_DEPTH, lone_surrogate
 from tracefuse_stream.read.toplevel import EVENTS_KEY_BYTES, MAX_EVENT_BYTES, keys_before_at
 
 CHUNK_BYTES = 1 << 20  # read size; a batch is about this large
@@ -71,10 +72,23 @@ class NotBatchable(Exception):
 
 
 def _decode(data: Any) -> Any:
+    """One exact decode of a batch (or of the document's end). Deeper than an event may
+    nest (read/textcheck.py; the list is one level more, the document's end two, so
+    this errs towards handing over), the exact reader takes the rank and names the
+    event and its depth: the one rule of every reader, projected reads (info) too."""
     try:
-        return loads_exact(data)
-    except RecursionError:  # nested beyond msgspec's reach: the exact reader names the depth
+        value = loads_exact(data)
+    except RecursionError:  # nested beyond msgspec's reach
         raise DecodeError("nested too deep") from None
+    _depth_check(data)
+    return value
+
+
+def _depth_check(data: Any) -> None:
+    """Decoded text that may nest deeper than an event may (read/depthgate.py's bound;
+    the batch's list is one level more) goes to the exact reader."""
+    if text_deeper_than(data if type(data) is bytes else bytes(data), MAX_DEPTH + 1):
+        raise DecodeError("nested too deep")
 
 
 def _projected(decode: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -93,9 +107,11 @@ def _projected(decode: Callable[[Any], Any]) -> Callable[[Any], Any]:
         if b"\\u" in raw and lone_surrogate(raw) is not None:
             raise DecodeError("lone surrogate escape")
         try:
-            return decode(data)
+            value = decode(data)
         except RecursionError:
             raise DecodeError("nested too deep") from None
+        _depth_check(raw)  # the skipped fields nest as deep as the kept ones may
+        return value
 
     return run
 

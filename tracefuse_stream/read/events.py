@@ -24,7 +24,7 @@ import msgspec
 from tracefuse_stream.errors import InputError
 from tracefuse_stream.exactjson import loads_exact
 from tracefuse_stream.read.batches import EventBatches, NotBatchable
-from tracefuse_stream.read.readers import ExactReader
+from tracefuse_stream.read.readers import ExactReader, TooDeepError
 from tracefuse_stream.read.scan import ScanSelection, Tally, kernel_scan
 from tracefuse_stream.read.sources import PathLike, TraceReader, detect_compression
 
@@ -122,8 +122,8 @@ def _exact_batches(
                 yield batch
                 batch = []
     except InputError as e:
-        if strict and e.event_index is None:
-            raise  # a read or decompression problem, as the file reader words it
+        if strict and (e.event_index is None or isinstance(e, TooDeepError)):
+            raise  # a read or decompression problem, as the file reader words it; a depth
         if strict:
             raise InputError(
                 e.path, f"{e.problem} while {what}", kind=e.kind, offset=e.offset, event_index=e.event_index

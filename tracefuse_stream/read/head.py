@@ -26,6 +26,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 import ijson
 
 from tracefuse_stream.errors import TraceFuseError
+from tracefuse_stream.read.depthgate import DepthGate
 from tracefuse_stream.read.sources import TraceReader
 from tracefuse_stream.read.toplevel import ARRAY, IJSON_BUF, OBJECT, StartReader, build_value, walk_keys
 
@@ -146,7 +147,7 @@ def scan_head(path: PathLike) -> Head:
         return Head()
     try:
         checked = StartReader(reader)
-        budgeted = _Budgeted(checked, HEAD_BUDGET)
+        budgeted = _Budgeted(DepthGate(checked), HEAD_BUDGET)  # type: ignore[arg-type]
         events: Events = ijson.parse(budgeted, use_float=False, buf_size=IJSON_BUF)
         _prefix, first_ev, _value0 = next(events)
         if first_ev == "start_map" and checked.looks_like_json:

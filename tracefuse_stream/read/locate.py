@@ -21,7 +21,7 @@ def find_lone_surrogate(path: str) -> Optional[Tuple[int, str, str]]:
     """``(event index, field, escape)`` of the first event holding a lone surrogate
     escape, or None (the raw text held only pairs)."""
     report = SalvageReport()
-    framer = Framer(tolerant_chunks(path, report), report, exact=True, raw=True)
+    framer = Framer(tolerant_chunks(path, report), report, exact=True, raw=True, path=str(path))
     for index, data in enumerate(framer.events()):
         found = lone_surrogate(data)
         if found is None:

@@ -24,11 +24,12 @@ import ijson
 from tracefuse_stream.errors import ErrorKind, InputError
 from tracefuse_stream.exactjson import dumps_exact, dumps_fast, encode_lines
 from tracefuse_stream.read.batches import EventBatches, NotBatchable, RawRewrite
+from tracefuse_stream.read.depthgate import DepthGate, TooDeepText
 from tracefuse_stream.read.jsonerrors import describe_json_error
 from tracefuse_stream.read.locate import find_lone_surrogate
 from tracefuse_stream.read.salvage import Framer, SalvageReport, tolerant_chunks
 from tracefuse_stream.read.sources import TraceReader
-from tracefuse_stream.read.textcheck import MAX_DEPTH, SurrogateScan, depth, too_deep_message
+from tracefuse_stream.read.textcheck import MAX_DEPTH, NestedTooDeep, SurrogateScan, depth, too_deep_message
 from tracefuse_stream.read.toplevel import IJSON_BUF, MAX_EVENT_BYTES, find_trailer, trailer_of_file
 
 PARSE_BUF = IJSON_BUF  # read/toplevel.py: why 1 MiB
@@ -151,6 +152,12 @@ class _Capped:
         return o.reader.read(n)
 
 
+class TooDeepError(InputError):
+    """An event nests too deep: its own problem, worded the same by every pass that
+    meets it (a side pass adds no "while counting events": a shallower event of the
+    same kind is first met by the merge's pass, which does not)."""
+
+
 class ExactReader(_FileReader):
     """ijson, event by event: errors carry the exact offset and event index."""
 
@@ -166,21 +173,19 @@ class ExactReader(_FileReader):
         prefix = "traceEvents.item" if self.layout == "object" else "item"
         capped = _Capped(self)
         try:
-            for ev in ijson.items(capped, prefix, use_float=False, buf_size=PARSE_BUF):
+            for ev in ijson.items(DepthGate(capped), prefix, use_float=False, buf_size=PARSE_BUF):
                 if self._lone is not None and self._lone[0] == self.index:
                     raise self._surrogate_error()
                 self.index += 1
                 capped.mark = self.reader.offset
                 d = depth(ev)
                 if d > MAX_DEPTH:
-                    raise InputError(
-                        self.path,
-                        too_deep_message(depth(ev, -1)),
-                        kind=ErrorKind.INVALID_JSON,
-                        hint="use --salvage to drop such events",
-                        event_index=self.index - 1,
-                    )
+                    raise self._too_deep(depth(ev, -1), self.index - 1)
                 yield [ev]
+        except TooDeepText as e:  # deeper than ijson can afford to build (read/depthgate.py)
+            if e.in_event:
+                raise self._too_deep(e.depth, self.index) from None
+            raise InputError(self.path, NestedTooDeep(e.key or "", e.depth).message()) from None
         except (ijson.JSONError, UnicodeDecodeError) as e:
             if self._lone is not None and self._lone[0] == self.index:
                 raise self._surrogate_error() from None  # yajl: a lone low surrogate is invalid UTF-8
@@ -205,10 +210,22 @@ class ExactReader(_FileReader):
                     offset=self.reader.offset if kind is ErrorKind.TRUNCATED else None,
                 ) from None
         if self.need_trailer:
-            trailer = find_trailer(self.reader.tail())
+            try:
+                trailer = find_trailer(self.reader.tail())
+            except NestedTooDeep as e:
+                raise InputError(self.path, e.message()) from None
             if trailer is None:  # longer than the kept tail: read it from the file
                 trailer = trailer_of_file(self.path)[0]
             self.trailer = trailer
+
+    def _too_deep(self, d: Optional[int], index: int) -> TooDeepError:
+        return TooDeepError(
+            self.path,
+            too_deep_message(d),
+            kind=ErrorKind.INVALID_JSON,
+            hint="use --salvage to drop such events",
+            event_index=index,
+        )
 
     def locate_surrogates(self) -> None:
         """The text may hold a lone surrogate escape, which yajl would write as "?":
@@ -262,7 +279,7 @@ class SalvageReader:
         self.path = path
         self.size_bytes = size_bytes
         self.report = SalvageReport()
-        self.framer = Framer(tolerant_chunks(path, self.report), self.report, exact=exact)
+        self.framer = Framer(tolerant_chunks(path, self.report), self.report, exact=exact, path=str(path))
         self.trailer: Optional[Dict[str, Any]] = None
         self.notes: List[str] = []
         self._done = False

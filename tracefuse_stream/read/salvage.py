@@ -26,7 +26,7 @@ import orjson
 from tracefuse_stream.errors import InputError
 from tracefuse_stream.exactjson import FLOAT_EXACT_LIMIT, DecodeError
 from tracefuse_stream.read.sources import READ_SIZE, TraceReader
-from tracefuse_stream.read.textcheck import MAX_DEPTH, depth, surrogate_field
+from tracefuse_stream.read.textcheck import MAX_DEPTH, deep_key, deep_key_in_text, depth, surrogate_field
 from tracefuse_stream.read.toplevel import EVENTS_KEY_BYTES, MAX_EVENT_BYTES, decode_value
 
 _OUTSIDE = re.compile(rb'["{}\[\],:]')
@@ -253,8 +253,9 @@ class Framer:
     """Splits a (possibly broken) trace into header values and event slices."""
 
     def __init__(
-        self, chunks: Iterator[bytes], report: SalvageReport, exact: bool, raw: bool = False
+        self, chunks: Iterator[bytes], report: SalvageReport, exact: bool, raw: bool = False, path: str = ""
     ) -> None:
+        self.path = path  # for the one error salvage cannot repair: a top-level key nested too deep
         self.chunks = chunks
         self.report = report
         self.exact = exact
@@ -388,14 +389,21 @@ class Framer:
         if key is None or key == EVENTS_KEY_BYTES[1:-1]:
             return
         data = data.strip()
+        name = key.decode("utf-8", errors="replace")
         try:
             ok, v = True, decode_value(data)
         except DecodeError:
             ok, v = parse_slice(data, True, SalvageReport())
-        try:
-            name = key.decode("utf-8", errors="replace")
-        except Exception:  # pragma: no cover
-            return
+        except RecursionError:
+            ok, v = False, None
+        # no event to drop: a key nested too deep is the input error it is in a strict read
+        deep = (
+            deep_key({name: v})
+            if ok
+            else deep_key_in_text(b"{" + json.dumps(name).encode() + b":" + data + b"}")
+        )
+        if deep is not None:
+            raise InputError(self.path, deep.message())
         if ok:
             self.header[name] = v
         else:

@@ -21,10 +21,14 @@ decodes every string with msgspec, which refuses lone surrogates itself.
 from __future__ import annotations
 
 import re
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 #: the deepest nesting of an event any reader accepts (orjson writes at most 255 levels)
 MAX_DEPTH = 254
+#: the deepest nesting of a top-level key's value (its value is level 1): the merge copies
+#: the keys into its own header, ``tracefuse.ranks.<rank>.header.<key>``, five levels
+#: down, and ``info --json`` a few more; 240 leaves orjson's 255 room to write them
+MAX_KEY_DEPTH = MAX_DEPTH - 14
 
 # an escaped backslash (skipped, so "\\\\ud800" is no escape), a surrogate pair
 # (skipped), or a surrogate escape on its own (group 1)
@@ -111,8 +115,85 @@ def depth(value: Any, limit: int = MAX_DEPTH) -> int:
     return deepest
 
 
-def too_deep_message(d: int) -> str:
-    return f"an event nests {d} levels deep (at most {MAX_DEPTH} are accepted)"
+def too_deep_message(d: Optional[int]) -> str:
+    """``d`` None: deeper than the limit, how much deeper not counted (beyond 64 MB)."""
+    levels = f"{d}" if d is not None else f"more than {MAX_DEPTH}"
+    return f"an event nests {levels} levels deep (at most {MAX_DEPTH} are accepted)"
 
 
-__all__ = ["MAX_DEPTH", "SurrogateScan", "depth", "lone_surrogate", "surrogate_field", "too_deep_message"]
+class NestedTooDeep(ValueError):
+    """A top-level key's value nests deeper than :data:`MAX_KEY_DEPTH` (its value is
+    level 1, as an event is). Raised where the file's path is not known; the reader that knows
+    it turns it into an :class:`~tracefuse_stream.errors.InputError` (:meth:`message`).
+    ``depth`` None: deeper than the limit, how much deeper the reader did not read."""
+
+    def __init__(self, key: str, depth: Optional[int]) -> None:
+        super().__init__(key, depth)
+        self.key = key
+        self.depth = depth
+
+    def message(self) -> str:
+        d = f"{self.depth}" if self.depth is not None else f"more than {MAX_KEY_DEPTH}"
+        return f"the top-level key {self.key!r} nests {d} levels deep (at most {MAX_KEY_DEPTH} are accepted)"
+
+
+def deep_key(doc: Any) -> Optional[NestedTooDeep]:
+    """The first key of a decoded top-level object whose value nests too deep, or None."""
+    if type(doc) is dict:
+        for k, v in doc.items():
+            if (type(v) is dict or type(v) is list) and depth(v, MAX_KEY_DEPTH) > MAX_KEY_DEPTH:
+                return NestedTooDeep(str(k), depth(v, -1))
+    return None
+
+
+# a whole JSON string (escapes skipped) or one bracket
+_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def deep_key_in_text(text: bytes) -> Optional[NestedTooDeep]:
+    """:func:`deep_key` for the text of a top-level object that no decoder can build
+    (msgspec stops at Python's recursion limit): a string-aware count of brackets,
+    linear in the text. Used on the error path only."""
+    for k, d in key_depths_in_text(text).items():
+        if d > MAX_KEY_DEPTH:
+            return NestedTooDeep(k, d)
+    return None
+
+
+def key_depths_in_text(text: bytes) -> Dict[str, int]:
+    """How deep each top-level key's value nests in the text of an object (a key with
+    a scalar value is left out; text cut short counts what it holds)."""
+    level = 0
+    key = ""
+    deepest: Dict[str, int] = {}
+    last_string = ""
+    for m in _TOKEN.finditer(text):
+        tok = m.group()
+        if tok[:1] == b'"':
+            if level == 1:
+                last_string = tok[1:-1].decode("utf-8", "replace")
+            continue
+        if tok in (b"[", b"{"):
+            level += 1
+            if level == 2:
+                key = last_string
+            if level > 1 and level - 1 > deepest.get(key, 0):
+                deepest[key] = level - 1
+        else:
+            level -= 1
+    return deepest
+
+
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_KEY_DEPTH",
+    "NestedTooDeep",
+    "SurrogateScan",
+    "deep_key",
+    "deep_key_in_text",
+    "depth",
+    "key_depths_in_text",
+    "lone_surrogate",
+    "surrogate_field",
+    "too_deep_message",
+]

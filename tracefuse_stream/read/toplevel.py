@@ -36,7 +36,14 @@ from ijson.common import ObjectBuilder
 
 from tracefuse_stream.errors import ErrorKind, InputError
 from tracefuse_stream.exactjson import DecodeError, loads_exact
+from tracefuse_stream.read.depthgate import DepthGate, TooDeepText, key_depth_in_file
 from tracefuse_stream.read.sources import READ_SIZE, TraceReader
+from tracefuse_stream.read.textcheck import (
+    MAX_KEY_DEPTH,
+    NestedTooDeep,
+    deep_key,
+    deep_key_in_text,
+)
 
 PathLike = Union[str, "os.PathLike[str]"]
 Events = Iterator[Tuple[str, str, Any]]
@@ -85,7 +92,7 @@ def loads_dict(data: Any, exact: bool = False) -> Optional[Dict[str, Any]]:
     wherever it sits (orjson would turn an integer beyond 64 bits into a float)."""
     try:
         d = loads_exact(data)
-    except DecodeError:
+    except (DecodeError, RecursionError):  # nested beyond msgspec's reach: not a value here
         return None
     if not isinstance(d, dict):
         return None
@@ -105,7 +112,12 @@ def to_plain(o: Any) -> Any:
 
 def build_value(events: Events, prefix: str, ev: str, val: Any) -> Any:
     """The JSON value whose first ijson parse event is ``(prefix, ev, val)``, built whole
-    from ``events`` (which it consumes to the value's end)."""
+    from ``events`` (which it consumes to the value's end).
+
+    A value nesting deeper than :data:`MAX_KEY_DEPTH` stops the build with
+    :class:`NestedTooDeep` (key ``prefix``) at that level: ijson gives every level a
+    prefix one segment longer, so reading a 100,000-deep value to its end costs time
+    and memory quadratic in its depth (23 GB for a 200 KB file)."""
     builder = ObjectBuilder()
     builder.event(ev, val)
     if ev not in ("start_map", "start_array"):
@@ -115,6 +127,8 @@ def build_value(events: Events, prefix: str, ev: str, val: Any) -> Any:
         builder.event(e, v)
         if e in ("start_map", "start_array"):
             depth += 1
+            if depth > MAX_KEY_DEPTH:
+                raise NestedTooDeep(prefix, None)
         elif e in ("end_map", "end_array"):
             depth -= 1
             if depth == 0:
@@ -193,7 +207,10 @@ def walk_keys(events: Events, header: Dict[str, Any], keys: Optional[List[str]] 
                 return "events" if nxt == "start_array" else "not_array"
             if keys is not None:
                 keys.append(val)
-            header[val] = build_value(events, *next(events))
+            try:
+                header[val] = build_value(events, *next(events))
+            except NestedTooDeep as e:
+                raise NestedTooDeep(val, e.depth) from None
         elif ev == "end_map":
             return "end"
     return "truncated"
@@ -213,7 +230,7 @@ def read_header(path: PathLike) -> Tuple[str, Dict[str, Any], bool]:
         problem = start.problem(path)
         if problem is not None:
             raise problem
-        events = ijson.parse(start, use_float=False, buf_size=IJSON_BUF)
+        events = ijson.parse(DepthGate(start), use_float=False, buf_size=IJSON_BUF)
         first = next(events)
         if first[1] == "start_array":
             return ARRAY, header, True
@@ -234,6 +251,16 @@ def read_header(path: PathLike) -> Tuple[str, Dict[str, Any], bool]:
                 kind=ErrorKind.TRUNCATED,
             )
         return OBJECT, header, found == "events"
+    except NestedTooDeep as e:
+        # ijson stopped at the limit: the depth, counted as salvage and the trailer count it
+        again = TraceReader(path)
+        try:
+            deep = key_depth_in_file(again, e.key, MAX_KEY_DEPTH)
+        finally:
+            again.close()
+        raise InputError(str(path), NestedTooDeep(e.key, deep or e.depth).message()) from None
+    except TooDeepText as e:  # deeper than ijson can afford: the header is read (its keys come first)
+        raise InputError(str(path), NestedTooDeep(e.key or "", e.depth).message()) from None
     except (ijson.JSONError, UnicodeDecodeError) as e:
         text = e.args[0] if e.args else type(e).__name__
         if isinstance(text, bytes):
@@ -305,13 +332,27 @@ _REV_TOKEN = re.compile(rb'"(?:[^"]|"(?=\\(?:\\\\)*(?!\\)))*"|[\[\]{}]')
 _TRACE_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*$')
 
 
-def _parse_after(tail: bytes, pos: int) -> Optional[Dict[str, Any]]:
-    """Parse the text after the ``]`` at ``pos`` as the rest of the top-level object."""
-    obj = loads_dict(b'{"traceEvents":[' + tail[pos:], exact=True)
-    if obj is None:
+def _parse_after(tail: bytes, pos: int) -> Union[None, Dict[str, Any], NestedTooDeep]:
+    """Parse the text after the ``]`` at ``pos`` as the rest of the top-level object;
+    a key whose value nests too deep comes back as the :class:`NestedTooDeep` to raise
+    should this ``]`` turn out to close the event array."""
+    text = b'{"traceEvents":[' + tail[pos:]
+    try:
+        obj = loads_exact(text)
+    except DecodeError:
+        return None
+    except RecursionError:
+        return deep_key_in_text(text)
+    if not isinstance(obj, dict):
         return None
     obj.pop(EVENTS_KEY, None)
-    return obj
+    return deep_key(obj) or obj
+
+
+def _found(trailer: Union[None, Dict[str, Any], NestedTooDeep]) -> Optional[Dict[str, Any]]:
+    if isinstance(trailer, NestedTooDeep):
+        raise trailer
+    return trailer
 
 
 def find_trailer(tail: bytes, whole: bool = False) -> Optional[Dict[str, Any]]:
@@ -326,6 +367,7 @@ def find_trailer(tail: bytes, whole: bool = False) -> Optional[Dict[str, Any]]:
     skipped that way). ``whole``: ``tail`` is all of the file, so reaching its start
     without finding the event array means damage. None: the tail does not end a
     complete trace object (truncated, not JSON); the array form gives ``{}``.
+    :class:`NestedTooDeep`: a key after the events nests deeper than :data:`MAX_KEY_DEPTH`.
     """
     end = len(tail.rstrip())
     if end == 0:
@@ -339,7 +381,7 @@ def find_trailer(tail: bytes, whole: bool = False) -> Optional[Dict[str, Any]]:
     n = end
     depth = 0
     candidate: Optional[int] = None  # orig position of a depth-1 ']'
-    candidate_trailer: Optional[Dict[str, Any]] = None
+    candidate_trailer: Union[None, Dict[str, Any], NestedTooDeep] = None
     elem_end: Optional[int] = None  # orig end of the element being scanned at depth 3
     for m in _REV_TOKEN.finditer(rev):
         tok = m.group()
@@ -366,10 +408,10 @@ def find_trailer(tail: bytes, whole: bool = False) -> Optional[Dict[str, Any]]:
                 elem = loads_dict(tail[pos:elem_end], exact=True)
                 elem_end = None
                 if elem is not None and "ph" in elem:
-                    return candidate_trailer
+                    return _found(candidate_trailer)
             elif depth == 1 and candidate is not None and tok == b"[":
                 if _TRACE_EVENTS_KEY.search(tail[max(0, pos - 64) : pos]):
-                    return candidate_trailer
+                    return _found(candidate_trailer)
                 candidate = None
                 candidate_trailer = None
             elif depth == 0:
@@ -378,7 +420,7 @@ def find_trailer(tail: bytes, whole: bool = False) -> Optional[Dict[str, Any]]:
     # Ran out of window inside an array: it is larger than the window, so it is the
     # event array (no other top-level array of a trace is that large).
     if candidate is not None and not whole:
-        return candidate_trailer
+        return _found(candidate_trailer)
     return None
 
 
@@ -422,7 +464,10 @@ def trailer_of_file(path: PathLike) -> Tuple[Optional[Dict[str, Any]], int]:
     size = 0
     for window in TAIL_WINDOWS:
         tail, size = read_tail(path, window)
-        trailer = find_trailer(tail, whole=size <= len(tail))
+        try:
+            trailer = find_trailer(tail, whole=size <= len(tail))
+        except NestedTooDeep as e:
+            raise InputError(str(path), e.message()) from None
         if trailer is not None or size <= len(tail):
             break
     return trailer, size

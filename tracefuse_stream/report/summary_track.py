@@ -200,6 +200,7 @@ def write_summaries(
         w = PieceWriter(sink.fragment_codec)
         w.write(encode(events))
         sink.add_rank(-1, w.finish())
+        plan.summary_events += len(events)  # the merge's totals count them (issue 28, item 6)
         n = sum(1 for e in events if e["ph"] == "X")
         notes.append(f"collective summary: process 'Collectives' (sorted first) with {n} instance slice(s)")
     return notes

@@ -78,8 +78,8 @@ def _kinds(rw: RankRewriter, names: Dict[Any, str], labels: Dict[Any, str]) -> D
     out: Dict[Any, tuple] = {}
     for orig in rw.pid_order:
         pid = rw.pids[pid_key(orig)]
-        if pid not in kept:
-            continue
+        if pid not in kept or pid in out:
+            continue  # (pid "" shares the CPU process: rewrite/rules.py _cpu_process)
         kind, dev = _describe(orig, labels.get(pid), pid in rw.pid_gpu_like)
         lab = labels.get(pid) or ""
         accel = None if isinstance(orig, str) or "CPU" in lab else device_of(lab) or device_of(names.get(pid))

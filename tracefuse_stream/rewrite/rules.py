@@ -32,6 +32,7 @@ from tracefuse_stream.errors import ErrorKind, InputError
 from tracefuse_stream.rewrite.args import kept_keys
 
 # the contract's constants, re-exported for the modules that import them from here
+from tracefuse_stream.rewrite.blankpid import cpu_process
 from tracefuse_stream.rewrite.contract import (  # noqa: F401
     _RARE_LINK_KEYS,
     ARG_IDS,
@@ -179,6 +180,12 @@ class RankRewriter:
         out = self.pids.get(key)
         if out is not None:
             return out
+        if type(pid) is str and not pid.strip():
+            host = cpu_process(self)
+            if host is not None:  # Kineto's pid "" (its "Record Window End"): no process of its own
+                self.pids[key] = host
+                self.pid_order.append(pid)
+                return host
         if type(pid) is int and 0 <= pid < PID_DEVICE_LIMIT:
             out = self.pid_base + pid
         else:

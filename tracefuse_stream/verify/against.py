@@ -35,6 +35,7 @@ from tracefuse_stream.verify.digest import (
 )
 from tracefuse_stream.verify.events import MergedChecker, rank_of_event
 from tracefuse_stream.verify.header import header_ranks
+from tracefuse_stream.verify.pairing import by_trailing_path, merged_from
 from tracefuse_stream.verify.passes import run_pass
 from tracefuse_stream.verify.report import Findings, short_json
 
@@ -120,18 +121,22 @@ def input_tuples(ctx: RankInput, batch: Iterable[Any], F: Optional[Findings]) ->
 
 
 def match_inputs(v: MergedChecker, tf: Dict[str, Any]) -> List[RankInput]:
-    """The ``--against`` inputs paired with their ranks in the header (by path, else by
-    a unique file name); unmatched inputs are findings."""
+    """The ``--against`` inputs paired with their ranks as the merge identified them: by
+    the ``source`` its header records for each rank (whatever numbered the rank:
+    distributedInfo, the name, the position, ``--ranks``), else -- copies elsewhere --
+    by the longest trailing part of that path the input shares, when one rank's source
+    alone shares it (``rank3/trace.json``, or just the name). Unmatched inputs are
+    findings that name what the merge read."""
     F = v.F
     by_path: Dict[str, List[int]] = {}
-    by_base: Dict[str, List[int]] = {}
+    sources: Dict[int, str] = {}
     infos: Dict[int, Dict[str, Any]] = {}
     for rank, info in header_ranks(tf):
         infos[rank] = info
         src = info.get("source")
         if isinstance(src, str):
             by_path.setdefault(os.path.realpath(src), []).append(rank)
-            by_base.setdefault(os.path.basename(src), []).append(rank)
+            sources[rank] = src
     fh = tf.get("filters")
     filt = EventFilter.from_header(fh) if isinstance(fh, dict) else EventFilter()
     if isinstance(fh, dict) and fh.get("custom_filter_fn"):
@@ -150,8 +155,7 @@ def match_inputs(v: MergedChecker, tf: Dict[str, Any]) -> List[RankInput]:
         # the same file twice): take its ranks in order
         cand = [x for x in by_path.get(os.path.realpath(p), []) if x not in used]
         if not cand:
-            same_name = by_base.get(os.path.basename(p), [])
-            cand = same_name if len(same_name) == 1 else []
+            cand = by_trailing_path(p, sources)
         r = cand[0] if cand else None
         if r is None:
             unmatched.append(p)
@@ -171,11 +175,17 @@ def match_inputs(v: MergedChecker, tf: Dict[str, Any]) -> List[RankInput]:
             shift = (info.get("base_time_ns") or 0) - base
         # the rank's absolute base including any alignment: B + shift_ns
         ctxs.append(RankInput(r, p, info, shift, base + shift, pidmap, filt))
+    by_order = bool(infos) and all(i.get("rank_from") == "order" for i in infos.values())
+    if by_order and unmatched and any(v.against.index(c.path) != c.rank for c in ctxs):
+        # a rank is a position in the merge's inputs: this order tells no left-out file's rank
+        F.add("against_order", None, {"inputs": unmatched[:4], "merged_from": merged_from(sources)},
+              message="the merge numbered its inputs by position (--rank-from order) and --against lists them in another order: pass its inputs in the merge's order, or only the merged ranks' files (merged_from)")  # fmt: skip
+        unmatched = []
     for p in unmatched:
         why = left_out_by_selection(p, v.against, tf, infos, [c.path for c in ctxs])
         if why is None:
-            F.add("against_unmatched", None, {"input": p},
-                  message="--against input is not the source of any rank in the header")  # fmt: skip
+            F.add("against_unmatched", None, {"input": p, "merged_from": merged_from(sources)},
+                  message="--against input is not the source of any rank in the header: pass the files the merge read (merged_from), or copies under the same names")  # fmt: skip
         else:
             F.add("against_left_out", None, {"input": p, "why": why},
                   message="--against inputs the merge left out by its selection (--ranks, --split-ranks, --cycle): not compared")  # fmt: skip
@@ -230,6 +240,7 @@ def check_against(v: MergedChecker, tf: Dict[str, Any]) -> None:
     bad: Dict[int, List[int]] = {}
     for ctx in ctxs:
         st = v.rank_stats(ctx.rank)
+        st["against_input"] = ctx.path  # which input this rank was compared with
 
         def handle(batch: Iterable[Any], ctx: RankInput = ctx) -> None:
             d = ctx.digest

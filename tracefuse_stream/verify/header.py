@@ -35,6 +35,12 @@ def pid_follows_rule(rank: int, orig: Any, out: int) -> bool:
     return output_pid(rank, PID_DEVICE_LIMIT) <= out < lo + PID_STRIDE
 
 
+def is_blank_pid(orig: Any) -> bool:
+    """Kineto's pid ``""``, which the merge puts in the rank's CPU process
+    (rewrite/rules.py ``_cpu_process``; docs/OUTPUT_FORMAT.md)."""
+    return type(orig) is str and not orig.strip()
+
+
 def check_header(v: MergedChecker, top: Dict[str, Any], tf: Dict[str, Any]) -> None:
     F = v.F
     base = tf.get("base_time_ns")
@@ -63,13 +69,16 @@ def check_header(v: MergedChecker, top: Dict[str, Any], tf: Dict[str, Any]) -> N
                     message="pid map entry with a non-integer output pid",
                 )
                 continue
-            if not pid_follows_rule(r, orig, out):
+            if not pid_follows_rule(r, orig, out) and not is_blank_pid(orig):
                 F.add("pid_map_mismatch", r, {"orig": orig, "out": out},
                       message="pid map entry breaks the contract's pid rule")  # fmt: skip
-            if out in seen_out and seen_out[out] != (r, orig):
+            shared = seen_out.get(out)
+            folded = shared is not None and shared[0] == r and is_blank_pid(orig)  # into the CPU process
+            if shared is not None and shared != (r, orig) and not folded:
                 F.add("pid_map_mismatch", r, {"out": out, "orig": [seen_out[out], (r, orig)]},
                       message="two original pids map to the same output pid")  # fmt: skip
-            seen_out[out] = (r, orig)
+            if not folded:
+                seen_out[out] = (r, orig)
         st = v.ranks.get(r)
         eo = info.get("events_out")
         if st is not None and type(eo) is int and eo not in (st["events"], st["events"] - st["metadata"]):

@@ -24,8 +24,10 @@ import ijson
 
 from tracefuse_stream.errors import ErrorKind, InputError
 from tracefuse_stream.read.batches import EventBatches, NotBatchable
+from tracefuse_stream.read.depthgate import DepthGate, TooDeepText
 from tracefuse_stream.read.jsonerrors import describe_json_error, first_line, is_truncation
 from tracefuse_stream.read.sources import PathLike, TraceReader, open_trace
+from tracefuse_stream.read.textcheck import NestedTooDeep, too_deep_message
 from tracefuse_stream.read.toplevel import IJSON_BUF
 from tracefuse_stream.verify.toplevel import TopLevel, top_level, top_level_with_trailer
 
@@ -180,7 +182,13 @@ def run_exact_pass(
     err_exc: Optional[Exception] = None
     try:
         try:
-            consume(_counted(ijson.items(tap, prefix, buf_size=IJSON_BUF), tap, skip))
+            consume(_counted(ijson.items(DepthGate(tap), prefix, buf_size=IJSON_BUF), tap, skip))
+        except TooDeepText as e:  # deeper than ijson can afford to build (read/depthgate.py)
+            problem = (
+                too_deep_message(e.depth) if e.in_event else NestedTooDeep(e.key or "", e.depth).message()
+            )
+            res.error = (tap.offset, problem)
+            res.error_kind = ErrorKind.INVALID_JSON
         except InputError as e:
             res.error = (e.offset if e.offset is not None else tap.offset, e.problem)
             res.error_kind = e.kind

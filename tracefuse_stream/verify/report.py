@@ -53,6 +53,7 @@ CODES: Dict[str, Tuple[str, str]] = {
     "wrong_time": ("error", "event present with a different time"),
     "against_unmatched": ("error", "--against input matches no rank of the merged file"),
     "against_left_out": ("warning", "--against input left out by the merge's selection: not compared"),
+    "against_order": ("error", "--against inputs not in the merge's order, which numbered ranks by position"),
     "against_input_invalid": ("error", "--against input is not valid JSON"),
     "against_skipped": ("warning", "event comparison skipped"),
     "time_shift": ("warning", "rank was shifted in time by an alignment"),
