@@ -188,11 +188,6 @@ def _as_analysis(x: Any) -> Analysis:
     return x if isinstance(x, Analysis) else analyse(x)
 
 
-def _counted(c: Dict[str, Any]) -> str:
-    """What a contributor's count counts: calls of an op or kernel, stretches of a gap."""
-    return "gaps" if c["kind"] in ("outside_ops", "gpu_idle") else "calls"
-
-
 def to_json(table: Any) -> Dict[str, Any]:
     """``{"collectives": {...}}`` for ``--json`` (schema: docs/collectives.md); ``table``:
     a :class:`CollectiveTable` or an :class:`Analysis`."""
@@ -351,21 +346,6 @@ def merge_command(v: Verdict, inputs: Sequence[str], cycle: Optional[int] = None
     return " ".join(shlex.quote(p) for p in parts + ["-o", name])
 
 
-def why_lines(a: Analysis) -> List[str]:
-    """Per straggler and step: where its extra time went (the top contributors)."""
-    lines = []
-    for w in a.why:
-        share = "" if w["share"] is None else f", {100 * min(w['share'], 9.99):.0f}% explained"
-        lines.append(f"why rank {w['rank']} is late in step {w['step']}: {w['lateness_us'] / 1000:.1f} ms later "
-                     f"than rank {w['reference_rank']} (the median rank) at {w['collective']}{share}:")  # fmt: skip
-        shown = [c for c in w["contributors"] if c["extra_us"] >= max(50.0, 0.01 * w["lateness_us"])]
-        for c in shown[:5]:
-            lines.append(
-                f"  {why.headline(c)}  [{c['kind']}, {c['where']}; {_counted(c)} {c['count']} vs {c['others_count']}]"
-            )
-    return lines
-
-
 def format_text(table: Any, inputs: Sequence[str] = (), cycle: Optional[int] = None) -> str:
     """The human report (see the module docstring); ``table``: a table or an analysis."""
     a = _as_analysis(table)
@@ -377,7 +357,7 @@ def format_text(table: Any, inputs: Sequence[str] = (), cycle: Optional[int] = N
         *verdict_lines(table, v, stats),
     ]
     if table.instances:
-        lines += why_lines(a)
+        lines += why.why_lines(a.why)
         lines += step_table(v, table.ranks)
         lines.append("figures: " + DEFINITIONS)
         lines.append("threshold: " + rule_text(v))

@@ -257,4 +257,25 @@ def headline(c: Dict[str, Any]) -> str:
     return f"+{ms:.1f} ms {what} {c['name']}{note}"
 
 
-__all__ = ["TOP", "breakdowns", "compare", "headline", "segments_of", "wanted"]
+def _counted(c: Dict[str, Any]) -> str:
+    """What a contributor's count counts: calls of an op or kernel, stretches of a gap."""
+    return "gaps" if c["kind"] in ("outside_ops", "gpu_idle") else "calls"
+
+
+def why_lines(why: Sequence[Dict[str, Any]]) -> List[str]:
+    """The human report's lines for ``why`` (:func:`compare`'s first list): per straggler
+    and step, where its extra time went (the top contributors)."""
+    lines = []
+    for w in why:
+        share = "" if w["share"] is None else f", {100 * min(w['share'], 9.99):.0f}% explained"
+        lines.append(f"why rank {w['rank']} is late in step {w['step']}: {w['lateness_us'] / 1000:.1f} ms later "
+                     f"than rank {w['reference_rank']} (the median rank) at {w['collective']}{share}:")  # fmt: skip
+        shown = [c for c in w["contributors"] if c["extra_us"] >= max(50.0, 0.01 * w["lateness_us"])]
+        for c in shown[:5]:
+            lines.append(
+                f"  {headline(c)}  [{c['kind']}, {c['where']}; {_counted(c)} {c['count']} vs {c['others_count']}]"
+            )
+    return lines
+
+
+__all__ = ["TOP", "breakdowns", "compare", "headline", "segments_of", "wanted", "why_lines"]
