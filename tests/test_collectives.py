@@ -264,3 +264,15 @@ def test_seq_matching_with_aligned_links(tmp_path: Path, capsys: pytest.CaptureF
     # node1's clock runs 1.2 ms ahead: aligned, some instance has another last rank than info's
     aligned_last = {int(f["in_inst"]): int(f["last_rank"]) for f in flows}
     assert any(aligned_last[i["id"]] != i["last_rank"] for i in coll["instances"])
+
+
+def test_no_readable_rank_is_said_so(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Every input broken: the report says no rank was read, not 'across ranks ,'."""
+    bad = tmp_path / "rank0.json"
+    bad.write_text('{"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": tru}]}')
+    assert main(["info", "--collectives", str(bad)]) == 1
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == (
+        "collectives: 0 instance(s) of 0 process group(s) matched across no readable rank, 0 could not be matched"
+    )
+    assert f"BROKEN {bad}:" in out

@@ -352,8 +352,9 @@ def format_text(table: Any, inputs: Sequence[str] = (), cycle: Optional[int] = N
     table, v, stats = a.table, a.verdict, a.stats
     groups = len({i.group for i in table.instances})
     lines = [
-        f"collectives: {len(table.instances)} instance(s) of {groups} process group(s) matched across ranks "
-        f"{_ranks(table.ranks)}, {table.unmatched_total} could not be matched",
+        f"collectives: {len(table.instances)} instance(s) of {groups} process group(s) matched across "
+        f"{('ranks ' + _ranks(table.ranks)) if table.ranks else 'no readable rank'}, "
+        f"{table.unmatched_total} could not be matched",
         *verdict_lines(table, v, stats),
     ]
     if table.instances:
