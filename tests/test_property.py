@@ -126,11 +126,17 @@ def rank_trace(draw: Any, rank: int, world: int) -> Dict[str, Any]:
         return _us(ns, as_int)
 
     pids_seen: List[Any] = []
+    int_tids: Dict[Any, set] = {}  # pid -> its integer tids so far
     n = draw(st.integers(1, 14))
     for _ in range(n):
         kind = draw(st.sampled_from(["X", "X", "i", "flow", "M"]))
         pid = draw(PIDS)
         tid = draw(TIDS)
+        if type(tid) is int:
+            mine = int_tids.setdefault(json.dumps(pid), set())
+            if -tid in mine and tid != 0:
+                tid = -tid  # tids 7 and -7 of one pid are an input error (one thread): a valid run has one
+            mine.add(tid)
         if kind != "M":
             pids_seen.append(pid)
         if kind == "X":
