@@ -98,18 +98,26 @@ static int intern_rehash(Intern *t, Py_ssize_t cap) {
     return OK;
 }
 
-/* the id of the bytes p[:n] (a new one the first time); -1: out of memory */
-static int32_t intern(Intern *t, const unsigned char *p, Py_ssize_t n) {
-    if ((t->n + 1) * 2 > t->cap && intern_rehash(t, t->cap ? t->cap * 2 : 256)) return -1;
-    uint64_t h = fnv(p, n);
+/* the slot of p[:n] (hash h) in a table with room: where it is, or the empty slot
+ * where it would go */
+static Py_ssize_t intern_slot(const Intern *t, const unsigned char *p, Py_ssize_t n, uint64_t h) {
     Py_ssize_t j = (Py_ssize_t)(h & (uint64_t)(t->cap - 1));
     while (t->hash[j]) {
         if (t->hash[j] == h) {
             int32_t id = t->slot_id[j];
-            if (t->len[id] == n && memcmp(t->arena + t->off[id], p, (size_t)n) == 0) return id;
+            if (t->len[id] == n && memcmp(t->arena + t->off[id], p, (size_t)n) == 0) return j;
         }
         j = (j + 1) & (t->cap - 1);
     }
+    return j;
+}
+
+/* the id of the bytes p[:n] (a new one the first time); -1: out of memory */
+static int32_t intern(Intern *t, const unsigned char *p, Py_ssize_t n) {
+    if ((t->n + 1) * 2 > t->cap && intern_rehash(t, t->cap ? t->cap * 2 : 256)) return -1;
+    uint64_t h = fnv(p, n);
+    Py_ssize_t j = intern_slot(t, p, n, h);
+    if (t->hash[j]) return t->slot_id[j];
     if (t->n == t->ncap) {
         int32_t ncap = t->ncap ? t->ncap * 2 : 256;
         Py_ssize_t *off = PyMem_Realloc(t->off, (size_t)ncap * sizeof(Py_ssize_t));
@@ -140,16 +148,8 @@ static int32_t intern(Intern *t, const unsigned char *p, Py_ssize_t n) {
 /* the id of p[:n] if interned, else -1 */
 static int32_t intern_find(const Intern *t, const unsigned char *p, Py_ssize_t n) {
     if (!t->cap) return -1;
-    uint64_t h = fnv(p, n);
-    Py_ssize_t j = (Py_ssize_t)(h & (uint64_t)(t->cap - 1));
-    while (t->hash[j]) {
-        if (t->hash[j] == h) {
-            int32_t id = t->slot_id[j];
-            if (t->len[id] == n && memcmp(t->arena + t->off[id], p, (size_t)n) == 0) return id;
-        }
-        j = (j + 1) & (t->cap - 1);
-    }
-    return -1;
+    Py_ssize_t j = intern_slot(t, p, n, fnv(p, n));
+    return t->hash[j] ? t->slot_id[j] : -1;
 }
 
 static int tl_push(Timeline *t, int kind, int64_t a, int64_t b, const unsigned char *name, Py_ssize_t name_n,

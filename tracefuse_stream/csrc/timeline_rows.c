@@ -24,7 +24,6 @@ typedef struct {
     Py_ssize_t ncuts, seg;
     int64_t *out; /* the rows written: ROW_FIELDS int64 each */
     Py_ssize_t on, ocap;
-    int failed;
 } TSeg;
 
 /* a row: seg, kind, name, ns, count, runs, piece a/b, span a/b, first a/b, last a/b */
