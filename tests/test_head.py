@@ -63,6 +63,22 @@ CASES = [
     ("hello", None),
     ("\ufeff\ufeff{}", None),
     (" \n" * 70000 + '{"traceEvents": [' + X.replace("TS", "8") + "]}", None),  # white space over chunks
+    # headers longer than the parse's first pieces (they start at 8 KiB and double) and
+    # than the depth gate's window, with more top-level containers than its hand-offs
+    (
+        '{"deviceProperties": [' + ", ".join(['{"id": %d, "name": "GPU"}' % i for i in range(4000)]) + "], "
+        '"traceEvents": [' + X.replace("TS", "9.5") + "]}",
+        None,
+    ),  # fmt: skip
+    ('{"note": "' + "n" * 300_000 + '", "traceEvents": [' + M + ", " + X.replace("TS", "10") + "]}", None),
+    (
+        "{"
+        + ", ".join('"k%d": {"v": [%d]}' % (i, i) for i in range(3000))
+        + ', "traceEvents": ['
+        + X.replace("TS", "11")
+        + "]}",
+        None,
+    ),  # fmt: skip
 ]
 
 
@@ -110,7 +126,7 @@ def test_crafted_starts(codec: str, tmp_path: Path) -> None:
         assert head.why_not == why_not, (text, head)
         _check_against_the_stages(path)
         known += head.first_known
-    assert known == 9  # the cases with a clean start and event array
+    assert known == 12  # the cases with a clean start and event array
 
 
 def test_heads_of_real_and_recorded_traces() -> None:

@@ -24,7 +24,7 @@ import pytest
 from conftest import REPO, SITE_HOOKS, recorded
 
 from tracefuse_stream import InputError, merge
-from tracefuse_stream.pipeline.gcpause import cyclic_gc_paused
+from tracefuse_stream.gcpause import cyclic_gc_paused
 
 TRACE = recorded("natural_order") / "rank_5.json"
 

@@ -44,7 +44,7 @@
  * events is not a separator). read/batches.EventBatches.mixed drives them.
  *
  * The source is split into parts of one job each (tracefuse_stream/csrc/: base.h,
- * tokens, rules, rewrite, scan, skim, timeline, timeline_rows, walk), compiled as this one translation unit by
+ * tokens, rules, rewrite, scan, skim, timeline, timeline_rows, validate, walk), compiled as this one translation unit by
  * the #includes below: every function stays static and inlinable, as before.
  */
 #include "csrc/base.h"
@@ -55,6 +55,7 @@
 #include "csrc/skim.c"
 #include "csrc/timeline.c"
 #include "csrc/timeline_rows.c"
+#include "csrc/validate.c"
 #include "csrc/walk.c"
 
 static PyMethodDef methods[] = {

@@ -37,6 +37,39 @@ static int holds(Span text, Span w) {
     return 0;
 }
 
+/* the text holds one of the needles (each at least 2 bytes, at most 8 of them): one
+ * pass that tests 16 positions at a time for every needle's first two bytes, where
+ * holds() made a pass per needle (four a name for info's selection: ~9% of the walk) */
+static int holds_any(Span text, const unsigned char *limit, const Span *w, int nw) {
+    /* limit: the end of the buffer that holds text; the 16-byte loads may read up to
+     * there (a name is followed by its quote and the rest of its event), so a short
+     * name takes one load, not the byte loop */
+    const unsigned char *p = text.p;
+    Py_ssize_t n = text.n, i = 0, shortest = w[0].n;
+    for (int k = 1; k < nw; k++)
+        if (w[k].n < shortest) shortest = w[k].n;
+    if (n < shortest) return 0;
+#ifdef __SSE2__
+    __m128i c0[8], c1[8];
+    for (int k = 0; k < nw; k++) c0[k] = _mm_set1_epi8((char)w[k].p[0]), c1[k] = _mm_set1_epi8((char)w[k].p[1]);
+    for (; i + 1 < n && p + i + 17 <= limit; i += 16) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(p + i)), b = _mm_loadu_si128((const __m128i *)(p + i + 1));
+        __m128i hit = _mm_and_si128(_mm_cmpeq_epi8(a, c0[0]), _mm_cmpeq_epi8(b, c1[0]));
+        for (int k = 1; k < nw; k++)
+            hit = _mm_or_si128(hit, _mm_and_si128(_mm_cmpeq_epi8(a, c0[k]), _mm_cmpeq_epi8(b, c1[k])));
+        for (unsigned m = (unsigned)_mm_movemask_epi8(hit); m; m &= m - 1) {
+            Py_ssize_t at = i + __builtin_ctz(m);
+            for (int k = 0; k < nw; k++)
+                if (at + w[k].n <= n && memcmp(p + at, w[k].p, (size_t)w[k].n) == 0) return 1;
+        }
+    }
+#endif
+    for (; i + shortest <= n; i++)
+        for (int k = 0; k < nw; k++)
+            if (p[i] == w[k].p[0] && i + w[k].n <= n && memcmp(p + i, w[k].p, (size_t)w[k].n) == 0) return 1;
+    return 0;
+}
+
 /* microseconds as an exact integer of 1e-9 us (0: more than 9 decimals) */
 static int num_to_nano_us(const Num *num, __int128 *out) { return num_scaled(num, 9, 20, out); }
 

@@ -47,6 +47,26 @@ static int walk_needle(const Sel *sel, Needles *nd) {
     return 1;
 }
 
+/* the walk's names to search for (nd->names, holds_any): sel->name_contains when there
+ * are at most 8 of them, each 2 bytes or more (-1 otherwise: one holds() each) */
+static void walk_names(const Sel *sel, Needles *nd) {
+    nd->n_names = 0;
+    if (sel->name_contains == Py_None) return;
+    Py_ssize_t count = PyTuple_GET_SIZE(sel->name_contains);
+    if (count > 8) {
+        nd->n_names = -1;
+        return;
+    }
+    for (Py_ssize_t j = 0; j < count; j++) {
+        Span w = bytes_span(PyTuple_GET_ITEM(sel->name_contains, j));
+        if (w.n < 2) {
+            nd->n_names = -1;
+            return;
+        }
+        nd->names[nd->n_names++] = w;
+    }
+}
+
 /* bytes that end a walked string: the quote, and what the validating scan judges (an
  * escape, a control byte: invalid; non-ASCII: Python checks its UTF-8) */
 static const unsigned char WALK_STOP[256] = {[0 ... 0x1f] = 1, ['"'] = 1, ['\\'] = 1, [0x80 ... 0xff] = 1};
@@ -103,16 +123,16 @@ static int walk_value(St *st, Py_ssize_t *i, int bit, const Needles *nd, Walk *w
     if (c == '{' || c == '[') {
         /* validated as the merge validates it (bad literals, leading zeros, control
          * bytes: E_FALL, and the validating scan hands the event to Python, which names
-         * the problem); nothing is written (st->nowrite) */
+         * the problem); nothing is written */
         st->i = *i;
         /* the needle met as a whole string token while the value is read (nd->token:
          * the same answer as searching its text, see walk_needle) */
         if (nd->token) st->needle = nd->all[0].p + 1, st->needle_n = nd->all[0].n - 2, st->needle_found = 0;
-        int r = copy_value(st, 1);
+        int escaped = 0, r = valid_nested(st, &escaped); /* csrc/validate.c: copy_value's answer */
         st->needle_n = 0;
         if (r) return r;
         Span text = {s + *i, st->i - *i};
-        if (memchr(text.p, '\\', (size_t)text.n)) w->escaped = 1;
+        if (escaped) w->escaped = 1;
         if (nd->token ? st->needle_found : (nd->n_all && holds(text, nd->all[0]))) w->found = 1;
         *i = st->i;
         return OK;
@@ -145,16 +165,20 @@ static int walk_value(St *st, Py_ssize_t *i, int bit, const Needles *nd, Walk *w
 }
 
 /* the scan's selection (scan_event) on a walked event */
-static int walk_selects(const Sel *sel, const Walk *w, Span text, int quoted) {
+static int walk_selects(const Sel *sel, const Needles *nd, const Walk *w, Span text, int quoted,
+                        const unsigned char *limit) {
     int match = 1;
     if (sel->ph != Py_None) match = match && (w->seen & 1) && bytes_match(sel->ph, w->f[0], 0);
     if (sel->cat != Py_None) match = match && (w->seen & 2) && cat_match(sel->cat, w->f[1]);
     if (sel->name_prefix != Py_None) match = match && (w->seen & 4) && bytes_match(sel->name_prefix, w->f[2], 1);
     if (sel->ph == Py_None && sel->cat == Py_None && sel->name_prefix == Py_None) match = 0;
     if (!match || (sel->name_contains == Py_None && sel->text_contains == Py_None)) return match;
-    if (sel->name_contains != Py_None && (w->seen & 4))
-        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(sel->name_contains); j++)
-            if (holds(w->f[2], bytes_span(PyTuple_GET_ITEM(sel->name_contains, j)))) return 1;
+    if (sel->name_contains != Py_None && (w->seen & 4)) {
+        if (nd->n_names > 0 && holds_any(w->f[2], limit, nd->names, nd->n_names)) return 1;
+        if (nd->n_names < 0)
+            for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(sel->name_contains); j++)
+                if (holds(w->f[2], bytes_span(PyTuple_GET_ITEM(sel->name_contains, j)))) return 1;
+    }
     if (sel->text_contains == Py_None) return 0;
     return w->escaped || (quoted ? w->found : holds(text, bytes_span(sel->text_contains)));
 }
@@ -220,7 +244,7 @@ static int walk_event(St *st, const Sel *sel, const Needles *nd, ScanEv *ev, Tim
             if (i >= n) return E_MORE;
         }
     Span text = {s + start, i - start};
-    if (walk_selects(sel, &w, text, nd->n_all)) goto judge; /* selected: its text decodes as in the scan */
+    if (walk_selects(sel, nd, &w, text, nd->n_all, s + n)) goto judge; /* selected: its text decodes as in the scan */
     if (tl) {
         r = walk_record(tl, &w);
         if (r == E_NOMEM) return r;
@@ -297,7 +321,7 @@ static PyObject *kernel_scan(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "scan: a timeline needs the walk (extremes, validate false)");
         return NULL;
     }
-    if (walk) walk_needle(&sel, &nd); /* the walk's own needle, when it has one */
+    if (walk) walk_needle(&sel, &nd), walk_names(&sel, &nd); /* the walk's own needles */
     else if (skim && (PyTuple_Check(sel.cat) || !skim_needles(&sel, &nd))) skim = 0; /* several cats: scan */
     if (PyErr_Occurred()) {
         for (int j = 0; j < NSEL; j++) Py_DECREF(held[j]);

@@ -24,7 +24,7 @@ import orjson
 
 from tracefuse_stream.align.links import CollectiveLinker
 from tracefuse_stream.errors import InputError
-from tracefuse_stream.pipeline.gcpause import cyclic_gc_paused
+from tracefuse_stream.gcpause import cyclic_gc_paused
 from tracefuse_stream.plan.rankplan import RankPlan
 from tracefuse_stream.read.readers import BatchedReader, EventReader, ExactReader, Handover, SalvageReader
 from tracefuse_stream.rewrite.kernel import kernel_for
@@ -79,7 +79,7 @@ class RankResult:
 def stream_rank(task: RankTask, progress: Progress = None) -> RankResult:
     """Stream one rank into a fragment; with the salvage reader when the file is
     broken and ``task.salvage``."""
-    with cyclic_gc_paused():  # restored afterwards, main thread only: pipeline/gcpause.py
+    with cyclic_gc_paused():  # restored afterwards, main thread only: gcpause.py
         if task.plan.needs_salvage:
             return _drive(task, _salvage_reader(task.plan), progress)
         try:

@@ -33,6 +33,8 @@ _OUTSIDE = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]|"')
 _STRING_REST = re.compile(rb'[^"\\]*(?:\\.[^"\\]*)*"')
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b'[]{}"')
 _HANDOFF = -2
+#: hand-offs to the fast scan a window at most (a failed one costs a pass over the rest)
+_HANDOFFS = 8
 #: bytes judged at a time: the exact scan takes only the windows at the top level
 WINDOW = 64 << 10
 _RESIDUE = re.compile(rb"[\]}]*[\[{]*")
@@ -144,12 +146,17 @@ class DepthGate:
                 pos = end
                 continue
             at = self._scan(window, 0, handoff=True)
-            if at == _HANDOFF:  # once per window: text that stays deep is scanned whole
+            tries = 0
+            while at == _HANDOFF:
+                # the rest of the window at C speed from where the text went below the
+                # top level; when it comes back up there (the next key's value: the
+                # header's keys before the events, the trailer's after), the exact scan
+                # takes it to the next value that opens, a few times a window at most
                 start = self._handoff
                 if self._fast(window, start):
-                    pos = end
-                    continue
-                at = self._scan(window, start)
+                    break
+                tries += 1
+                at = self._scan(window, start, handoff=tries < _HANDOFFS, reopen=True)
             if at >= 0:
                 return pos + at
             pos = end
@@ -190,11 +197,13 @@ class DepthGate:
             self._escape = False
         return True
 
-    def _scan(self, data: bytes, pos: int, handoff: bool = False) -> int:
+    def _scan(self, data: bytes, pos: int, handoff: bool = False, reopen: bool = False) -> int:
         """Advance the state over ``data[pos:]``: the index where the level passes the
         limit, or (counting) where the offending value ends; -1 when neither.
         ``handoff``: stop with :data:`_HANDOFF` (``self._handoff``: where) once inside
-        the top level's values, where :meth:`_fast` can take the rest."""
+        the top level's values, where :meth:`_fast` can take the rest; with ``reopen``
+        only where a value of the top level opens (the text before was judged deep by
+        :meth:`_fast` already and came back to the top level)."""
         if self._escape:
             self._escape = False
             pos += 1
@@ -225,7 +234,12 @@ class DepthGate:
                     self._object = c == 0x7B
                 elif self.level == 2:
                     self._top_key = self._key if self._object else None
-                if handoff and self.level >= (2 if self._object else 1) and self.level <= self._limit:
+                top = 2 if self._object else 1
+                if (
+                    handoff
+                    and (self.level == top if reopen else self.level >= top)
+                    and self.level <= self._limit
+                ):
                     self._handoff = m.end()
                     return _HANDOFF
                 if self._counting:

@@ -24,6 +24,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from tracefuse_stream.align.collectives import COLLECTIVE_SELECTION, CollectiveCollector, RankScan
 from tracefuse_stream.align.ends import DEFAULT_CAP, RankCollectives
 from tracefuse_stream.errors import InputError, TraceFuseError
+from tracefuse_stream.gcpause import cyclic_gc_paused
 from tracefuse_stream.plan.extent import RankInfo, scan_rank
 from tracefuse_stream.plan.rankplan import RankPlan
 from tracefuse_stream.report.timeline import TimelineFeed
@@ -53,7 +54,14 @@ class FileScan:
 
 
 def scan_file(plan: RankPlan, sections: Tuple[str, ...]) -> FileScan:
-    """The single pass over ``plan``'s file (see the module docstring)."""
+    """The single pass over ``plan``'s file (see the module docstring), with the cyclic
+    collector paused as the merge pauses it (gcpause.py: the pass makes no cycles, and
+    the collector's walks over the live batches were ~2% of ``info --collectives``)."""
+    with cyclic_gc_paused():
+        return _scan_file(plan, sections)
+
+
+def _scan_file(plan: RankPlan, sections: Tuple[str, ...]) -> FileScan:
     try:
         if not sections:
             return FileScan(scan_rank(plan), None)
