@@ -22,7 +22,6 @@ import contextlib
 import io
 import math
 import os
-import pickle
 import signal
 import sys
 import time
@@ -165,18 +164,23 @@ def _context() -> Any:
     return multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
 
 
-class _MainRefs(pickle.Pickler):
-    """A pickler that notes the functions and classes it pickles by reference to
-    ``__main__`` (only by name: the worker must find them there)."""
+def _main_refs_pickler(file: Any) -> Any:
+    """A pickler that notes (``main_refs``) the functions and classes it pickles by
+    reference to ``__main__`` (only by name: the worker must find them there). pickle
+    is imported here, when a pool starts: a -j 1 run does not load it (start-up)."""
+    import pickle
 
-    def __init__(self, file: Any) -> None:
-        super().__init__(file)
-        self.main_refs: List[str] = []
+    class _MainRefs(pickle.Pickler):
+        def __init__(self, file: Any) -> None:
+            super().__init__(file)
+            self.main_refs: List[str] = []
 
-    def reducer_override(self, obj: Any) -> Any:
-        if callable(obj) and getattr(obj, "__module__", None) == "__main__":
-            self.main_refs.append(str(getattr(obj, "__qualname__", obj)))
-        return NotImplemented  # pickle it as usual
+        def reducer_override(self, obj: Any) -> Any:
+            if callable(obj) and getattr(obj, "__module__", None) == "__main__":
+                self.main_refs.append(str(getattr(obj, "__qualname__", obj)))
+            return NotImplemented  # pickle it as usual
+
+    return _MainRefs(file)
 
 
 def _unpicklable(fn: Callable[..., Any], tasks: Sequence[Any]) -> Optional[str]:
@@ -185,7 +189,9 @@ def _unpicklable(fn: Callable[..., Any], tasks: Sequence[Any]) -> Optional[str]:
     pickled; a lambda or local function as ``filter_fn`` cannot be. A function of an
     interactive session (Jupyter, the REPL: a ``__main__`` without a file) pickles, by
     name, but a spawned worker cannot import ``__main__`` to find it."""
-    p = _MainRefs(io.BytesIO())
+    import pickle
+
+    p = _main_refs_pickler(io.BytesIO())
     try:
         p.dump((fn, list(tasks)))
     except (pickle.PicklingError, AttributeError, TypeError) as e:

@@ -8,7 +8,6 @@ when it is significant (enough matches, spread below the offset). See
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
@@ -174,6 +173,8 @@ def _host_alignment(
             f"only {n} collective(s) matched with reference host {ref_label} (need {min_matches}); offset 0"
         )
     else:
+        import statistics  # here: its fractions import is start-up every command paid
+
         med2 = statistics.median(diffs2)  # values are offsets, exact in a float
         mad = statistics.median([abs(d - med2) for d in diffs2]) / 2
         med = med2 / 2

@@ -60,7 +60,9 @@ static int holds_any(Span text, const unsigned char *limit, const Span *w, int n
         for (unsigned m = (unsigned)_mm_movemask_epi8(hit); m; m &= m - 1) {
             Py_ssize_t at = i + __builtin_ctz(m);
             for (int k = 0; k < nw; k++)
-                if (at + w[k].n <= n && memcmp(p + at, w[k].p, (size_t)w[k].n) == 0) return 1;
+                if (at + w[k].n <= n && p[at] == w[k].p[0] && p[at + 1] == w[k].p[1] &&
+                    memcmp(p + at + 2, w[k].p + 2, (size_t)w[k].n - 2) == 0)
+                    return 1;
         }
     }
 #endif
@@ -76,7 +78,13 @@ static int num_to_nano_us(const Num *num, __int128 *out) { return num_scaled(num
 static int bytes_match(PyObject *want, Span got, int prefix) {
     Py_ssize_t n = PyBytes_GET_SIZE(want);
     if (prefix ? got.n < n : got.n != n) return 0;
-    return memcmp(PyBytes_AS_STRING(want), got.p, n) == 0;
+    const unsigned char *w = (const unsigned char *)PyBytes_AS_STRING(want);
+    if (n <= 8) { /* ph "X", short categories: no call */
+        for (Py_ssize_t j = 0; j < n; j++)
+            if (w[j] != got.p[j]) return 0;
+        return 1;
+    }
+    return memcmp(w, got.p, n) == 0;
 }
 
 /* the selection's cat (bytes, or a tuple of bytes: any of them) is the event's */

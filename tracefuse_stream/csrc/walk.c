@@ -85,12 +85,15 @@ static inline int walk_string(const unsigned char *s, Py_ssize_t n, Py_ssize_t *
         unsigned m = (unsigned)_mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(b, quote), odd));
         if (m) {
             e += __builtin_ctz(m);
-            break;
+            goto stop; /* the byte loop would only test it again */
         }
     }
 #endif
     while (e < n && !WALK_STOP[s[e]]) e++;
     if (e >= n) return E_MORE;
+#ifdef __SSE2__
+stop:
+#endif
     if (s[e] != '"') return E_FALL;
     v->p = s + j;
     v->n = e - j;
@@ -99,10 +102,26 @@ static inline int walk_string(const unsigned char *s, Py_ssize_t n, Py_ssize_t *
     return OK;
 }
 
-static inline Py_ssize_t walk_ws(const unsigned char *s, Py_ssize_t i, Py_ssize_t n) {
-    while (i < n && (s[i] == ' ' || s[i] == '\n' || s[i] == '\r' || s[i] == '\t')) i++;
-    return i;
+/* which of the keys the walk reads k is: ph 1, cat 2, name 4, ts 8, dur 16, pid 32,
+ * tid 64, other 0 (by length, then bytes: a chain of span_is cost a memcmp call each
+ * time the lengths agree) */
+static inline int walk_key_bit(Span k) {
+    const unsigned char *p = k.p;
+    switch (k.n) {
+    case 2:
+        return p[0] == 'p' && p[1] == 'h' ? 1 : p[0] == 't' && p[1] == 's' ? 8 : 0;
+    case 3:
+        if (p[1] == 'i' && p[2] == 'd') return p[0] == 'p' ? 32 : p[0] == 't' ? 64 : 0;
+        if (p[0] == 'c' && p[1] == 'a' && p[2] == 't') return 2;
+        return p[0] == 'd' && p[1] == 'u' && p[2] == 'r' ? 16 : 0;
+    case 4:
+        return p[0] == 'n' && p[1] == 'a' && p[2] == 'm' && p[3] == 'e' ? 4 : 0;
+    default:
+        return 0;
+    }
 }
+
+static inline Py_ssize_t walk_ws(const unsigned char *s, Py_ssize_t i, Py_ssize_t n) { return ws_end(s, i, n); }
 
 /* one member's value at s[*i] (bit: which of ph 1, cat 2, name 4, ts 8, dur 16 it is) */
 static int walk_value(St *st, Py_ssize_t *i, int bit, const Needles *nd, Walk *w) {
@@ -230,8 +249,7 @@ static int walk_event(St *st, const Sel *sel, const Needles *nd, ScanEv *ev, Tim
             if (s[i] != ':') goto judge;
             i = walk_ws(s, i + 1, n);
             if (i >= n) return E_MORE;
-            int bit = IS(k, "ph") ? 1 : IS(k, "cat") ? 2 : IS(k, "name") ? 4 : IS(k, "ts") ? 8 : IS(k, "dur") ? 16
-                      : IS(k, "pid") ? 32 : IS(k, "tid") ? 64 : 0;
+            int bit = walk_key_bit(k);
             if (w.seen & (unsigned)bit) goto judge; /* repeated: the scan refuses it */
             w.seen |= (unsigned)bit;
             if ((r = walk_value(st, &i, bit, nd, &w))) goto fail;

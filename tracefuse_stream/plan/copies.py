@@ -24,7 +24,6 @@ a few files here; a copy is read in full, twice. Never a comparison of every pai
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass
 from typing import Dict, Hashable, List, Optional, Sequence, Tuple
@@ -69,6 +68,8 @@ def _rank_key(p: RankPlan) -> Optional[int]:
 
 def _digest(path: str, head_tail: bool) -> bytes:
     """blake2b of the first and last :data:`EDGE` bytes (``head_tail``), or of all bytes."""
+    import hashlib  # only when two inputs may be copies (start-up: hashlib loads OpenSSL)
+
     h = hashlib.blake2b(digest_size=16)
     try:
         with open(path, "rb") as f:

@@ -16,16 +16,26 @@ import os
 import zlib
 from typing import Any, BinaryIO, List, Optional, Union
 
-import zstandard
-
 from tracefuse_stream.errors import ErrorKind, InputError
 from tracefuse_stream.read.zstdblocks import ZstdBudget
 
-_zlib_impl: Any
-try:  # ISA-L inflates 2-3x faster than zlib; optional at run time.
-    from isal import isal_zlib as _zlib_impl
-except ImportError:  # pragma: no cover - exercised only without isal
-    _zlib_impl = zlib
+
+def _inflate_module() -> Any:
+    """ISA-L's zlib (it inflates 2-3x faster than zlib; optional at run time), imported
+    on the first compressed input: a run of plain files does not load it (start-up)."""
+    try:
+        from isal import isal_zlib
+
+        return isal_zlib
+    except ImportError:  # pragma: no cover - exercised only without isal
+        return zlib
+
+
+def _zstd_decompressobj() -> Any:
+    import zstandard  # loaded on the first .zst input (start-up: plain files do not need it)
+
+    return zstandard.ZstdDecompressor().decompressobj()
+
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -107,8 +117,8 @@ class _Inflater:
 
     def _new(self) -> Any:
         if self.compression == "gzip":
-            return (zlib if self.tolerant else _zlib_impl).decompressobj(31)
-        return zstandard.ZstdDecompressor().decompressobj()
+            return (zlib if self.tolerant else _inflate_module()).decompressobj(31)
+        return _zstd_decompressobj()
 
     def _member_end(self) -> None:
         """The current member/frame ended: what follows starts the next one."""
