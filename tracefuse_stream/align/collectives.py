@@ -252,7 +252,8 @@ class Instance:
 
     @property
     def last_rank(self) -> int:
-        return self.arrival_order[-1]
+        """arrival_order's last, in one pass (asked for every instance and rank)."""
+        return max(self.entries, key=lambda r: (self.entries[r].start_ns, r))
 
     @property
     def last_arrival_ns(self) -> int:
