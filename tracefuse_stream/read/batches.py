@@ -188,7 +188,8 @@ def _events_start(reader: TraceReader, layout: str) -> bytearray:
                 continue
             if head[i] != ord("["):
                 raise NotBatchable("array form does not start with '['")
-            return bytearray(head[i:])
+            del head[:i]
+            return head
         while True:
             i = head.find(_KEY, search_from)
             if i < 0:
@@ -201,7 +202,8 @@ def _events_start(reader: TraceReader, layout: str) -> bytearray:
                     search_from = i  # the value starts in the next chunk
                     break
                 if head[j] == ord("[") and keys_before_at(head, i) is not None:
-                    return bytearray(head[j:])
+                    del head[:j]  # in place: a bytearray drops its start without a copy
+                    return head
             elif j >= len(head):
                 search_from = i
                 break
