@@ -247,10 +247,11 @@ def _fill_row(table: CollectiveTable, row: StepRow, insts: Sequence[Instance]) -
             mine.setdefault(r, []).append(inst)
     ranks = sorted(mine)
     spans = {r: _step_span(table, r, row.step) for r in ranks}
+    last = {id(i): i.last_arrival_ns for i in insts}  # once an instance, not once a rank
     for r in ranks:
         lo, hi = spans[r]
         row.count[r] = len(mine[r])
-        row.wait[r] = union_ns(((i.entries[r].start_ns, i.last_arrival_ns) for i in mine[r]), lo, hi)
+        row.wait[r] = union_ns(((i.entries[r].start_ns, last[id(i)]) for i in mine[r]), lo, hi)
         if lo is not None and hi is not None:
             row.busy[r] = max(0, hi - lo - row.wait[r])
         row.lateness[r], row.late_at[r] = 0, -1
