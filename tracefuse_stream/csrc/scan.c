@@ -6,8 +6,16 @@ typedef struct {
     PyObject *ph, *cat, *name_prefix; /* bytes or None (cat: or a tuple of bytes, any of them) */
     PyObject *name_contains;          /* tuple of bytes or None: ... and a name holding one, */
     PyObject *text_contains;          /* bytes or None: ... or an event text holding this */
-    int extremes;                     /* fold first ts / last end of unselected events */
+    PyObject *name_cats; /* tuple (bytes or None each) or None: name_contains[j] counts only
+                          * in an event of category name_cats[j] (None: any) */
+    PyObject *text_cat;  /* bytes or None: text_contains counts only in an event of it */
+    int extremes;        /* fold first ts / last end of unselected events */
 } Sel;
+
+/* needle j of name_contains counts in an event of category cat (has: it has one) */
+static int needle_cat_ok(const Sel *sel, Py_ssize_t j, Span cat, int has);
+/* text_contains counts in an event of category cat */
+static int text_cat_ok(const Sel *sel, Span cat, int has);
 
 static inline Span bytes_span(PyObject *b) {
     Span sp = {(const unsigned char *)PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b)};
@@ -74,6 +82,18 @@ static int holds_any(Span text, const unsigned char *limit, const Span *w, int n
 
 /* microseconds as an exact integer of 1e-9 us (0: more than 9 decimals) */
 static int num_to_nano_us(const Num *num, __int128 *out) { return num_scaled(num, 9, 20, out); }
+
+static int bytes_match(PyObject *want, Span got, int prefix);
+
+static int needle_cat_ok(const Sel *sel, Py_ssize_t j, Span cat, int has) {
+    if (sel->name_cats == Py_None) return 1;
+    PyObject *c = PyTuple_GET_ITEM(sel->name_cats, j);
+    return c == Py_None || (has && bytes_match(c, cat, 0));
+}
+
+static int text_cat_ok(const Sel *sel, Span cat, int has) {
+    return sel->text_cat == Py_None || (has && bytes_match(sel->text_cat, cat, 0));
+}
 
 static int bytes_match(PyObject *want, Span got, int prefix) {
     Py_ssize_t n = PyBytes_GET_SIZE(want);
@@ -165,10 +185,10 @@ static int scan_event(St *st, const Sel *sel, ScanEv *ev) {
         if (sel->name_contains != Py_None && has_name) {
             for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(sel->name_contains) && !more; j++) {
                 PyObject *b = PyTuple_GET_ITEM(sel->name_contains, j);
-                more = holds(name, bytes_span(b));
+                more = needle_cat_ok(sel, j, cat, has_cat) && holds(name, bytes_span(b));
             }
         }
-        if (!more && sel->text_contains != Py_None) {
+        if (!more && sel->text_contains != Py_None && text_cat_ok(sel, cat, has_cat)) {
             Span text = {st->s + ev_start, st->i - ev_start};
             more = holds(text, bytes_span(sel->text_contains)) ||
                    memchr(text.p, '\\', text.n) != NULL; /* an escape could spell it: Python looks */

@@ -193,12 +193,17 @@ static int walk_selects(const Sel *sel, const Needles *nd, const Walk *w, Span t
     if (sel->ph == Py_None && sel->cat == Py_None && sel->name_prefix == Py_None) match = 0;
     if (!match || (sel->name_contains == Py_None && sel->text_contains == Py_None)) return match;
     if (sel->name_contains != Py_None && (w->seen & 4)) {
-        if (nd->n_names > 0 && holds_any(w->f[2], limit, nd->names, nd->n_names)) return 1;
-        if (nd->n_names < 0)
+        /* one pass for all the needles; which one, and whether it counts in this
+         * event's category, only when the name holds one */
+        int any = nd->n_names > 0 ? holds_any(w->f[2], limit, nd->names, nd->n_names) : nd->n_names < 0;
+        if (any && nd->n_names > 0 && sel->name_cats == Py_None) return 1;
+        if (any)
             for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(sel->name_contains); j++)
-                if (holds(w->f[2], bytes_span(PyTuple_GET_ITEM(sel->name_contains, j)))) return 1;
+                if (needle_cat_ok(sel, j, w->f[1], w->seen & 2) &&
+                    holds(w->f[2], bytes_span(PyTuple_GET_ITEM(sel->name_contains, j))))
+                    return 1;
     }
-    if (sel->text_contains == Py_None) return 0;
+    if (sel->text_contains == Py_None || !text_cat_ok(sel, w->f[1], w->seen & 2)) return 0;
     return w->escaped || (quoted ? w->found : holds(text, bytes_span(sel->text_contains)));
 }
 
@@ -306,18 +311,25 @@ static PyObject *kernel_scan(PyObject *self, PyObject *args) {
         tl = (Timeline *)tl_obj;
     }
     Sel sel;
-    enum { NSEL = 5 };
-    PyObject *held[NSEL] = {NULL, NULL, NULL, NULL, NULL};
-    const char *names[NSEL] = {"ph", "cat", "name_prefix", "text_contains", "name_contains"};
-    PyObject **slots[NSEL] = {&sel.ph, &sel.cat, &sel.name_prefix, &sel.text_contains, &sel.name_contains};
+    enum { NSEL = 7 };
+    PyObject *held[NSEL] = {NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    const char *names[NSEL] = {"ph",          "cat",      "name_prefix",      "text_contains",
+                               "text_cat",    "name_contains", "name_cats"};
+    PyObject **slots[NSEL] = {&sel.ph,       &sel.cat,           &sel.name_prefix, &sel.text_contains,
+                              &sel.text_cat, &sel.name_contains, &sel.name_cats};
     for (int j = 0; j < NSEL; j++) {
         held[j] = PyObject_GetAttrString(sel_obj, names[j]);
-        /* cat: bytes, or a tuple of bytes (one of them) */
-        int ok = held[j] && (held[j] == Py_None || (j < 4 ? PyBytes_Check(held[j]) : PyTuple_Check(held[j])) ||
+        /* 0-4 bytes (cat: or a tuple of bytes, one of them), 5-6 a tuple (of bytes; 6: or None each) */
+        int ok = held[j] && (held[j] == Py_None || (j < 5 ? PyBytes_Check(held[j]) : PyTuple_Check(held[j])) ||
                              (j == 1 && PyTuple_Check(held[j])));
-        if (ok && (j == 4 || j == 1) && held[j] != Py_None && PyTuple_Check(held[j]))
-            for (Py_ssize_t m = 0; m < PyTuple_GET_SIZE(held[j]); m++)
-                ok = ok && PyBytes_Check(PyTuple_GET_ITEM(held[j], m));
+        if (ok && (j >= 5 || j == 1) && held[j] != Py_None && PyTuple_Check(held[j]))
+            for (Py_ssize_t m = 0; m < PyTuple_GET_SIZE(held[j]); m++) {
+                PyObject *item = PyTuple_GET_ITEM(held[j], m);
+                ok = ok && (PyBytes_Check(item) || (j == 6 && item == Py_None));
+            }
+        if (ok && j == 6 && held[j] != Py_None &&
+            (sel.name_contains == Py_None || PyTuple_GET_SIZE(held[j]) != PyTuple_GET_SIZE(sel.name_contains)))
+            ok = 0; /* one category (or None) for each of name_contains */
         if (!ok) {
             if (held[j]) PyErr_SetString(PyExc_TypeError, "scan selection: bytes, a tuple of bytes, or None");
             for (int m = 0; m <= j; m++) Py_XDECREF(held[m]);
@@ -340,7 +352,9 @@ static PyObject *kernel_scan(PyObject *self, PyObject *args) {
         return NULL;
     }
     if (walk) walk_needle(&sel, &nd), walk_names(&sel, &nd); /* the walk's own needles */
-    else if (skim && (PyTuple_Check(sel.cat) || !skim_needles(&sel, &nd))) skim = 0; /* several cats: scan */
+    else if (skim && (PyTuple_Check(sel.cat) || sel.name_cats != Py_None || sel.text_cat != Py_None ||
+                      !skim_needles(&sel, &nd)))
+        skim = 0; /* several cats, or needles of a category: scan */
     if (PyErr_Occurred()) {
         for (int j = 0; j < NSEL; j++) Py_DECREF(held[j]);
         PyBuffer_Release(&buf);

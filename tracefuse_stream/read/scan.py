@@ -36,7 +36,13 @@ class ScanSelection:
     found), or the pass reports facts, not a file's validity (``info``), so the kernel
     only delimits the events (the skim in ``_kernel.c``), several times faster; with
     ``extremes``, the walk: each event's top level read token by token (``ts`` and
-    ``dur`` exactly), what is nested only delimited."""
+    ``dur`` exactly), what is nested only delimited.
+
+    ``name_contains_cats``: for each of ``name_contains``, the category of the events
+    whose names it is looked for in (None: any); ``text_contains_cat``: the same for
+    ``text_contains``. info's pass names its needles' categories (a NCCL kernel, a gloo
+    annotation) so that the events around them it has no use for (the profiler's
+    ``nccl:*`` annotations, ``record_param_comms``) stay in the kernel."""
 
     ph: Optional[str] = None
     cat: Union[None, str, Tuple[str, ...]] = None  # a tuple: any of these categories
@@ -45,6 +51,12 @@ class ScanSelection:
     text_contains: Optional[str] = None
     extremes: bool = False
     validate: bool = True
+    name_contains_cats: Tuple[Optional[str], ...] = ()  # () or one for each of name_contains
+    text_contains_cat: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if self.name_contains_cats and len(self.name_contains_cats) != len(self.name_contains):
+            raise ValueError("ScanSelection: name_contains_cats has one category (or None) per name_contains")
 
 
 class Tally:
@@ -97,6 +109,12 @@ class _Args:
         self.name_prefix = None if sel.name_prefix is None else sel.name_prefix.encode()
         self.name_contains = tuple(n.encode() for n in sel.name_contains) if sel.name_contains else None
         self.text_contains = None if sel.text_contains is None else sel.text_contains.encode()
+        self.name_cats = (
+            tuple(None if c is None else c.encode() for c in sel.name_contains_cats)
+            if sel.name_contains_cats
+            else None
+        )
+        self.text_cat = None if sel.text_contains_cat is None else sel.text_contains_cat.encode()
         self.extremes = sel.extremes
         self.validate = sel.validate
 

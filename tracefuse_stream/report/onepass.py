@@ -21,7 +21,14 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from tracefuse_stream.align.collectives import COLLECTIVE_SELECTION, CollectiveCollector, RankScan
+from tracefuse_stream.align.collectives import (
+    COLLECTIVE_SELECTION,
+    GLOO_CAT,
+    GLOO_PREFIX,
+    STEP_PREFIX,
+    CollectiveCollector,
+    RankScan,
+)
 from tracefuse_stream.align.ends import DEFAULT_CAP, RankCollectives
 from tracefuse_stream.errors import InputError, TraceFuseError
 from tracefuse_stream.gcpause import cyclic_gc_paused
@@ -31,7 +38,21 @@ from tracefuse_stream.report.timeline import TimelineFeed
 from tracefuse_stream.workers import parallel_map, resolve_jobs
 
 SECTIONS = ("steps", "collectives", "align")
-INFO_SELECTION = dataclasses.replace(COLLECTIVE_SELECTION, extremes=True, validate=False)
+#: the collectives' selection, each needle in the category the collector keeps it from
+#: (align/collectives.py CollectiveCollector: gloo ops are annotations, NCCL/RCCL ones
+#: GPU kernels, steps any): the profiler's nccl:* annotations and record_param_comms
+#: ops, half of what the selection handed over, stay in the kernel (its timeline
+#: records them as Python would)
+INFO_SELECTION = dataclasses.replace(
+    COLLECTIVE_SELECTION,
+    extremes=True,
+    validate=False,
+    name_contains_cats=tuple(
+        {GLOO_PREFIX: GLOO_CAT, STEP_PREFIX: None}.get(n, "kernel")
+        for n in COLLECTIVE_SELECTION.name_contains
+    ),
+    text_contains_cat="kernel",
+)
 
 
 def broken_text(e: Any) -> str:
