@@ -49,3 +49,15 @@ def forget_caught_interrupt() -> None:
     trivial one does not set it again.
     """
     exec("None")  # noqa: S102 - a constant: the reset described above
+
+
+def ignore_from_now_on() -> None:
+    """The process's command is over (its output complete, or its error printed): a
+    SIGINT or SIGTERM from here on would end only the interpreter's exit (~20 ms of
+    module teardown), by the signal: status -2 or -15 and no message, for a command
+    that had done its work. Its own status stands. For the process entry points only
+    (``python -m tracefuse_stream``, the ``tracefuse`` script): ``main(argv)`` called
+    in-process leaves the handlers as it found them."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)

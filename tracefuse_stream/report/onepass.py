@@ -3,9 +3,10 @@
 
 Why one pass: each of those used to read every file again (four passes for
 ``info --steps --align --collectives``). The compiled kernel counts and times every
-event in C and hands over only the ``ph: X`` events whose name holds ``gloo:``,
-``ProfilerStep#``, ``nccl``/``rccl`` or whose text holds ``"Collective name"``
-(:data:`INFO_SELECTION`); :class:`~tracefuse_stream.align.collectives.
+event in C and hands over only the ``ph: X`` events whose name holds ``ProfilerStep#``, the
+annotations whose name holds ``gloo:`` and the GPU kernels whose name holds
+``nccl``/``rccl`` or whose text holds ``"Collective name"`` (:data:`INFO_SELECTION`);
+:class:`~tracefuse_stream.align.collectives.
 CollectiveCollector` keeps the collective events and the step spans from those.
 With ``--collectives``, the same pass keeps what the why needs (report/timeline.py:
 the file's operator, annotation and kernel events, compactly, partitioned at the
