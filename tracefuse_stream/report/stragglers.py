@@ -91,10 +91,10 @@ def union_ns(intervals: Iterable[Tuple[int, int]], lo: Optional[int] = None, hi:
     end: Optional[int] = None
     start = 0
     for a, b in sorted(intervals):
-        if lo is not None:
-            a = max(a, lo)
-        if hi is not None:
-            b = min(b, hi)
+        if lo is not None and a < lo:  # comparisons, not max()/min(): called per step and rank
+            a = lo
+        if hi is not None and b > hi:
+            b = hi
         if b <= a:
             continue
         if end is None or a > end:
