@@ -325,16 +325,16 @@ def measure(argv: List[str], env: Dict[str, str], out_path: Optional[Path]) -> D
     root = psutil.Process(proc.pid)
     peaks: Dict[int, int] = {}
     peak_tree = 0
-    while True:
-        sample = bench.rss_by_pid(root)
-        for pid, rss in sample.items():
+
+    def sample() -> None:
+        nonlocal peak_tree
+        rss_now = bench.rss_by_pid(root)
+        for pid, rss in rss_now.items():
             peaks[pid] = max(peaks.get(pid, 0), rss)
-        peak_tree = max(peak_tree, sum(sample.values()))
-        pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
-        if pid == proc.pid:
-            break
-        time.sleep(POLL_S)
-    wall = time.perf_counter() - t0
+        peak_tree = max(peak_tree, sum(rss_now.values()))
+
+    end, status, ru = bench.wait_sampling(proc.pid, sample)  # the end read exactly (bench.py)
+    wall = end - t0
     out_f.seek(0)
     err_f.seek(0)
     out, err = out_f.read().decode(errors="replace"), err_f.read().decode(errors="replace")
