@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 import tracefuse_stream.read.batches as batches_mod
 from tracefuse_stream import native
+from tracefuse_stream.read.scan import ScanSelection
 from tracefuse_stream.report.info import collect_info
 from tracefuse_stream.report.onepass import steps_us
 
@@ -195,3 +196,63 @@ def test_walk_on_random_events(events: List[str], tmp_path_factory: pytest.TempP
     _rank_file(folder, events)
     with pytest.MonkeyPatch.context() as mp:
         _three_ways(folder, mp)
+
+
+#: events as Kineto lays them out (the walk compares its separators and keys whole,
+#: csrc/walk.c kineto_key), and near misses of that layout the generic path must read
+KINETO_LAYOUT = [
+    '{\n    "ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 7, "tid": 7,\n    "ts": 3057737580330.5,'
+    ' "dur": 12.25,\n    "args": {\n      "External id": 3, "Ev Idx": 2\n    }\n  }',
+    '{\n    "ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce", "pid": 0, "tid": 7,\n    "ts":'
+    ' 3057737580400.123, "dur": 55.000,\n    "args": {\n      "Collective name": "allreduce", "Seq": 1\n    }\n  }',
+    '{\n    "ph": "f", "id": 9, "pid": 7, "tid": 7, "ts": 3057737580331, "cat": "ac2g", "name": "ac2g", "bp": "e"\n  }',
+    '{\n    "ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 7, "tid": 7,\n'
+    '    "ts": 3057737580332,\n    "args": {"Bytes": 16}\n  }',
+    # near misses: white space after the colon, a longer key, a repeated key, a key with
+    # a space, a newline and three spaces, a value that is not what the key wants
+    '{\n    "ph": \t"X", "cat": "cpu_op", "name":  "a", "pid": 7, "tid": 7, "ts": 3057737580333, "dur": 1}',
+    '{\n    "ph": "X", "cat": "cpu_op", "name": "b", "pidx": 7, "pid": 7, "tid": 7, "ts": 3057737580334, "dur": 1}',
+    '{\n    "ph": "X", "cat": "cpu_op", "name": "c", "pid": 7, "tid": 7,\n    "ts": 3057737580335,\n    "ts": 1}',
+    '{\n    "ph ": "X", "cat": "cpu_op", "name": "d", "pid": 7, "tid": 7, "ts": 3057737580336, "dur": 1}',
+    '{\n    "ph": "X", "cat": "cpu_op", "name": "e", "pid": 7, "tid": 7,\n   "ts": 3057737580337, "dur": 1}',
+    '{\n    "ph": "X", "cat": "cpu_op", "name": "f", "pid": 7, "tid": 7, "ts": "3057737580338", "dur": [1]}',
+    '{\n    "ph": "X", "cat": "cpu_op", "name": "g", "pid": 7, "tid": 7, "ts": 3057737580339, "dur": 1, "dur": 2}',
+    '{\n    "ph": "X", "cat": "cpu_op", "name": "h", "pid": 7, "tid": 7, "ts": 3057737580340, "dur": 1 }',
+]
+
+
+@pytest.mark.parametrize("chunk", [None, 1, 5, 23])
+def test_walk_on_kineto_layout_and_near_misses(
+    chunk: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "run"
+    _rank_file(folder, KINETO_LAYOUT * 2)
+    if chunk is not None:
+        monkeypatch.setattr(batches_mod, "CHUNK_BYTES", chunk)
+    (row,), kept = _three_ways(folder, monkeypatch)
+    assert row["events"] == 2 * len(KINETO_LAYOUT)
+    # the repeated ts counts its last value, as Python reads it: 1 us after the base
+    assert row["first_ns"] == BASE + 1000
+    ((events, steps),) = kept
+    assert [e["name"] for e in events] == ["ncclDevKernel_AllReduce"] * 2
+
+
+def test_walk_layout_off_when_the_needle_is_one_of_its_keys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """text_contains '"name"' is met as a key: the walk must compare every key with it."""
+    import dataclasses
+
+    from tracefuse_stream.read.scan import _Args
+
+    text = ("[" + ", ".join(KINETO_LAYOUT[:4]) + "]").encode()
+    for needle in ('"name"', '"Bytes"'):
+        sel = dataclasses.replace(
+            ScanSelection(ph="X", name_contains=("zz",), text_contains=needle), extremes=True, validate=False
+        )
+        walk = native.kernel.scan(_Args(sel), bytearray(text), 1, False, True)  # type: ignore[union-attr]
+        scan = native.kernel.scan(  # type: ignore[union-attr]
+            _Args(dataclasses.replace(sel, validate=True)), bytearray(text), 1, False, True
+        )
+        assert walk[0] == scan[0] and walk[5] == scan[5], needle
+        assert walk[0].count(b'"ph"') == (2 if needle == '"name"' else 0)  # the two X events hold "name"

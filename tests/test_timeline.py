@@ -223,3 +223,43 @@ def test_info_pass_segments_are_the_same_with_and_without_the_kernel(
         assert ("op", "floatpid") not in got[0] and ("op", "nodur") not in got[0]
         assert ("kernel", "k\u00e9") in got[0] and ("kernel", "gemm") in got[0]
     json.dumps(ODD_EVENTS)  # the events are text the test writes as is
+
+
+def _kineto(ph: str, cat: str, name: str, pid: int, tid: int, ts: int, dur: int, args: str = "") -> str:
+    """An event as Kineto lays it out (csrc/walk.c compares its separators and keys whole)."""
+    text = f'{{\n    "ph": "{ph}", "cat": "{cat}", "name": "{name}", "pid": {pid}, "tid": {tid},\n    "ts": {ts}, "dur": {dur}'
+    return text + (f',\n    "args": {{\n      {args}\n    }}' if args else "") + "\n  }"
+
+
+@needs_kernel
+def test_info_pass_segments_on_kinetos_layout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    events = [
+        _kineto("X", "user_annotation", "ProfilerStep#1", 1, 1, 0, 100),
+        _kineto("X", "cpu_op", "aten::linear", 1, 1, 2, 28, '"External id": 1, "Ev Idx": 0'),
+        _kineto("X", "cpu_op", "aten::mm", 1, 1, 5, 10, '"External id": 2,"Record function id": 2'),
+        _kineto("X", "user_annotation", "train_step", 1, 1, 1, 60),
+        _kineto("X", "kernel", "gemm", 0, 7, 12, 20, '"stream": 7, "correlation": 5'),
+        _kineto(
+            "X",
+            "kernel",
+            "ncclDevKernel_AllReduce",
+            0,
+            7,
+            40,
+            5,
+            '"Collective name": "allreduce", "Seq": 0, "Process Group Name": "0"',
+        ),  # fmt: skip
+    ]
+    path = tmp_path / "rank0.json"
+    path.write_text('{"traceEvents": [\n  ' + ",\n  ".join(events) + "\n]}")
+    got = []
+    for kernel in ("1", "0"):
+        monkeypatch.setenv("TRACEFUSE_KERNEL", kernel)
+        fs = scan_file(plan_file(str(path), 0), ("collectives",))
+        assert fs.scan is not None and isinstance(fs.scan.timeline, Segments)
+        bd = breakdown(fs.scan.timeline, 1, 0, 40_000, gpu_tid=7)
+        assert bd is not None
+        got.append({k: (p.ns, p.count, p.piece, p.span) for k, p in bd.parts.items()})
+    assert got[0] == got[1]
+    assert ("op", "aten::mm") in got[0] and ("kernel", "gemm") in got[0]
+    assert got[0][("op", "aten::mm")][0] == 10_000  # 10 us of self time, its child none

@@ -29,6 +29,7 @@ typedef struct {
     int token; /* the walk: all[0] is met as a whole string token (walk_needle) */
     Span names[8]; /* the walk: sel->name_contains, searched for in one pass (holds_any) */
     int n_names;   /* -1: more than 8 of them, or one shorter than 2 bytes: one pass each */
+    int layout;    /* the walk: Kineto's member layout compared whole (walk.c kineto_key) */
 } Needles;
 
 /* the needles for sel, 0 when they do not fit (the validating scan is used instead) */

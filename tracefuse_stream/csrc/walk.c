@@ -49,6 +49,84 @@ static int walk_needle(const Sel *sel, Needles *nd) {
 
 /* the walk's names to search for (nd->names, holds_any): sel->name_contains when there
  * are at most 8 of them, each 2 bytes or more (-1 otherwise: one holds() each) */
+/* Kineto's layout, compared whole: it writes an event's members as
+ *     {\n    "ph": "X", "cat": "..", "name": "..", "pid": 1, "tid": 2,\n    "ts": .., "dur": ..,\n    "args": {..}
+ * and a flow's as .., "id": 3, "pid": .., "bp": "e". Where the text after a value is
+ * exactly a comma, one space (or a newline and four), a key of that list in quotes, a
+ * colon and one space, the walk takes the key whole: the same bytes the generic path
+ * reads token by token (white space, the comma, the key string, the colon), with the
+ * same outcome; anything else is read the generic way. Off (nd->layout 0) when the
+ * needle is one of those keys (the generic path compares every key with it). */
+static const char *const KINETO_KEYS[] = {"ph", "cat", "name", "pid", "tid", "ts", "dur", "args", "id", "bp", "s"};
+#define N_KINETO_KEYS ((int)(sizeof(KINETO_KEYS) / sizeof(KINETO_KEYS[0])))
+
+/* the key at s[q] (just past its opening quote) followed by '": ', then the value's
+ * first byte: its walk bit (walk_key_bit), with *i at the value; -1 when not one */
+static inline int kineto_key(const unsigned char *s, Py_ssize_t q, Py_ssize_t *i) {
+#define KEY_IS(lit, bit)                                                            \
+    if (memcmp(s + q, lit "\": ", sizeof(lit) + 2) == 0 && s[q + sizeof(lit) + 2] > ' ') { \
+        *i = q + (Py_ssize_t)sizeof(lit) + 2;                                        \
+        return bit;                                                                 \
+    }
+    switch (s[q]) {
+    case 'p':
+        KEY_IS("pid", 32)
+        KEY_IS("ph", 1)
+        break;
+    case 't':
+        KEY_IS("tid", 64)
+        KEY_IS("ts", 8)
+        break;
+    case 'n':
+        KEY_IS("name", 4)
+        break;
+    case 'c':
+        KEY_IS("cat", 2)
+        break;
+    case 'd':
+        KEY_IS("dur", 16)
+        break;
+    case 'a':
+        KEY_IS("args", 0)
+        break;
+    case 'i':
+        KEY_IS("id", 0)
+        break;
+    case 'b':
+        KEY_IS("bp", 0)
+        break;
+    case 's':
+        KEY_IS("s", 0)
+        break;
+    }
+    return -1;
+#undef KEY_IS
+}
+
+/* after a member's value at s[*i]: the next member's key in Kineto's layout */
+static inline int kineto_next_key(const unsigned char *s, Py_ssize_t n, Py_ssize_t *i) {
+    Py_ssize_t j = *i;
+    if (j + 24 > n || s[j] != ',') return -1; /* 24: the longest key and its separators */
+    if (s[j + 1] == ' ' && s[j + 2] == '"') return kineto_key(s, j + 3, i);
+    if (s[j + 1] == '\n' && memcmp(s + j + 2, "    \"", 5) == 0) return kineto_key(s, j + 7, i);
+    return -1;
+}
+
+/* an event's first member in Kineto's layout: {\n    "ph": */
+static inline int kineto_first_key(const unsigned char *s, Py_ssize_t n, Py_ssize_t *i) {
+    Py_ssize_t j = *i;
+    if (j + 24 > n || memcmp(s + j, "{\n    \"", 7) != 0) return -1;
+    return kineto_key(s, j + 7, i);
+}
+
+static void walk_layout(Needles *nd) {
+    nd->layout = 1;
+    if (!nd->n_all) return;
+    Span w = {nd->all[0].p + 1, nd->all[0].n - 2}; /* the needle's content */
+    for (int k = 0; k < N_KINETO_KEYS; k++)
+        if ((Py_ssize_t)strlen(KINETO_KEYS[k]) == w.n && memcmp(KINETO_KEYS[k], w.p, (size_t)w.n) == 0) nd->layout = 0;
+}
+
 static void walk_names(const Sel *sel, Needles *nd) {
     nd->n_names = 0;
     if (sel->name_contains == Py_None) return;
@@ -241,6 +319,8 @@ static int walk_event(St *st, const Sel *sel, const Needles *nd, ScanEv *ev, Tim
     ev->sure = ev->selected = ev->timed = 0;
     if (i >= n) return E_MORE;
     if (s[i] != '{') return E_FALL;
+    int bit = nd->layout ? kineto_first_key(s, n, &i) : -1;
+    if (bit >= 0) goto have_key;
     i = walk_ws(s, i + 1, n);
     if (i >= n) return E_MORE;
     if (s[i] == '}') i++;
@@ -254,10 +334,12 @@ static int walk_event(St *st, const Sel *sel, const Needles *nd, ScanEv *ev, Tim
             if (s[i] != ':') goto judge;
             i = walk_ws(s, i + 1, n);
             if (i >= n) return E_MORE;
-            int bit = walk_key_bit(k);
+            bit = walk_key_bit(k);
+        have_key:
             if (w.seen & (unsigned)bit) goto judge; /* repeated: the scan refuses it */
             w.seen |= (unsigned)bit;
             if ((r = walk_value(st, &i, bit, nd, &w))) goto fail;
+            if (nd->layout && (bit = kineto_next_key(s, n, &i)) >= 0) goto have_key;
             i = walk_ws(s, i, n);
             if (i >= n) return E_MORE;
             unsigned char c = s[i++];
@@ -351,7 +433,7 @@ static PyObject *kernel_scan(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "scan: a timeline needs the walk (extremes, validate false)");
         return NULL;
     }
-    if (walk) walk_needle(&sel, &nd), walk_names(&sel, &nd); /* the walk's own needles */
+    if (walk) walk_needle(&sel, &nd), walk_names(&sel, &nd), walk_layout(&nd); /* the walk's own needles */
     else if (skim && (PyTuple_Check(sel.cat) || sel.name_cats != Py_None || sel.text_cat != Py_None ||
                       !skim_needles(&sel, &nd)))
         skim = 0; /* several cats, or needles of a category: scan */
