@@ -192,6 +192,20 @@ ODD_EVENTS = [
 ]
 
 
+def _with_and_without_kernel(path: Path, monkeypatch: pytest.MonkeyPatch) -> List[Dict[Any, Any]]:
+    """info's pass over ``path``, with the kernel and without: the breakdown of thread 1
+    from 0 to 40 us (GPU stream 7), part by part."""
+    got = []
+    for kernel in ("1", "0"):
+        monkeypatch.setenv("TRACEFUSE_KERNEL", kernel)
+        fs = scan_file(plan_file(str(path), 0), ("collectives",))
+        assert fs.scan is not None and isinstance(fs.scan.timeline, Segments)
+        bd = breakdown(fs.scan.timeline, 1, 0, 40_000, gpu_tid=7)
+        assert bd is not None
+        got.append({k: (p.ns, p.count, p.piece, p.span) for k, p in bd.parts.items()})
+    return got
+
+
 @needs_kernel
 def test_info_pass_segments_are_the_same_with_and_without_the_kernel(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -209,15 +223,7 @@ def test_info_pass_segments_are_the_same_with_and_without_the_kernel(
         rnd.shuffle(body)
         path = tmp_path / f"rank0_{trial}.json"
         path.write_text('{"traceEvents": [' + ",\n".join(head + body) + "]}")
-        got = []
-        for kernel in ("1", "0"):
-            monkeypatch.setenv("TRACEFUSE_KERNEL", kernel)
-            plan = plan_file(str(path), 0)
-            fs = scan_file(plan, ("collectives",))
-            assert fs.scan is not None and isinstance(fs.scan.timeline, Segments)
-            bd = breakdown(fs.scan.timeline, 1, 0, 40_000, gpu_tid=7)
-            assert bd is not None
-            got.append({k: (p.ns, p.count, p.piece, p.span) for k, p in bd.parts.items()})
+        got = _with_and_without_kernel(path, monkeypatch)
         assert got[0] == got[1]
         assert ("op", 'esc"aped') in got[0] and ("op", "\u00e9t\u00e9") in got[0]
         assert ("op", "floatpid") not in got[0] and ("op", "nodur") not in got[0]
@@ -252,14 +258,7 @@ def test_info_pass_segments_on_kinetos_layout(tmp_path: Path, monkeypatch: pytes
     ]
     path = tmp_path / "rank0.json"
     path.write_text('{"traceEvents": [\n  ' + ",\n  ".join(events) + "\n]}")
-    got = []
-    for kernel in ("1", "0"):
-        monkeypatch.setenv("TRACEFUSE_KERNEL", kernel)
-        fs = scan_file(plan_file(str(path), 0), ("collectives",))
-        assert fs.scan is not None and isinstance(fs.scan.timeline, Segments)
-        bd = breakdown(fs.scan.timeline, 1, 0, 40_000, gpu_tid=7)
-        assert bd is not None
-        got.append({k: (p.ns, p.count, p.piece, p.span) for k, p in bd.parts.items()})
+    got = _with_and_without_kernel(path, monkeypatch)
     assert got[0] == got[1]
     assert ("op", "aten::mm") in got[0] and ("kernel", "gemm") in got[0]
     assert got[0][("op", "aten::mm")][0] == 10_000  # 10 us of self time, its child none

@@ -13,6 +13,24 @@ static inline void skip_ws(St *st) {
  * characters (invalid in JSON strings) and non-ASCII (handed back to Python) */
 static const unsigned char STRING_STOP[256] = {[0 ... 0x1f] = 1, ['"'] = 1, ['\\'] = 1, [0x80 ... 0xff] = 1};
 
+/* the first STRING_STOP byte at or after s[i] (n: none before the end); 16 bytes at a
+ * time (signed compare: bytes below 0x20 and from 0x80 are less than ' '), the table
+ * for the last few. Every string reader of the kernel runs on it. */
+static inline Py_ssize_t string_stop(const unsigned char *s, Py_ssize_t i, Py_ssize_t n) {
+#ifdef __SSE2__
+    const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(0x20);
+    for (; i + 16 <= n; i += 16) {
+        __m128i b = _mm_loadu_si128((const __m128i *)(s + i));
+        __m128i stop = _mm_or_si128(_mm_cmplt_epi8(b, space),
+                                    _mm_or_si128(_mm_cmpeq_epi8(b, quote), _mm_cmpeq_epi8(b, bslash)));
+        unsigned m = (unsigned)_mm_movemask_epi8(stop);
+        if (m) return i + __builtin_ctz(m);
+    }
+#endif
+    while (i < n && !STRING_STOP[s[i]]) i++;
+    return i;
+}
+
 /* a string token at st->i: copied verbatim (when out), its content span returned */
 static int scan_string(St *st, Span *content, int out) {
     const unsigned char *s = st->s;
@@ -20,25 +38,8 @@ static int scan_string(St *st, Span *content, int out) {
     if (i >= n) return E_MORE;
     if (s[i] != '"') return E_FALL;
     Py_ssize_t start = i++;
-#ifdef __SSE2__
-    const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(0x20);
-#endif
     for (;;) {
-#ifdef __SSE2__
-        /* 16 bytes at a time to the first STRING_STOP byte (signed compare: bytes below
-         * 0x20 and from 0x80 are less than ' '); the table loop below finds the same one */
-        for (; i + 16 <= n; i += 16) {
-            __m128i b = _mm_loadu_si128((const __m128i *)(s + i));
-            __m128i stop = _mm_or_si128(_mm_cmplt_epi8(b, space),
-                                        _mm_or_si128(_mm_cmpeq_epi8(b, quote), _mm_cmpeq_epi8(b, bslash)));
-            unsigned m = (unsigned)_mm_movemask_epi8(stop);
-            if (m) {
-                i += __builtin_ctz(m);
-                break;
-            }
-        }
-#endif
-        while (i < n && !STRING_STOP[s[i]]) i++;
+        i = string_stop(s, i, n);
         if (i >= n) return E_MORE;
         unsigned char c = s[i];
         if (c == '"') break;

@@ -47,26 +47,8 @@ static inline Py_ssize_t ws_end(const unsigned char *s, Py_ssize_t i, Py_ssize_t
 static inline int v_string(St *st, Py_ssize_t i, Py_ssize_t *end, int *escaped) {
     const unsigned char *s = st->s;
     Py_ssize_t n = st->len, start = ++i;
-#ifdef __SSE2__
-    const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(0x20);
-#endif
     for (;;) {
-#ifdef __SSE2__
-        for (; i + 16 <= n; i += 16) {
-            __m128i b = _mm_loadu_si128((const __m128i *)(s + i));
-            __m128i stop = _mm_or_si128(_mm_cmplt_epi8(b, space),
-                                        _mm_or_si128(_mm_cmpeq_epi8(b, quote), _mm_cmpeq_epi8(b, bslash)));
-            unsigned m = (unsigned)_mm_movemask_epi8(stop);
-            if (m) {
-                i += __builtin_ctz(m);
-                goto stop;
-            }
-        }
-#endif
-        while (i < n && !STRING_STOP[s[i]]) i++;
-#ifdef __SSE2__
-    stop:
-#endif
+        i = string_stop(s, i, n);
         if (i >= n) return E_MORE;
         unsigned char c = s[i];
         if (c == '"') break;

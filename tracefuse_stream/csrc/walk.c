@@ -145,33 +145,12 @@ static void walk_names(const Sel *sel, Needles *nd) {
     }
 }
 
-/* bytes that end a walked string: the quote, and what the validating scan judges (an
- * escape, a control byte: invalid; non-ASCII: Python checks its UTF-8) */
-static const unsigned char WALK_STOP[256] = {[0 ... 0x1f] = 1, ['"'] = 1, ['\\'] = 1, [0x80 ... 0xff] = 1};
-
 /* a plain ASCII string without escapes at s[*i] == '"' (E_FALL: anything else, for the
- * validating scan); the needle's content compared with it */
+ * validating scan: an escape, a control byte, non-ASCII); the needle's content compared with it */
 static inline int walk_string(const unsigned char *s, Py_ssize_t n, Py_ssize_t *i, Span *v, const Needles *nd,
                               Walk *w) {
-    Py_ssize_t j = *i + 1, e = j;
-#ifdef __SSE2__
-    const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(0x20);
-    for (; e + 16 <= n; e += 16) { /* names run long: 16 bytes at a time */
-        __m128i b = _mm_loadu_si128((const __m128i *)(s + e));
-        /* signed: bytes below 0x20 and from 0x80 (negative) compare less than ' ' */
-        __m128i odd = _mm_or_si128(_mm_cmplt_epi8(b, space), _mm_cmpeq_epi8(b, bslash));
-        unsigned m = (unsigned)_mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(b, quote), odd));
-        if (m) {
-            e += __builtin_ctz(m);
-            goto stop; /* the byte loop would only test it again */
-        }
-    }
-#endif
-    while (e < n && !WALK_STOP[s[e]]) e++;
+    Py_ssize_t j = *i + 1, e = string_stop(s, j, n); /* tokens.c: names run long, 16 bytes a step */
     if (e >= n) return E_MORE;
-#ifdef __SSE2__
-stop:
-#endif
     if (s[e] != '"') return E_FALL;
     v->p = s + j;
     v->n = e - j;
