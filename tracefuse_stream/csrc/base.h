@@ -92,6 +92,21 @@ static int grow(St *st, Py_ssize_t need) {
     return OK;
 }
 
+/* room for `need` elements in the array *p of *cap elements of `size` bytes: its
+ * capacity doubled (from `first`) until they fit; E_NOMEM leaves it as it was. The
+ * Timeline's records, names and rows all grow this way (GROW_TO). */
+static int grow_to(void **p, Py_ssize_t *cap, Py_ssize_t need, size_t size, Py_ssize_t first) {
+    if (need <= *cap) return OK;
+    Py_ssize_t c = *cap ? *cap : first;
+    while (c < need) c *= 2;
+    void *q = PyMem_Realloc(*p, (size_t)c * size);
+    if (!q) return E_NOMEM;
+    *p = q;
+    *cap = c;
+    return OK;
+}
+#define GROW_TO(ptr, cap, need, first) grow_to((void **)&(ptr), &(cap), (need), sizeof(*(ptr)), (first))
+
 static inline int put(St *st, const void *p, Py_ssize_t n) {
     if (st->nowrite) return OK;
     if (st->olen + n > st->ocap && grow(st, n)) return E_NOMEM;

@@ -128,14 +128,7 @@ static int32_t intern(Intern *t, const unsigned char *p, Py_ssize_t n) {
         t->len = len;
         t->ncap = ncap;
     }
-    if (t->alen + n > t->acap) {
-        Py_ssize_t acap = t->acap ? t->acap * 2 : 65536;
-        while (acap < t->alen + n) acap *= 2;
-        char *arena = PyMem_Realloc(t->arena, (size_t)acap);
-        if (!arena) return -1;
-        t->arena = arena;
-        t->acap = acap;
-    }
+    if (GROW_TO(t->arena, t->acap, t->alen + n, 65536)) return -1;
     memcpy(t->arena + t->alen, p, (size_t)n);
     t->off[t->n] = t->alen;
     t->len[t->n] = (int32_t)n;
@@ -154,13 +147,7 @@ static int32_t intern_find(const Intern *t, const unsigned char *p, Py_ssize_t n
 
 static int tl_push(Timeline *t, int kind, int64_t a, int64_t b, const unsigned char *name, Py_ssize_t name_n,
                    const unsigned char *thread, Py_ssize_t thread_n, const unsigned char *dev, Py_ssize_t dev_n) {
-    if (t->n == t->cap) {
-        Py_ssize_t cap = t->cap ? t->cap * 2 : 4096;
-        TRec *r = PyMem_Realloc(t->recs, (size_t)cap * sizeof(TRec));
-        if (!r) return E_NOMEM;
-        t->recs = r;
-        t->cap = cap;
-    }
+    if (GROW_TO(t->recs, t->cap, t->n + 1, 4096)) return E_NOMEM;
     int32_t nm = intern(&t->names, name, name_n), th, dv;
     const Intern *k = &t->keys;
     if (t->n > 0 && k->len[t->last_thread] == thread_n &&

@@ -47,14 +47,7 @@ static void tseg_close(TSeg *g) {
 }
 
 static int tseg_flush(TSeg *g) {
-    if (g->on + g->n * ROW_FIELDS > g->ocap) {
-        Py_ssize_t cap = g->ocap ? g->ocap : 64 * ROW_FIELDS;
-        while (cap < g->on + g->n * ROW_FIELDS) cap *= 2;
-        int64_t *out = PyMem_Realloc(g->out, (size_t)cap * sizeof(int64_t));
-        if (!out) return E_NOMEM;
-        g->out = out;
-        g->ocap = cap;
-    }
+    if (GROW_TO(g->out, g->ocap, g->on + g->n * ROW_FIELDS, 64 * ROW_FIELDS)) return E_NOMEM;
     for (Py_ssize_t j = 0; j < g->n; j++) {
         TAgg *x = &g->aggs[j];
         int64_t *o = g->out + g->on;
@@ -105,13 +98,7 @@ static TAgg *tseg_agg(TSeg *g, int32_t kind, int32_t name) {
         g->scap = scap;
         return tseg_agg(g, kind, name);
     }
-    if (g->n == g->cap) {
-        Py_ssize_t cap = g->cap ? g->cap * 2 : 32;
-        TAgg *aggs = PyMem_Realloc(g->aggs, (size_t)cap * sizeof(TAgg));
-        if (!aggs) return NULL;
-        g->aggs = aggs;
-        g->cap = cap;
-    }
+    if (GROW_TO(g->aggs, g->cap, g->n + 1, 32)) return NULL;
     TAgg *x = &g->aggs[g->n];
     memset(x, 0, sizeof(*x));
     x->kind = kind;
