@@ -12,11 +12,6 @@ typedef struct {
     int extremes;        /* fold first ts / last end of unselected events */
 } Sel;
 
-/* needle j of name_contains counts in an event of category cat (has: it has one) */
-static int needle_cat_ok(const Sel *sel, Py_ssize_t j, Span cat, int has);
-/* text_contains counts in an event of category cat */
-static int text_cat_ok(const Sel *sel, Span cat, int has);
-
 static inline Span bytes_span(PyObject *b) {
     Span sp = {(const unsigned char *)PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b)};
     return sp;
@@ -83,18 +78,6 @@ static int holds_any(Span text, const unsigned char *limit, const Span *w, int n
 /* microseconds as an exact integer of 1e-9 us (0: more than 9 decimals) */
 static int num_to_nano_us(const Num *num, __int128 *out) { return num_scaled(num, 9, 20, out); }
 
-static int bytes_match(PyObject *want, Span got, int prefix);
-
-static int needle_cat_ok(const Sel *sel, Py_ssize_t j, Span cat, int has) {
-    if (sel->name_cats == Py_None) return 1;
-    PyObject *c = PyTuple_GET_ITEM(sel->name_cats, j);
-    return c == Py_None || (has && bytes_match(c, cat, 0));
-}
-
-static int text_cat_ok(const Sel *sel, Span cat, int has) {
-    return sel->text_cat == Py_None || (has && bytes_match(sel->text_cat, cat, 0));
-}
-
 static int bytes_match(PyObject *want, Span got, int prefix) {
     Py_ssize_t n = PyBytes_GET_SIZE(want);
     if (prefix ? got.n < n : got.n != n) return 0;
@@ -105,6 +88,18 @@ static int bytes_match(PyObject *want, Span got, int prefix) {
         return 1;
     }
     return memcmp(w, got.p, n) == 0;
+}
+
+/* needle j of name_contains counts in an event of category cat (has: it has one) */
+static int needle_cat_ok(const Sel *sel, Py_ssize_t j, Span cat, int has) {
+    if (sel->name_cats == Py_None) return 1;
+    PyObject *c = PyTuple_GET_ITEM(sel->name_cats, j);
+    return c == Py_None || (has && bytes_match(c, cat, 0));
+}
+
+/* text_contains counts in an event of category cat */
+static int text_cat_ok(const Sel *sel, Span cat, int has) {
+    return sel->text_cat == Py_None || (has && bytes_match(sel->text_cat, cat, 0));
 }
 
 /* the selection's cat (bytes, or a tuple of bytes: any of them) is the event's */
