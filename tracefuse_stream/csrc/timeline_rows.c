@@ -72,9 +72,12 @@ static int tseg_at(TSeg *g, int64_t t) {
     return OK;
 }
 
+static inline uint64_t tseg_hash(int32_t kind, int32_t name) {
+    return ((uint64_t)(uint32_t)kind * 0x9E3779B97F4A7C15ULL) ^ ((uint64_t)(uint32_t)name * 0xC2B2AE3D27D4EB4FULL);
+}
+
 static TAgg *tseg_agg(TSeg *g, int32_t kind, int32_t name) {
-    uint64_t h = ((uint64_t)(uint32_t)kind * 0x9E3779B97F4A7C15ULL) ^ ((uint64_t)(uint32_t)name * 0xC2B2AE3D27D4EB4FULL);
-    Py_ssize_t j = (Py_ssize_t)(h & (uint64_t)(g->scap - 1));
+    Py_ssize_t j = (Py_ssize_t)(tseg_hash(kind, name) & (uint64_t)(g->scap - 1));
     while (g->slots[j] >= 0) {
         TAgg *x = &g->aggs[g->slots[j]];
         if (x->kind == kind && x->name == name) return x;
@@ -86,10 +89,7 @@ static TAgg *tseg_agg(TSeg *g, int32_t kind, int32_t name) {
         if (!slots) return NULL;
         for (Py_ssize_t k = 0; k < scap; k++) slots[k] = -1;
         for (Py_ssize_t k = 0; k < g->n; k++) {
-            TAgg *x = &g->aggs[k];
-            uint64_t hk = ((uint64_t)(uint32_t)x->kind * 0x9E3779B97F4A7C15ULL) ^
-                          ((uint64_t)(uint32_t)x->name * 0xC2B2AE3D27D4EB4FULL);
-            Py_ssize_t m = (Py_ssize_t)(hk & (uint64_t)(scap - 1));
+            Py_ssize_t m = (Py_ssize_t)(tseg_hash(g->aggs[k].kind, g->aggs[k].name) & (uint64_t)(scap - 1));
             while (slots[m] >= 0) m = (m + 1) & (scap - 1);
             slots[m] = (int32_t)k;
         }
