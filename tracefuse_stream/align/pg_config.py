@@ -4,7 +4,8 @@ as align/collectives.py and align/gloo_groups.py need them."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+import functools
+from typing import Any, List, Mapping, Optional, Tuple
 
 PgConfig = List[Tuple[str, Optional[Tuple[int, ...]]]]  # (pg_name, ranks) in pg_config order
 
@@ -12,16 +13,12 @@ PgConfig = List[Tuple[str, Optional[Tuple[int, ...]]]]  # (pg_name, ranks) in pg
 def ranks_arg(v: Any) -> Optional[Tuple[int, ...]]:
     """``Process Group Ranks`` as Kineto writes it (the string ``"[0, 1]"``). Every
     collective kernel of a group carries the same string: it is parsed once."""
-    if type(v) is str:
-        if v not in _RANKS_SEEN:
-            if len(_RANKS_SEEN) > 4096:
-                _RANKS_SEEN.clear()  # bounded: a run has a few groups, a hostile file any number
-            _RANKS_SEEN[v] = _parse_ranks(v)
-        return _RANKS_SEEN[v]
+    return _ranks_of_text(v) if type(v) is str else _parse_ranks(v)
+
+
+@functools.lru_cache(maxsize=4096)  # bounded: a run has a few groups, a hostile file any number
+def _ranks_of_text(v: str) -> Optional[Tuple[int, ...]]:
     return _parse_ranks(v)
-
-
-_RANKS_SEEN: Dict[str, Optional[Tuple[int, ...]]] = {}
 
 
 def _parse_ranks(v: Any) -> Optional[Tuple[int, ...]]:
