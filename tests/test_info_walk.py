@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 
 import tracefuse_stream.read.batches as batches_mod
 from tracefuse_stream import native
+from tracefuse_stream.analyze.onepass import steps_us
 from tracefuse_stream.read.scan import ScanSelection
 from tracefuse_stream.report.info import collect_info
-from tracefuse_stream.report.onepass import steps_us
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="the compiled kernel is not built here")
 
@@ -75,7 +75,7 @@ def _info(folder: Path) -> Tuple[Any, Any]:
 def _three_ways(folder: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     """The walk (info's default), the validating scan, and no kernel: one answer."""
     walk = _info(folder)
-    monkeypatch.setattr("tracefuse_stream.report.onepass.INFO_SELECTION", _validating())
+    monkeypatch.setattr("tracefuse_stream.analyze.onepass.INFO_SELECTION", _validating())
     assert _info(folder) == walk
     monkeypatch.setenv("TRACEFUSE_KERNEL", "0")
     assert _info(folder) == walk
@@ -87,7 +87,7 @@ def _three_ways(folder: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
 def _validating() -> Any:
     import dataclasses
 
-    from tracefuse_stream.report.onepass import INFO_SELECTION
+    from tracefuse_stream.analyze.onepass import INFO_SELECTION
 
     return dataclasses.replace(INFO_SELECTION, validate=True)
 

@@ -61,6 +61,7 @@ LAYERS: List[Tuple[str, FrozenSet[str]]] = [
     ("rewrite", frozenset({"rewrite", "options"})),
     ("write", frozenset({"write"})),
     ("align", frozenset({"align"})),
+    ("analyze", frozenset({"analyze"})),
     ("report", frozenset({"report"})),
     ("verify", frozenset({"verify"})),
     ("pipeline", frozenset({"pipeline"})),

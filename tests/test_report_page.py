@@ -372,8 +372,8 @@ def test_browser_missing_keys_are_not_available_and_nothing_breaks(tmp_path):
 
 
 def test_report_reads_each_file_once_as_info_does(tmp_path, monkeypatch):
-    """The single streaming pass of ``info --collectives`` (report/onepass.py), no other read."""
-    from tracefuse_stream.report import onepass
+    """The single streaming pass of ``info --collectives`` (analyze/onepass.py), no other read."""
+    from tracefuse_stream.analyze import onepass
     from tracefuse_stream.report.page_data import report_data
 
     seen: List[str] = []

@@ -5,7 +5,7 @@ skim, which leaves such a selection to the validating scan).
 
 The rule, in Python below (:func:`_picked`): ``ph`` as given, and a name holding a
 needle in that needle's category, or a text holding ``text_contains`` in its
-category. info's pass uses it (report/onepass.py INFO_SELECTION) so that the
+category. info's pass uses it (analyze/onepass.py INFO_SELECTION) so that the
 profiler's ``nccl:*`` annotations and ``record_param_comms`` ops, which the
 collective collector does not keep, stay in the kernel.
 """
@@ -19,8 +19,8 @@ from typing import Any, Dict, List, Optional
 import pytest
 
 from tracefuse_stream import native
+from tracefuse_stream.analyze.onepass import INFO_SELECTION
 from tracefuse_stream.read.scan import ScanSelection, _Args
-from tracefuse_stream.report.onepass import INFO_SELECTION
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="the compiled kernel is not built here")
 

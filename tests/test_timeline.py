@@ -1,4 +1,4 @@
-"""The why's one-pass timeline (report/timeline.py, csrc/timeline.c).
+"""The why's one-pass timeline (analyze/timeline.py, csrc/timeline.c).
 
 * the compiled ``Timeline`` and :class:`PyTimeline` give the same rows for the same
   events (random nested / overlapping / equal-span events, several threads and GPU
@@ -21,9 +21,8 @@ from typing import Any, Dict, List, Tuple
 import pytest
 
 from tracefuse_stream import native
-from tracefuse_stream.plan.planner import plan_file
-from tracefuse_stream.report.onepass import scan_file
-from tracefuse_stream.report.timeline import (
+from tracefuse_stream.analyze.onepass import scan_file
+from tracefuse_stream.analyze.timeline import (
     PyTimeline,
     Segments,
     TimelineFeed,
@@ -31,6 +30,7 @@ from tracefuse_stream.report.timeline import (
     unpack_rows,
     value_key,
 )
+from tracefuse_stream.plan.planner import plan_file
 
 needs_kernel = pytest.mark.skipif(native.kernel is None, reason="the compiled kernel is not built here")
 

@@ -17,9 +17,9 @@ import pytest
 import tracefuse_stream
 from tracefuse_stream.align.collectives import CollectiveEvent, CollectiveTable, Entry, Instance
 from tracefuse_stream.align.instance_ends import check_ends
+from tracefuse_stream.analyze.stragglers import binomial_tail, union_ns
+from tracefuse_stream.analyze.timeline import TimelineFeed, breakdown
 from tracefuse_stream.cli.app import main
-from tracefuse_stream.report.stragglers import binomial_tail, union_ns
-from tracefuse_stream.report.timeline import TimelineFeed, breakdown
 
 RECORDED = Path(__file__).resolve().parent / "data" / "recorded"
 SLEEPERS = {  # set -> (rank, seconds it sleeps before backward in every step)

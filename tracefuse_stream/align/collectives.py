@@ -285,7 +285,9 @@ class CollectiveTable:
     )  # rank -> step -> abs (start, end)
     point_to_point: Counter = field(default_factory=Counter)  # op name -> events (all ranks)
     hosts: Dict[int, Optional[str]] = field(default_factory=dict)
-    timelines: Dict[int, Any] = field(default_factory=dict)  # rank -> the why's segments (report/timeline.py)
+    timelines: Dict[int, Any] = field(
+        default_factory=dict
+    )  # rank -> the why's segments (analyze/timeline.py)
 
     @property
     def unmatched_total(self) -> int:

@@ -1,4 +1,4 @@
-"""The ``info`` subcommand's action: one pass per file (report/onepass.py) answers the
+"""The ``info`` subcommand's action: one pass per file (analyze/onepass.py) answers the
 per-rank table and every asked-for section (``--steps``, ``--align``,
 ``--collectives``); text or one JSON shape (report/info.py ``INFO_JSON_KEYS``).
 
@@ -13,16 +13,16 @@ import json
 from typing import Any, Dict, List
 
 from tracefuse_stream.align.clock import estimate_offsets, format_alignment_table
+from tracefuse_stream.analyze.onepass import collective_ends, steps_us
 from tracefuse_stream.errors import EXIT_INPUT, EXIT_OK
 from tracefuse_stream.rankset import compress_ranges, parse_rank_spec
 from tracefuse_stream.report.collectives import info_collectives
 from tracefuse_stream.report.info import collect_info
-from tracefuse_stream.report.onepass import collective_ends, steps_us
 
 
 def cmd_info(a: argparse.Namespace) -> int:
     sections = [s for s in ("steps", "collectives", "align") if getattr(a, s)]
-    scans: List[Any] = []  # one pass per file answers every section (report/onepass.py)
+    scans: List[Any] = []  # one pass per file answers every section (analyze/onepass.py)
     plans, rows, out, text = collect_info(
         a.inputs,
         rank_from=a.rank_from,

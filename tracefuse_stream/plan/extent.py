@@ -54,7 +54,7 @@ def scan_rank(
 ) -> RankInfo:
     """Count events and find the absolute time span of one rank (one streaming pass,
     numbers parsed exactly). ``select``/``visit``: the same pass also hands the events
-    ``select`` picks to ``visit`` (``info --collectives/--steps/--align``: report/onepass.py);
+    ``select`` picks to ``visit`` (``info --collectives/--steps/--align``: analyze/onepass.py);
     ``timeline``: the kernel records the why's events into it (read/scan.py's Tally).
 
     Times are compared as the numbers the reader gives (ints and Decimals compare and

@@ -62,7 +62,7 @@ class ScanSelection:
 class Tally:
     """The events the kernel judged without handing them over (see module docstring).
     Times are exact microsecond values (ints or Decimals, as the readers give them).
-    ``timeline``: a compiled ``Timeline`` (report/timeline.py) the walk records the
+    ``timeline``: a compiled ``Timeline`` (analyze/timeline.py) the walk records the
     operator, annotation and kernel events it judges into (only with the walk:
     ``extremes`` and not ``validate``); every event it cannot record is handed over."""
 

@@ -47,8 +47,8 @@ def stragglers(
     cycle: Optional[int] = None,
     jobs: int = 1,
 ) -> StragglerReport:
-    """Who holds the others back, per step, and why (see :mod:`tracefuse_stream.report.stragglers`
-    and :mod:`tracefuse_stream.report.why`).
+    """Who holds the others back, per step, and why (see :mod:`tracefuse_stream.analyze.stragglers`
+    and :mod:`tracefuse_stream.analyze.why`).
 
     ``inputs``: files and run directories as ``merge`` takes them; ``ranks``: a subset
     (``"0,4"``, ``"0-7"`` or a list); ``cycle``: the profiling cycle (1-based; default the

@@ -3,7 +3,7 @@
 Why: finding the rank that holds the others back is the reason people fuse traces.
 The instances come from :mod:`tracefuse_stream.align.collectives`, the judgement
 (waits, how long the others waited for each rank, the noise-derived threshold) from
-:mod:`tracefuse_stream.report.stragglers`. The human report is a rank x step table
+:mod:`tracefuse_stream.analyze.stragglers`. The human report is a rank x step table
 of wait (ms) with the last-arriving rank of each step marked, the verdict, and ends
 with the one ``merge`` command that shows the worst step with the straggler and a
 reference rank. The ``--json`` schema is documented in docs/collectives.md and kept
@@ -14,98 +14,31 @@ from __future__ import annotations
 
 import shlex
 from collections import Counter
-from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from tracefuse_stream.align.collectives import (
-    CollectiveTable,
-    RankScan,
-    match_instances,
-    pg_config_of,
-    pg_count_of,
-    scan_collectives,
+from tracefuse_stream.align.collectives import CollectiveTable, RankScan
+from tracefuse_stream.analyze import per_collective
+from tracefuse_stream.analyze import stragglers as S
+from tracefuse_stream.analyze.analysis import (
+    Analysis,
+    RankStats,
+    analyse,
+    collect_analyses,
+    collect_table,
+    rank_stats,
+    table_from_scans,
 )
+from tracefuse_stream.analyze.stragglers import DEFINITIONS, Verdict, rule_text
 from tracefuse_stream.errors import EXIT_INPUT, EXIT_OK
-from tracefuse_stream.plan.rankplan import RankPlan
 from tracefuse_stream.rankset import compress_ranges
-from tracefuse_stream.report import per_collective, why
-from tracefuse_stream.report import stragglers as S
-from tracefuse_stream.report.stragglers import (
-    DEFINITIONS,
-    Verdict,
-    held_by_rank,
-    judge,
-    rule_text,
-    wait_by_rank,
-)
-from tracefuse_stream.workers import parallel_map
+from tracefuse_stream.report import per_collective_text, why_text
 
-WORST_PER_RANK = 3
 INSTANCES_SHOWN = 10
 STEP_COLUMNS = 12  # rank x step table: at most this many step columns (the worst ones beyond)
 
 
-@dataclass
-class RankStats:
-    rank: int
-    instances: int = 0
-    last_arrivals: int = 0
-    wait_ns: int = 0
-    held_ns: int = 0
-    worst: List[Tuple[int, int]] = field(default_factory=list)  # (wait_ns, instance id), largest first
-
-    def to_json(self) -> Dict[str, Any]:
-        return {"rank": self.rank, "instances": self.instances, "last_arrivals": self.last_arrivals,
-                "wait_us": _us(self.wait_ns), "held_us": _us(self.held_ns)}  # fmt: skip
-
-
 def _us(ns: int) -> float:
     return round(ns / 1000.0, 3)
-
-
-def _scan(path: str, rank: int, base: Optional[int]) -> RankScan:
-    return scan_collectives(path, rank, base, positions=False)
-
-
-def table_from_scans(plans: Sequence[RankPlan], scans: Sequence[RankScan]) -> CollectiveTable:
-    """Match the scans of ``plans`` (same order) on the ranks' own clocks (the why's
-    segments of the scans that have them kept with the table)."""
-    table = match_instances(
-        {p.rank: s for p, s in zip(plans, scans)},
-        {p.rank: pg_config_of(p.header) for p in plans},
-        {p.rank: p.host_name for p in plans},
-        {p.rank: p.align_offset_ns for p in plans},
-        {p.rank: pg_count_of(p.header) for p in plans},
-    )
-    table.timelines = {p.rank: s.timeline for p, s in zip(plans, scans) if s.timeline is not None}
-    return table
-
-
-def collect_table(plans: Sequence[RankPlan], jobs: int = 1) -> CollectiveTable:
-    """The instance table of ``plans`` (one collective-only pass per rank, in workers
-    when ``jobs`` > 1), on the ranks' own clocks (no alignment)."""
-    scans = parallel_map(_scan, [(p.path, p.rank, p.base_time_ns) for p in plans], jobs)
-    return table_from_scans(plans, scans)
-
-
-def rank_stats(table: CollectiveTable, verdict: Optional[Verdict] = None) -> List[RankStats]:
-    """One :class:`RankStats` per merged rank, in rank order (wait and held: the per-step
-    figures of the verdict, summed)."""
-    v = verdict if verdict is not None else judge(table)
-    stats = {r: RankStats(r) for r in table.ranks}
-    for inst in table.instances:
-        for r in inst.entries:
-            s = stats[r]
-            s.instances += 1
-            s.worst.append((inst.wait_ns(r), inst.id))
-        stats[inst.last_rank].last_arrivals += 1
-    for r, h in held_by_rank(table, v).items():
-        stats[r].held_ns = h
-    for r, w in wait_by_rank(v).items():
-        stats[r].wait_ns = w
-    for s in stats.values():
-        s.worst = sorted(s.worst, key=lambda x: (-x[0], x[1]))[:WORST_PER_RANK]
-    return [stats[r] for r in sorted(stats)]
 
 
 def _instance_json(inst: Any) -> Dict[str, Any]:
@@ -143,45 +76,6 @@ def _by_step_json(v: Verdict) -> List[Dict[str, Any]]:
             "worst_instance": row.worst_instance,
         })  # fmt: skip
     return out
-
-
-@dataclass
-class Analysis:
-    """One cycle's table with everything judged from it (and, with the plans, the why)."""
-
-    table: CollectiveTable
-    verdict: Verdict
-    stats: List[RankStats]
-    why: List[Dict[str, Any]] = field(default_factory=list)
-    breakdown: List[Dict[str, Any]] = field(default_factory=list)
-    why_notes: List[str] = field(default_factory=list)
-
-
-def analyse(
-    table: CollectiveTable, plans: Optional[Sequence[RankPlan]] = None, jobs: int = 1, every_rank: bool = True
-) -> Analysis:
-    """Judge ``table``; with ``plans`` (same ranks), also break the stretches down
-    (report/why.py) from the timelines info's single pass kept (``table.timelines``);
-    for a rank without one (the merge's link table), one more pass over its file, in
-    ``jobs`` workers. ``every_rank=False``: the why only, not the ``breakdown`` of
-    every rank and step (what only the JSON holds: the human report and the merge's why
-    track skip its cost)."""
-    v = judge(table)
-    a = Analysis(table, v, rank_stats(table, v))
-    if plans and table.instances:
-        mine = [p for p in plans if p.rank in set(table.ranks)]
-        segs = [table.timelines.get(p.rank) for p in mine]
-        missing = [k for k, s in enumerate(segs) if s is None]
-        if missing:  # a table not from info's single pass: one pass per file for the why
-            got = parallel_map(why.segments_of, [(mine[k],) for k in missing], jobs)
-            for k, (s, err) in zip(missing, got):
-                segs[k] = s
-                if err:
-                    a.why_notes.append(f"rank {mine[k].rank}: why not read: {err}")
-        a.why, a.breakdown = why.compare(
-            table, v, mine, why.breakdowns(table, v, mine, segs, every_rank), every_rank
-        )
-    return a
 
 
 def _as_analysis(x: Any) -> Analysis:
@@ -358,11 +252,11 @@ def format_text(table: Any, inputs: Sequence[str] = (), cycle: Optional[int] = N
         *verdict_lines(table, v, stats),
     ]
     if table.instances:
-        lines += why.why_lines(a.why)
+        lines += why_text.why_lines(a.why)
         lines += step_table(v, table.ranks)
         lines.append("figures: " + DEFINITIONS)
         lines.append("threshold: " + rule_text(v))
-        lines += per_collective.table_lines(per_collective.rows(table))
+        lines += per_collective_text.table_lines(per_collective.rows(table))
         lines.append(f"instances, largest arrival spread first (up to {INSTANCES_SHOWN}):")
         by_spread = sorted(table.instances, key=lambda i: (-i.spread_ns, i.id))
         for inst in by_spread[:INSTANCES_SHOWN]:
@@ -408,28 +302,6 @@ def collectives_text(tables: Dict[Optional[int], Any], inputs: Sequence[str]) ->
     return [f"cycle {c}: " + format_text(t, inputs, c) for c, t in tables.items()]
 
 
-def collect_analyses(
-    plans: Sequence[RankPlan],
-    scans: Optional[Sequence[Optional[RankScan]]] = None,
-    jobs: int = 1,
-    every_rank: bool = True,
-) -> Dict[Optional[int], Analysis]:
-    """cycle -> its :class:`Analysis` with the why (instances never span cycles;
-    ``every_rank``: :func:`analyse`'s)."""
-    cycles: Dict[Optional[int], List[Tuple[RankPlan, Optional[RankScan]]]] = {}
-    for i, p in enumerate(plans):
-        cycles.setdefault(p.cycle, []).append((p, scans[i] if scans is not None else None))
-    out = {}
-    for c, pairs in sorted(cycles.items(), key=lambda kv: kv[0] or 0):
-        ps = [p for p, _ in pairs]
-        if all(sc is not None for _, sc in pairs):
-            table = table_from_scans(ps, [sc for _, sc in pairs])  # type: ignore[misc]
-        else:
-            table = collect_table(ps, jobs)
-        out[c] = analyse(table, ps, jobs, every_rank)
-    return out
-
-
 def info_collectives(
     plans: Any,
     as_json: bool,
@@ -442,7 +314,7 @@ def info_collectives(
     """``info --collectives [--json]``: print the report (per profiling cycle when the
     inputs hold several: instances never span cycles); exit 1 when a file is broken.
 
-    ``scans``: the plans' collective scans from info's single pass (report/onepass.py),
+    ``scans``: the plans' collective scans from info's single pass (analyze/onepass.py),
     else each file is read here. ``into``: the ``info --json`` object to fill
     (``collectives``, ``collectives_by_cycle``) and print; without it the JSON is
     ``{"collectives": ..., "cycles": ..., "broken": ...}``. ``extra``: text lines of the

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from tracefuse_stream.analyze.onepass import broken_text, scan_files
 from tracefuse_stream.plan.cycles import describe_cycles
 from tracefuse_stream.plan.extent import RankInfo
 from tracefuse_stream.plan.planner import InputSpec, PlanList, plan_all
 from tracefuse_stream.plan.rankplan import RankPlan
 from tracefuse_stream.plan.starts import earliest_ns
-from tracefuse_stream.report.onepass import broken_text, scan_files
 from tracefuse_stream.timeunits import iso_utc
 
 
@@ -71,7 +71,7 @@ def collect_info(
     Broken files land in ``plans.broken`` (and as ``{"path", "broken"}`` entries in the
     JSON list) instead of stopping; the caller decides the exit code from them.
     ``sections`` ("steps", "collectives", "align"): the same single pass per file also
-    keeps what those need (report/onepass.py), appended to ``scans_out`` in the order of
+    keeps what those need (analyze/onepass.py), appended to ``scans_out`` in the order of
     the readable plans; ``jobs`` > 1: files are scanned in worker processes.
     """
     plans = plan_all(inputs, rank_from=rank_from, ranks=ranks, every_cycle=True, keep_going=True)

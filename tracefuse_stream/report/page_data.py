@@ -3,10 +3,10 @@ way ``info`` makes it, plus the few facts only the page needs.
 
 No second source of truth: the inputs are planned and read by ``info``'s own
 :func:`~tracefuse_stream.report.info.collect_info` (one streaming pass per file,
-report/onepass.py: memory bounded as ``info --collectives``), the instances matched by
+analyze/onepass.py: memory bounded as ``info --collectives``), the instances matched by
 :func:`~tracefuse_stream.report.collectives.table_from_scans`, judged and explained by
 :func:`~tracefuse_stream.report.collectives.analyse` (the why from the same pass's
-timelines, report/timeline.py and report/why.py) and written by :func:`~tracefuse_stream.report.collectives.to_json`,
+timelines, analyze/timeline.py and analyze/why.py) and written by :func:`~tracefuse_stream.report.collectives.to_json`,
 exactly as ``info --collectives --json`` does. This module only chooses which profiling cycle
 (``--cycle``) and which steps (``--steps``) to look at, and adds the ``page`` object:
 the inputs, the command line, the host of each rank (from the plans' headers) and the

@@ -15,7 +15,7 @@ when" needs one glance. So the merged trace gets one extra process, sorted first
   waiting in collectives in each step (the union of its waits, concurrent ones once, as
   ``info --collectives`` gives it), set at the step's start on the lowest rank, back to 0
   at the end of the last step;
-* one "why rank R" track per straggler (report/why.py): one slice per step it stands out
+* one "why rank R" track per straggler (analyze/why.py): one slice per step it stands out
   in, on the stretch that holds its largest contributor (time outside operators: the gap
   itself), named with the finding (``rank 5 step 3: +200.3 ms outside any operator and
   annotation``), args with the top contributors.
@@ -35,11 +35,11 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from tracefuse_stream.align.collectives import Instance
 from tracefuse_stream.align.links import _us as exact_us
+from tracefuse_stream.analyze.analysis import analyse
+from tracefuse_stream.analyze.stragglers import held_ns
 from tracefuse_stream.exactjson import dumps_exact
 from tracefuse_stream.rankset import compress_ranges
-from tracefuse_stream.report.collectives import analyse
-from tracefuse_stream.report.stragglers import held_ns
-from tracefuse_stream.report.why import headline
+from tracefuse_stream.report.why_text import headline
 from tracefuse_stream.write.codecs import PieceWriter
 from tracefuse_stream.write.sinks import JsonSink
 
@@ -175,7 +175,7 @@ def write_summaries(
     """Put each output file's summary process first in it (right after the head), for
     the instances ``plan`` (a :class:`~tracefuse_stream.align.links.LinkPlan`) linked
     in that file, with the why tracks of the stragglers (``plans``: the merged ranks'
-    plans, read once more for the why: report/why.py); notes for the merge summary."""
+    plans, read once more for the why: analyze/why.py); notes for the merge summary."""
     notes = []
     steps = plan.table.steps if plan.table is not None else {}
     waits: Dict[Optional[int], Dict[int, int]] = {}
@@ -213,7 +213,7 @@ def _counters(
     step_waits: Optional[Dict[Optional[int], Dict[int, int]]] = None,
 ) -> List[Dict[str, Any]]:
     """Per step, one counter event with each rank's wait in that step (ms): the union of
-    its waits (report/stragglers.py), as ``info --collectives`` reports it."""
+    its waits (analyze/stragglers.py), as ``info --collectives`` reports it."""
     waits: Dict[int, Dict[int, int]] = {}
     for inst in instances:
         if inst.step is None:

@@ -16,7 +16,7 @@ each rank's collective, :mod:`tracefuse_stream.align.collectives`) and last arri
   the others (zeros included: a rank that arrived after R did not wait for it), and
   never more than R's **lateness**: at the step's instance where it is latest, R's
   time from its step start to its arrival minus the median of the others' (what the
-  why analysis, report/why.py, breaks down). Without ProfilerStep spans the arrivals
+  why analysis, analyze/why.py, breaks down). Without ProfilerStep spans the arrivals
   themselves are compared.
 * **busy step**: a rank's step duration minus its wait: the step's work, which a
   straggler does not inflate; ``D`` is the median over ranks and steps.

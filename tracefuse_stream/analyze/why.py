@@ -6,7 +6,7 @@ where the others waited longest for the step's most waited-for rank). The same s
 is taken on every member of that collective's group. R's **lateness** is its stretch
 minus the stretch of the **reference rank**: the other member whose stretch is the
 median of the others' (so every figure is one rank's, found on its timeline). The
-stretch of each is partitioned (report/timeline.py) into operators by self time, time
+stretch of each is partitioned (analyze/timeline.py) into operators by self time, time
 outside any operator by innermost annotation and, on GPU traces, kernels and idle time
 of the collective's GPU (all its streams); the **contributors** are the per-part differences, R minus
 the reference, largest first, the primary view's first (the GPU for a GPU collective:
@@ -15,9 +15,9 @@ lateness exactly, and so do the GPU parts (each view partitions the same stretch
 listed contributors of R's primary view (the GPU for a GPU collective, the main
 thread for a CPU one) add up to, ``share`` its fraction of the lateness.
 
-Cost: none of its own when the table comes from info's single pass (report/onepass.py):
+Cost: none of its own when the table comes from info's single pass (analyze/onepass.py):
 that pass already cut each file's timeline into segments at every step start and
-collective arrival (report/timeline.py), and each stretch here is a sum of segments.
+collective arrival (analyze/timeline.py), and each stretch here is a sum of segments.
 A table from elsewhere (the merge's plan, the report page) gets the segments from one
 such pass per file (:func:`segments_of`).
 """
@@ -27,9 +27,9 @@ from __future__ import annotations
 from typing import Any, Dict, Hashable, List, Optional, Sequence, Tuple
 
 from tracefuse_stream.align.collectives import CollectiveTable
+from tracefuse_stream.analyze.stragglers import Verdict
+from tracefuse_stream.analyze.timeline import Breakdown, Segments, breakdown
 from tracefuse_stream.plan.rankplan import RankPlan
-from tracefuse_stream.report.stragglers import Verdict
-from tracefuse_stream.report.timeline import OUTSIDE_ALL, Breakdown, Segments, breakdown
 
 TOP = 8  # contributors listed per (rank, step) in ``why``
 TOP_BREAKDOWN = 5  # ... and in ``breakdown`` (every rank and step)
@@ -39,7 +39,7 @@ Results = Tuple[Dict[Hashable, Breakdown], Optional[str]]
 def segments_of(plan: RankPlan) -> Tuple[Optional[Segments], Optional[str]]:
     """The why's partitions of one file from a pass of its own: for a table that did not
     come from info's single pass (the merge's plan, the report page's)."""
-    from tracefuse_stream.report.onepass import scan_file  # the pass itself is info's
+    from tracefuse_stream.analyze.onepass import scan_file  # the pass itself is info's
 
     fs = scan_file(plan, ("collectives",))
     return (fs.scan.timeline if fs.scan is not None else None), fs.broken
@@ -243,39 +243,4 @@ def _view(bd: Breakdown, gpu: bool) -> Breakdown:
     )
 
 
-def headline(c: Dict[str, Any]) -> str:
-    """``+120.3 ms outside any operator in train_step`` and the like."""
-    ms = c["extra_us"] / 1000.0
-    if c["kind"] == "outside_ops":
-        if c["name"] == OUTSIDE_ALL:
-            return f"+{ms:.1f} ms outside any operator and annotation"
-        return f"+{ms:.1f} ms outside any operator in {c['name']}"
-    if c["kind"] == "gpu_idle":
-        return f"+{ms:.1f} ms GPU idle on {c['where']} (waiting for launches)"
-    what = "in kernel" if c["kind"] == "kernel" else "in"
-    note = f" ({c['note']})" if c.get("note") else ""
-    return f"+{ms:.1f} ms {what} {c['name']}{note}"
-
-
-def _counted(c: Dict[str, Any]) -> str:
-    """What a contributor's count counts: calls of an op or kernel, stretches of a gap."""
-    return "gaps" if c["kind"] in ("outside_ops", "gpu_idle") else "calls"
-
-
-def why_lines(why: Sequence[Dict[str, Any]]) -> List[str]:
-    """The human report's lines for ``why`` (:func:`compare`'s first list): per straggler
-    and step, where its extra time went (the top contributors)."""
-    lines = []
-    for w in why:
-        share = "" if w["share"] is None else f", {100 * min(w['share'], 9.99):.0f}% explained"
-        lines.append(f"why rank {w['rank']} is late in step {w['step']}: {w['lateness_us'] / 1000:.1f} ms later "
-                     f"than rank {w['reference_rank']} (the median rank) at {w['collective']}{share}:")  # fmt: skip
-        shown = [c for c in w["contributors"] if c["extra_us"] >= max(50.0, 0.01 * w["lateness_us"])]
-        for c in shown[:5]:
-            lines.append(
-                f"  {headline(c)}  [{c['kind']}, {c['where']}; {_counted(c)} {c['count']} vs {c['others_count']}]"
-            )
-    return lines
-
-
-__all__ = ["TOP", "breakdowns", "compare", "headline", "segments_of", "wanted", "why_lines"]
+__all__ = ["TOP", "breakdowns", "compare", "segments_of", "wanted"]

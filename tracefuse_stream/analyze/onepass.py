@@ -8,7 +8,7 @@ annotations whose name holds ``gloo:`` and the GPU kernels whose name holds
 ``nccl``/``rccl`` or whose text holds ``"Collective name"`` (:data:`INFO_SELECTION`);
 :class:`~tracefuse_stream.align.collectives.
 CollectiveCollector` keeps the collective events and the step spans from those.
-With ``--collectives``, the same pass keeps what the why needs (report/timeline.py:
+With ``--collectives``, the same pass keeps what the why needs (analyze/timeline.py:
 the file's operator, annotation and kernel events, compactly, partitioned at the
 file's end into per-segment aggregates, which is all that is kept). Memory: the
 collective events and steps of a file and those aggregates; while a file is read, 32
@@ -31,11 +31,11 @@ from tracefuse_stream.align.collectives import (
     RankScan,
 )
 from tracefuse_stream.align.ends import DEFAULT_CAP, RankCollectives
+from tracefuse_stream.analyze.timeline import TimelineFeed
 from tracefuse_stream.errors import InputError, TraceFuseError
 from tracefuse_stream.gcpause import cyclic_gc_paused
 from tracefuse_stream.plan.extent import RankInfo, scan_rank
 from tracefuse_stream.plan.rankplan import RankPlan
-from tracefuse_stream.report.timeline import TimelineFeed
 from tracefuse_stream.workers import parallel_map, resolve_jobs
 
 SECTIONS = ("steps", "collectives", "align")
