@@ -56,6 +56,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from tracefuse_stream.align.collectives import CollectiveTable, Instance
+from tracefuse_stream.analyze import graph as G
 
 NOISE_FACTOR = 4.0
 STEP_FRACTION = 0.05
@@ -167,6 +168,14 @@ class StepRow:
     worst_spread_ns: int = -1
     last_rank: Optional[int] = None  # last to arrive at the step's instance of widest arrival spread
     worst_instance: Optional[int] = None  # the instance where the others waited longest (for the top rank)
+    # the root cause across ranks (analyze/graph.py): own lateness (not explained by
+    # waiting, plus entering the step late), where it is greatest, the step-start skew,
+    # held as plain lateness would cap it (what a delayed rank looks like), the graph
+    own: Dict[int, int] = field(default_factory=dict)
+    own_at: Dict[int, int] = field(default_factory=dict)
+    skew: Dict[int, int] = field(default_factory=dict)
+    held_raw: Dict[int, int] = field(default_factory=dict)
+    graph: Optional[G.StepGraph] = None
 
     @property
     def most_held(self) -> Optional[int]:
@@ -198,6 +207,9 @@ class Verdict:
     busy_step_ns: Optional[int]
     typical_step_ns: Optional[int] = None  # median ProfilerStep duration
     candidates: List[Straggler] = field(default_factory=list)  # passed somewhere, not named (weak)
+    delayed: List[G.Delay] = field(default_factory=list)  # late only because they waited
+    saves: Dict[Tuple[int, Optional[int]], int] = field(default_factory=dict)  # (straggler, step) -> ns
+    saves_all: Dict[Optional[int], int] = field(default_factory=dict)  # step -> ns, every straggler fixed
 
     @property
     def straggler(self) -> Optional[int]:
@@ -238,7 +250,7 @@ def _step_span(table: CollectiveTable, rank: int, step: Optional[int]) -> Tuple[
 HELD_SAMPLE = 32  # held: the median over at most this many other ranks (evenly spread by rank)
 
 
-def _fill_row(table: CollectiveTable, row: StepRow, insts: Sequence[Instance]) -> None:
+def _fill_row(table: CollectiveTable, row: StepRow, insts: Sequence[Instance], floor_ns: int) -> None:
     """Wait (union), lateness, held (median over the others of the union of their waits
     for the rank) and busy time of every rank of one step."""
     mine: Dict[int, List[Instance]] = {}
@@ -264,9 +276,11 @@ def _fill_row(table: CollectiveTable, row: StepRow, insts: Sequence[Instance]) -
             late = max(0, v - _median_without(ordered, v))
             if late > row.lateness[r] or row.late_at[r] < 0:
                 row.lateness[r], row.late_at[r] = late, inst.id
+    g = row.graph = G.build(table, row.step, insts, floor_ns)
+    row.own, row.own_at, row.skew = g.own_late, g.own_late_at, g.skew
     for r in ranks:
-        row.held[r] = 0
-        if row.lateness[r] <= 0:
+        row.held[r] = row.held_raw[r] = 0
+        if row.lateness[r] <= 0 and row.own.get(r, 0) <= 0:
             continue  # held is at most the lateness
         others = sorted({q for i in mine[r] for q in i.entries if q != r})
         if len(others) > HELD_SAMPLE:
@@ -276,7 +290,9 @@ def _fill_row(table: CollectiveTable, row: StepRow, insts: Sequence[Instance]) -
             lo, hi = spans[q]
             pairs = ((i.entries[q].start_ns, i.entries[r].start_ns) for i in mine[r] if q in i.entries)
             waits.append(union_ns(pairs, lo, hi))
-        row.held[r] = min(_median(waits), row.lateness[r]) if waits else 0
+        med = _median(waits) if waits else 0
+        row.held_raw[r] = min(med, row.lateness[r])
+        row.held[r] = min(med, row.own.get(r, 0))  # waiting for others is never lateness
 
 
 def _median_without(ordered: Sequence[int], value: int) -> int:
@@ -292,7 +308,7 @@ def _median_without(ordered: Sequence[int], value: int) -> int:
     return at(m // 2) if m % 2 else (at(m // 2 - 1) + at(m // 2)) // 2
 
 
-def _step_rows(table: CollectiveTable) -> List[StepRow]:
+def _step_rows(table: CollectiveTable, floor_ns: int) -> List[StepRow]:
     by: Dict[Optional[int], List[Instance]] = {}
     for inst in table.instances:
         by.setdefault(inst.step, []).append(inst)
@@ -304,7 +320,7 @@ def _step_rows(table: CollectiveTable) -> List[StepRow]:
             row.last[inst.last_rank] = row.last.get(inst.last_rank, 0) + 1
             if inst.spread_ns > row.worst_spread_ns:
                 row.worst_spread_ns, row.last_rank = inst.spread_ns, inst.last_rank
-        _fill_row(table, row, insts)
+        _fill_row(table, row, insts, floor_ns)
         top = row.most_held
         row.worst_instance = row.late_at.get(top) if top is not None else None
         if row.worst_instance is not None and row.worst_instance < 0:
@@ -340,9 +356,10 @@ def binomial_tail(n: int, k: int, p: float) -> float:
 
 def judge(table: CollectiveTable) -> Verdict:
     """Per-step waits and holds, the thresholds, the stragglers and the evidence."""
-    rows = _step_rows(table)
+    noise = noise_ns(table.instances)
+    rows = _step_rows(table, max(int(NOISE_FACTOR * noise), MIN_THRESHOLD_NS))
     durs = [r.duration_ns for r in rows if r.duration_ns is not None]
-    verdict = Verdict(rows, [], noise_ns(table.instances), _busy_step(rows), _median(durs) if durs else None)
+    verdict = Verdict(rows, [], noise, _busy_step(rows), _median(durs) if durs else None)
     passes: Dict[int, List[StepRow]] = {}
     for row in rows:
         for r, h in row.held.items():
@@ -378,13 +395,42 @@ def judge(table: CollectiveTable) -> Verdict:
     found.sort(key=lambda s: (-s.held_ns, s.rank))
     verdict.stragglers = [s for s in found if s.evidence != "weak"]
     verdict.candidates = [s for s in found if s.evidence == "weak"]
+    if verdict.steps_profiled == 1 and len(verdict.stragglers) > 1:
+        # one step is one sample: the most waited-for rank at most (issue 35, item 6)
+        verdict.candidates = sorted(
+            verdict.candidates + verdict.stragglers[1:], key=lambda s: (-s.held_ns, s.rank)
+        )
+        verdict.stragglers = verdict.stragglers[:1]
     for s in verdict.stragglers:
         for row in rows:
             if row.step in s.steps:
                 row.stragglers.append(s.rank)
     for row in rows:
         row.stragglers.sort(key=lambda r: (-row.held[r], r))
+    _root_cause(verdict)
     return verdict
+
+
+def _root_cause(verdict: Verdict) -> None:
+    """The delayed ranks (late past their threshold only because they waited) and what
+    fixing each named straggler saves in each step it stands out in (analyze/graph.py)."""
+    for row in verdict.by_step:
+        if row.graph is None:
+            continue
+        late = {
+            r: (h, row.late_at.get(r, -1))
+            for r, h in row.held_raw.items()
+            if h > row.threshold.get(r, 0) and row.held.get(r, 0) <= row.threshold.get(r, 0)
+        }
+        verdict.delayed += G.delays(row.graph, late)
+    for s in verdict.stragglers:
+        for row in verdict.by_step:
+            if row.graph is not None and row.step in s.steps:
+                verdict.saves[(s.rank, row.step)] = G.saves_ns(row.graph, [s.rank])
+    for row in verdict.by_step:
+        named = [r for r in row.stragglers]
+        if row.graph is not None and len(named) > 1:
+            verdict.saves_all[row.step] = G.saves_ns(row.graph, named)
 
 
 def _most_held(row: StepRow, leave_out: Sequence[int]) -> Optional[int]:

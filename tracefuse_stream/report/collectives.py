@@ -31,7 +31,7 @@ from tracefuse_stream.analyze.analysis import (
 from tracefuse_stream.analyze.stragglers import DEFINITIONS, Verdict, rule_text
 from tracefuse_stream.errors import EXIT_INPUT, EXIT_OK
 from tracefuse_stream.rankset import compress_ranges
-from tracefuse_stream.report import per_collective_text, why_text
+from tracefuse_stream.report import per_collective_text, rootcause, why_text
 
 INSTANCES_SHOWN = 10
 STEP_COLUMNS = 12  # rank x step table: at most this many step columns (the worst ones beyond)
@@ -73,6 +73,8 @@ def _by_step_json(v: Verdict) -> List[Dict[str, Any]]:
             "threshold_us": {str(r): _us(t) for r, t in sorted(row.threshold.items())},
             "lateness_us": {str(r): _us(t) for r, t in sorted(row.lateness.items())},
             "busy_us": {str(r): _us(t) for r, t in sorted(row.busy.items())},
+            "own_lateness_us": {str(r): _us(t) for r, t in sorted(row.own.items())},
+            "start_skew_us": {str(r): _us(t) for r, t in sorted(row.skew.items())},
             "worst_instance": row.worst_instance,
         })  # fmt: skip
     return out
@@ -126,6 +128,7 @@ def to_json(table: Any) -> Dict[str, Any]:
         "point_to_point": {"total": sum(table.point_to_point.values()),
                            "by_name": dict(sorted(table.point_to_point.items()))},
         "notes": list(table.notes) + a.why_notes,
+        **rootcause.to_json(table, v),
     }}  # fmt: skip
 
 
@@ -253,6 +256,7 @@ def format_text(table: Any, inputs: Sequence[str] = (), cycle: Optional[int] = N
     ]
     if table.instances:
         lines += why_text.why_lines(a.why)
+        lines += rootcause.lines(table, v)
         lines += step_table(v, table.ranks)
         lines.append("figures: " + DEFINITIONS)
         lines.append("threshold: " + rule_text(v))

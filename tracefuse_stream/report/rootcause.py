@@ -1,0 +1,155 @@
+"""The root cause across ranks, presented: delayed ranks, step-start skew, the critical
+path and what fixing a straggler saves, as JSON (docs/collectives.md) and as the human
+report's lines.
+
+Why a module of its own: analyze/graph.py and analyze/stragglers.py compute these;
+report/collectives.py stays the straggler report it was, calling in here for the parts
+the graph adds.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+from tracefuse_stream.align.collectives import CollectiveTable, Instance
+from tracefuse_stream.analyze.stragglers import Verdict
+from tracefuse_stream.rankset import compress_ranges
+
+PATH_HOPS = 8  # the text's critical path: at most this many ranks' stretches
+
+
+def _us(ns: int) -> float:
+    return round(ns / 1000.0, 3)
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:.1f}"
+
+
+def group_text(inst: Instance) -> str:
+    """``group 3 (ranks 2-3)``: the process group's name and members."""
+    return f"group {inst.group or '?'} (ranks {compress_ranges(inst.ranks)})"
+
+
+def to_json(table: CollectiveTable, v: Verdict) -> Dict[str, Any]:
+    """``delayed``, ``step_skew``, ``critical_path`` and ``what_if`` (docs/collectives.md)."""
+    by_id = {i.id: i for i in table.instances}
+    delayed = []
+    for d in v.delayed:
+        late, waited = by_id[d.late_at], by_id[d.waited_at]
+        delayed.append({
+            "rank": d.rank, "step": d.step, "by_rank": d.by_rank, "origin": d.origin,
+            "collective": f"{waited.name} #{waited.id}", "group": waited.group, "group_ranks": waited.ranks,
+            "wait_us": _us(d.wait_ns),
+            "late_at": f"{late.name} #{late.id}", "late_group": late.group, "late_group_ranks": late.ranks,
+        })  # fmt: skip
+    skew = []
+    paths = []
+    for row in v.by_step:
+        g = row.graph
+        if g is None:
+            continue
+        for r in sorted(g.skew):
+            skew.append({"rank": r, "step": row.step, "start_skew_us": _us(g.skew[r]),
+                         "counted_us": _us(g.late_skew.get(r, 0))})  # fmt: skip
+        t0 = g.start_ns
+        paths.append({
+            "step": row.step, "step_us": _us(g.end_ns - t0), "start_ns": t0,
+            "segments": [{"rank": s.rank, "kind": s.kind, "name": s.name, "start_us": _us(s.start_ns - t0),
+                          "dur_us": _us(s.dur_ns), "instance": s.instance if s.instance >= 0 else None}
+                         for s in g.path],
+        })  # fmt: skip
+    what_if = [
+        {"rank": r, "step": step, "saves_us": _us(ns), "step_us": _step_us(v, step)}
+        for (r, step), ns in sorted(v.saves.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0))
+    ]
+    together: List[Dict[str, Any]] = [
+        {"ranks": sorted(row.stragglers), "step": row.step, "saves_us": _us(v.saves_all[row.step]),
+         "step_us": _step_us(v, row.step)}
+        for row in v.by_step
+        if row.step in v.saves_all
+    ]  # fmt: skip
+    return {"delayed": delayed, "step_skew": skew, "critical_path": paths, "what_if": what_if,
+            "what_if_together": together}  # fmt: skip
+
+
+def _step_us(v: Verdict, step: Optional[int]) -> Optional[float]:
+    for row in v.by_step:
+        if row.step == step and row.graph is not None:
+            return _us(row.graph.end_ns - row.graph.start_ns)
+    return None
+
+
+def lines(table: CollectiveTable, v: Verdict) -> List[str]:
+    """The human report's lines: what fixing each straggler saves, who is only delayed
+    (and by whom), who entered a step late, and the worst step's critical path."""
+    by_id = {i.id: i for i in table.instances}
+    out: List[str] = []
+    for s in v.stragglers:
+        saves = [(step, ns) for (r, step), ns in v.saves.items() if r == s.rank]
+        if not saves:
+            continue
+        step, ns = max(saves, key=lambda x: (x[1], -(x[0] or 0)))
+        if ns * 10 < s.held_ns / max(len(s.steps), 1):  # another rank holds the same collectives
+            both = max(v.saves_all.items(), key=lambda kv: kv[1], default=(None, 0))
+            others = [o.rank for o in v.stragglers if o.rank != s.rank]
+            also = (
+                f"; fixing ranks {compress_ranges(sorted([s.rank] + others))} together: ~{_ms(both[1])} ms in step {both[0]}"
+                if both[0] is not None
+                else ""
+            )
+            out.append(f"what if: fixing rank {s.rank} alone would save ~{_ms(ns)} ms: rank(s) "
+                       f"{compress_ranges(others) or '-'} would still hold the same collectives{also}")  # fmt: skip
+            continue
+        total = _step_us(v, step)
+        of = f" of the {total / 1000:.1f} ms step" if total else ""
+        out.append(
+            f"what if: fixing rank {s.rank} would save ~{_ms(ns)} ms{of} in step {step}"
+            + (f" ({len(saves)} step(s): " + ", ".join(f"#{st} {_ms(n)}" for st, n in sorted(saves, key=lambda x: x[0] or 0)[:6]) + ")" if len(saves) > 1 else "")
+            + " (its extra own time removed, the step re-timed through every collective)"
+        )  # fmt: skip
+    per_rank: Dict[int, List[Any]] = {}
+    for d in v.delayed:
+        per_rank.setdefault(d.rank, []).append(d)
+    for r, ds in sorted(per_rank.items()):
+        d = max(ds, key=lambda x: x.wait_ns)
+        late, waited = by_id[d.late_at], by_id[d.waited_at]
+        origin = f"; the cascade starts at rank {d.origin}" if d.origin != d.by_rank else ""
+        steps = ", ".join(f"#{x.step}" for x in sorted(ds, key=lambda x: x.step or 0)[:6])
+        out.append(
+            f"delayed: rank {r} is late at {late.name} #{late.id} ({group_text(late)}) because it waited "
+            f"{_ms(d.wait_ns)} ms for rank {d.by_rank} at {waited.name} #{waited.id} ({group_text(waited)}) "
+            f"in step {d.step}{origin}; not a straggler (step(s) {steps})"
+        )
+    first = min((row.step for row in v.by_step if row.step is not None), default=None)
+    for row in v.by_step:
+        g = row.graph
+        if g is None:
+            continue
+        for r, ns in sorted(g.late_skew.items()):
+            where = " (before the profiled window)" if row.step == first else ""
+            out.append(
+                f"entered late: rank {r} entered step {row.step} {_ms(ns)} ms after the others' median{where}"
+            )
+    worst = v.worst_step()
+    if worst is not None and worst.graph is not None and worst.graph.path:
+        out.append(path_line(worst.step, worst.graph))
+    return out
+
+
+def path_line(step: Optional[int], g: Any) -> str:
+    """``critical path of step 3 (240.1 ms): rank 3 own 101.9 ms -> gloo:all_reduce #4 ->
+    rank 2 own 3.0 ms, communication 5.1 ms -> ...``"""
+    hops: List[List[Any]] = []
+    for s in g.path:
+        if not hops or hops[-1][0] != s.rank:
+            hops.append([s.rank, 0, 0, s.name])
+        hops[-1][1 if s.kind == "own" else 2] += s.dur_ns
+        hops[-1][3] = s.name
+    parts = [f"rank {r} own {_ms(own)} ms" + (f", communication {_ms(comm)} ms" if comm else "") + f" -> {name}"
+             for r, own, comm, name in hops[:PATH_HOPS]]  # fmt: skip
+    more = f" (+{len(hops) - PATH_HOPS} more)" if len(hops) > PATH_HOPS else ""
+    return f"critical path of step {step} ({_ms(g.end_ns - g.start_ns)} ms): " + " | ".join(parts) + more
+
+
+__all__ = ["group_text", "lines", "path_line", "to_json"]
