@@ -235,10 +235,18 @@ def test_nccl_two_ranks_late_rank_linked_but_no_straggler(
     ]
     ranks = {r["rank"]: r for r in coll["ranks"]}
     assert ranks[1]["last_arrivals"] == 21 and ranks[0]["held_us"] == 0
-    # held = the delay the script added, once per step: every kernel of rank 1 is moved by
-    # 300 us, so rank 1 is 300 us late on its own timeline in each of the 3 steps (the
-    # others' waits at its 7 kernels a step are capped by that lateness)
-    assert ranks[1]["held_us"] == 3 * 300.0
+    # held = the others' whole wait for rank 1: every kernel of rank 1 starts up to 300 us
+    # later (half its duration at most) after both left the previous one together, so its
+    # own lateness accumulates over the step's 7 kernels (issue 35: own time, not the
+    # lateness at one collective) and rank 0 waited the sum of the 7 delays
+    for b in coll["by_step"]:
+        delays = [
+            i["arrival_ns"]["1"] - i["arrival_ns"]["0"] for i in coll["instances"] if i["step"] == b["step"]
+        ]
+        assert len(delays) == 7 and all(0 < x <= 300_000 for x in delays)
+        assert b["held_us"]["1"] == round(sum(delays) / 1000, 3)
+        assert b["lateness_us"]["1"] == 300.0 and b["own_lateness_us"]["1"] >= b["held_us"]["1"]
+    assert ranks[1]["held_us"] == round(sum(b["held_us"]["1"] for b in coll["by_step"]), 3)
     assert all(b["held_us"]["1"] < b["threshold_us"]["1"] for b in coll["by_step"])
     out = tmp_path / "nccl.json"
     merge([str(d)], str(out), link_collectives=True, jobs=1)

@@ -177,6 +177,16 @@ class StepRow:
     held_raw: Dict[int, int] = field(default_factory=dict)
     graph: Optional[G.StepGraph] = None
 
+    def why_at(self, rank: int) -> int:
+        """The instance a why of ``rank`` is about: where its lateness is greatest (the
+        why's stretches, from each rank's step start, show that lateness), or where its
+        own lateness is, when the plain one shows less than half of it (it entered the
+        step late); -1: none."""
+        at = self.own_at.get(rank, -1)
+        if at >= 0 and 2 * self.lateness.get(rank, 0) < self.own.get(rank, 0):
+            return at
+        return self.late_at.get(rank, -1)
+
     @property
     def most_held(self) -> Optional[int]:
         if not self.held:
@@ -322,7 +332,7 @@ def _step_rows(table: CollectiveTable, floor_ns: int) -> List[StepRow]:
                 row.worst_spread_ns, row.last_rank = inst.spread_ns, inst.last_rank
         _fill_row(table, row, insts, floor_ns)
         top = row.most_held
-        row.worst_instance = row.late_at.get(top) if top is not None else None
+        row.worst_instance = row.why_at(top) if top is not None else None
         if row.worst_instance is not None and row.worst_instance < 0:
             row.worst_instance = None
         if step is not None:

@@ -60,7 +60,7 @@ def wanted(verdict: Verdict, every_rank: bool = True) -> Dict[Optional[int], Lis
             continue
         ids = [] if row.worst_instance is None or not every_rank else [row.worst_instance]
         for r in sorted(named & set(row.stragglers)):
-            i = row.late_at.get(r, -1)
+            i = row.why_at(r)
             if i >= 0 and i not in ids:
                 ids.append(i)
         out[row.step] = ids
@@ -134,6 +134,16 @@ def _contributors(
     return rows
 
 
+def _entered_late(skew_ns: int, first: bool) -> Dict[str, Any]:
+    """The contributor for a rank that entered the step late (analyze/graph.py's skew)."""
+    name = "before the profiled window" if first else "before the step (the previous step's tail)"
+    return {
+        "kind": "entered_late", "name": name, "where": "step start", "extra_us": _us(skew_ns),
+        "count": 1, "others_count": 0, "rank_us": _us(skew_ns), "others_us": 0.0, "others_median_us": 0.0,
+        "piece_ns": None, "span_ns": None, "note": "",
+    }  # fmt: skip
+
+
 def _note(c: Dict[str, Any]) -> str:
     """How the part differs: more calls, longer calls, or only on this rank."""
     n, m = c["count"], c["others_count"]
@@ -177,6 +187,12 @@ def compare(
             v = views[(id(bd), gpu)] = _view(bd, gpu)
         return v
 
+    suspects: Dict[int, set] = {}  # step -> named stragglers and delayed ranks: never a reference
+    for row in verdict.by_step:
+        if row.step is not None:
+            suspects[row.step] = set(row.stragglers) | {d.rank for d in verdict.delayed if d.step == row.step}
+    skew_of = {row.step: row.graph.late_skew for row in verdict.by_step if row.graph is not None}
+
     def entry(r: int, step: int, inst_id: int, top: int) -> Optional[Dict[str, Any]]:
         inst = by_id[inst_id]
         mine = bds.get((r, (step, inst_id)))
@@ -185,7 +201,8 @@ def compare(
         others = {
             q: bds[(q, (step, inst_id))] for q in inst.entries if q != r and (q, (step, inst_id)) in bds
         }
-        ref_rank = _median_rank({q: b.stretch_ns for q, b in others.items()})
+        clean = {q: b for q, b in others.items() if q not in suspects.get(step, set())}
+        ref_rank = _median_rank({q: b.stretch_ns for q, b in (clean or others).items()})
         if ref_rank is None:
             return None
         ref = others[ref_rank]
@@ -198,18 +215,25 @@ def compare(
             if gpu
             else []
         )
-        primary = gpu_c if gpu and any(k[0] in ("kernel", "gpu_idle") for k in mine.parts) else cpu_c
-        lateness = mine.stretch_ns - ref.stretch_ns
-        explained = sum(c["extra_us"] for c in primary)
-        other = cpu_c if primary is gpu_c else gpu_c
-        contributors = primary + other  # the primary view first (the GPU, for a GPU collective)
+        primary_gpu = gpu and any(k[0] in ("kernel", "gpu_idle") for k in mine.parts)
+        primary = gpu_c if primary_gpu else cpu_c
+        skew = skew_of.get(step, {}).get(r, 0)
+        if skew > 0:  # entered the step late: lateness the stretch (from its own step start) cannot show
+            first = step == min((x.step for x in verdict.by_step if x.step is not None), default=step)
+            primary = [_entered_late(skew, first)] + primary
+            primary.sort(key=lambda c: -c["extra_us"])
+        lateness = mine.stretch_ns - ref.stretch_ns + skew
+        explained = round(sum(c["extra_us"] for c in primary), 3)
+        share = round(explained * 1000.0 / lateness, 3) if lateness > 0 else None
         return {
             "rank": r, "step": step, "collective": f"{inst.name} #{inst.id}", "instance": inst.id,
-            "lateness_us": _us(lateness), "explained_us": round(explained, 3),
-            "share": round(explained * 1000.0 / lateness, 3) if lateness > 0 else None,
+            "lateness_us": _us(lateness), "explained_us": explained, "share": share,
+            "unexplained_us": round(_us(lateness) - explained, 3),
             "reference_rank": ref_rank, "stretch_us": _us(mine.stretch_ns), "reference_stretch_us": _us(ref.stretch_ns),
-            "view": "gpu" if primary is gpu_c and gpu_c else "cpu",
-            "contributors": contributors,
+            "entered_late_us": _us(skew),
+            "view": "gpu" if primary_gpu else "cpu",
+            "contributors": primary,  # the primary view only, most extra first, summing to explained_us
+            "cpu_side": cpu_c if primary_gpu else [],  # on GPU traces: the CPU side that launched them
         }  # fmt: skip
 
     why = []
@@ -217,7 +241,7 @@ def compare(
         for row in verdict.by_step:
             if row.step is None or row.step not in s.steps:
                 continue
-            inst_id = row.late_at.get(s.rank, -1)
+            inst_id = row.why_at(s.rank)
             if inst_id >= 0:
                 e = entry(s.rank, row.step, inst_id, TOP)
                 if e is not None:
@@ -229,7 +253,7 @@ def compare(
         for r in sorted(by_id[row.worst_instance].entries):
             e = entry(r, row.step, row.worst_instance, TOP_BREAKDOWN)
             if e is not None:
-                for c in e["contributors"]:
+                for c in e["contributors"] + e["cpu_side"]:
                     c.pop("piece_ns", None)
                     c.pop("span_ns", None)
                 breakdown.append(e)

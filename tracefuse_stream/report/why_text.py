@@ -18,6 +18,8 @@ def headline(c: Dict[str, Any]) -> str:
         if c["name"] == OUTSIDE_ALL:
             return f"+{ms:.1f} ms outside any operator and annotation"
         return f"+{ms:.1f} ms outside any operator in {c['name']}"
+    if c["kind"] == "entered_late":
+        return f"+{ms:.1f} ms entered the step late ({c['name']})"
     if c["kind"] == "gpu_idle":
         return f"+{ms:.1f} ms GPU idle on {c['where']} (waiting for launches)"
     what = "in kernel" if c["kind"] == "kernel" else "in"
@@ -35,7 +37,11 @@ def why_lines(why: Sequence[Dict[str, Any]]) -> List[str]:
     and step, where its extra time went (the top contributors)."""
     lines = []
     for w in why:
-        share = "" if w["share"] is None else f", {100 * min(w['share'], 9.99):.0f}% explained"
+        share = (
+            ""
+            if w["share"] is None
+            else f", {100 * min(w['share'], 1.2):.0f}%{'+' if w['share'] > 1.2 else ''} explained"
+        )
         lines.append(f"why rank {w['rank']} is late in step {w['step']}: {w['lateness_us'] / 1000:.1f} ms later "
                      f"than rank {w['reference_rank']} (the median rank) at {w['collective']}{share}:")  # fmt: skip
         shown = [c for c in w["contributors"] if c["extra_us"] >= max(50.0, 0.01 * w["lateness_us"])]
@@ -43,6 +49,11 @@ def why_lines(why: Sequence[Dict[str, Any]]) -> List[str]:
             lines.append(
                 f"  {headline(c)}  [{c['kind']}, {c['where']}; {_counted(c)} {c['count']} vs {c['others_count']}]"
             )
+        un = w.get("unexplained_us")
+        if un is not None and (w["share"] is None or not 0.8 <= w["share"] <= 1.2):
+            what = "less elsewhere" if un < 0 else "not in any part above the noise"
+            lines.append(f"  {un / 1000:+.1f} ms unexplained ({what}: the parts add up to "
+                         f"{w['explained_us'] / 1000:.1f} of {w['lateness_us'] / 1000:.1f} ms)")  # fmt: skip
     return lines
 
 
