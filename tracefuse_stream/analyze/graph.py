@@ -283,6 +283,12 @@ def gaps(g: StepGraph) -> Dict[Tuple[int, int], int]:
 def retime(g: StepGraph, cut: Optional[Dict[Tuple[int, int], int]] = None) -> int:
     """The step's last end with the own work of ``cut``'s keys shortened by its values
     (step starts fixed; every arrival and departure re-timed through the graph)."""
+    ends = retime_ends(g, cut)
+    return max(ends.values()) if ends else 0
+
+
+def retime_ends(g: StepGraph, cut: Optional[Dict[Tuple[int, int], int]] = None) -> Dict[int, int]:
+    """rank -> its step end, re-timed as :func:`retime` says."""
     cut = cut or {}
     by_id = g.by_id
     arr: Dict[Tuple[int, int], int] = {}
@@ -312,8 +318,7 @@ def retime(g: StepGraph, cut: Optional[Dict[Tuple[int, int], int]] = None) -> in
         old_last = inst.last_arrival_ns
         for q, e in inst.entries.items():
             dep[(q, inst.id)] = last + max(0, e.end_ns - old_last)
-    ends = [at(g.tail_pred[r]) + g.offset[(r, -1)] - cut.get((r, -1), 0) for r in g.order]
-    return max(ends) if ends else 0
+    return {r: at(g.tail_pred[r]) + g.offset[(r, -1)] - cut.get((r, -1), 0) for r in g.order}
 
 
 def extra_cut(g: StepGraph, rank: int) -> Dict[Tuple[int, int], int]:
@@ -338,6 +343,14 @@ def saves_ns(g: StepGraph, ranks: Sequence[int]) -> int:
     for r in ranks:
         cut.update(extra_cut(g, r))
     return max(0, retime(g) - retime(g, cut))
+
+
+def held_through(g: StepGraph, rank: int) -> int:
+    """How long the other ranks were held up by ``rank``, through every group and
+    cascade: the median over them of how much earlier each would end its step without
+    ``rank``'s extra own work (:func:`extra_cut`)."""
+    now, fixed = retime_ends(g), retime_ends(g, extra_cut(g, rank))
+    return _median([now[q] - fixed[q] for q in now if q != rank])
 
 
 def delays(g: StepGraph, late: Dict[int, Tuple[int, int]]) -> List[Delay]:
@@ -369,4 +382,4 @@ def delays(g: StepGraph, late: Dict[int, Tuple[int, int]]) -> List[Delay]:
     return out
 
 
-__all__ = ["Delay", "Segment", "StepGraph", "build", "delays", "extra_cut", "gaps", "retime", "saves_ns"]
+__all__ = ["Delay", "Segment", "StepGraph", "build", "delays", "extra_cut", "gaps", "held_through", "retime", "retime_ends", "saves_ns"]

@@ -302,7 +302,10 @@ def _fill_row(table: CollectiveTable, row: StepRow, insts: Sequence[Instance], f
             waits.append(union_ns(pairs, lo, hi))
         med = _median(waits) if waits else 0
         row.held_raw[r] = min(med, row.lateness[r])
-        row.held[r] = min(med, row.own.get(r, 0))  # waiting for others is never lateness
+        own = row.own.get(r, 0)
+        if own > max(med, floor_ns):  # others held up through other groups (a cascade)
+            med = max(med, G.held_through(g, r))
+        row.held[r] = min(med, own)  # waiting for others is never lateness
 
 
 def _median_without(ordered: Sequence[int], value: int) -> int:
@@ -428,9 +431,9 @@ def _root_cause(verdict: Verdict) -> None:
         if row.graph is None:
             continue
         late = {
-            r: (h, row.late_at.get(r, -1))
-            for r, h in row.held_raw.items()
-            if h > row.threshold.get(r, 0) and row.held.get(r, 0) <= row.threshold.get(r, 0)
+            r: (t, row.late_at.get(r, -1))
+            for r, t in row.lateness.items()
+            if t > row.threshold.get(r, 0) and row.held.get(r, 0) <= row.threshold.get(r, 0)
         }
         verdict.delayed += G.delays(row.graph, late)
     for s in verdict.stragglers:
