@@ -382,4 +382,16 @@ def delays(g: StepGraph, late: Dict[int, Tuple[int, int]]) -> List[Delay]:
     return out
 
 
-__all__ = ["Delay", "Segment", "StepGraph", "build", "delays", "extra_cut", "gaps", "held_through", "retime", "retime_ends", "saves_ns"]
+__all__ = [
+    "Delay",
+    "Segment",
+    "StepGraph",
+    "build",
+    "delays",
+    "extra_cut",
+    "gaps",
+    "held_through",
+    "retime",
+    "retime_ends",
+    "saves_ns",
+]

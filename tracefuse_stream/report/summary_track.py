@@ -169,6 +169,66 @@ def why_events(
     return out
 
 
+PATH_CAT = "critical_path"  # the critical path's flows: their own (id, cat, name) key space
+
+
+def critical_path_events(
+    rows: Sequence[Any], base_ns: int, tid0: int, steps_here: Any
+) -> List[Dict[str, Any]]:
+    """The step's critical path (analyze/graph.py): one "critical path: rank R" track per
+    rank it runs through, one slice per segment (own work before a collective, or
+    communication once all members arrived), and a flow where it crosses to another rank."""
+    out: List[Dict[str, Any]] = []
+    tracks: Dict[int, List[List[int]]] = {}  # rank -> [[tid, end_ns], ...]: slices never overlap on one
+    next_tid = [tid0]
+    flow_id = 0
+
+    def track(rank: int, start: int, end: int) -> int:
+        mine = tracks.setdefault(rank, [])
+        for t in mine:
+            if t[1] <= start:
+                t[1] = end
+                return t[0]
+        tid = next_tid[0]
+        next_tid[0] += 1
+        mine.append([tid, end])
+        label = f"critical path: rank {rank}" + (f" #{len(mine)}" if len(mine) > 1 else "")
+        out.append(_meta("thread_name", tid, {"name": label}, _us(start - base_ns)))
+        out.append(_meta("thread_sort_index", tid, {"sort_index": tid}, _us(start - base_ns)))
+        return tid
+
+    for row in rows:
+        g = getattr(row, "graph", None)
+        if g is None or row.step not in steps_here or not g.path:
+            continue
+        prev: Optional[Dict[str, Any]] = None
+        for seg in g.path:
+            if seg.dur_ns <= 0:
+                continue
+            what = "own work before" if seg.kind == "own" else seg.kind
+            name = f"step {row.step}: rank {seg.rank} {what} {seg.name}"
+            args = {SUMMARY_ARG: True, "step": row.step, "path_rank": seg.rank, "kind": seg.kind,
+                    "dur_us": round(seg.dur_ns / 1000, 3), "leads_to": seg.name}  # fmt: skip
+            ev = {"ph": "X", "cat": SUMMARY_CAT, "name": name, "pid": SUMMARY_PID,
+                  "tid": track(seg.rank, seg.start_ns, seg.start_ns + seg.dur_ns), "ts": _us(seg.start_ns - base_ns), "dur": _us(seg.dur_ns), "args": args, "_ns": seg}  # fmt: skip
+            if prev is not None and prev["_ns"].rank != seg.rank:
+                flow_id += 1
+                a, b = prev["_ns"], seg
+                inside_a = a.start_ns + a.dur_ns - min(1000, a.dur_ns // 2)
+                inside_b = b.start_ns + min(1000, b.dur_ns // 2)
+                for ph, tid, t in (("s", prev["tid"], inside_a), ("f", ev["tid"], inside_b)):
+                    flow = {"ph": ph, "cat": PATH_CAT, "name": PATH_CAT, "id": flow_id, "pid": SUMMARY_PID,
+                            "tid": tid, "ts": _us(t - base_ns), "args": {SUMMARY_ARG: True}}  # fmt: skip
+                    if ph == "f":
+                        flow["bp"] = "e"
+                    out.append(flow)
+            out.append(ev)
+            prev = ev
+    for ev in out:
+        ev.pop("_ns", None)
+    return out
+
+
 def write_summaries(
     sinks: Sequence[Any], plan: Any, base_ns: int, plans: Sequence[Any] = (), jobs: int = 1
 ) -> List[str]:
@@ -180,10 +240,12 @@ def write_summaries(
     steps = plan.table.steps if plan.table is not None else {}
     waits: Dict[Optional[int], Dict[int, int]] = {}
     why: List[Dict[str, Any]] = []
+    rows: List[Any] = []
     if plan.table is not None and plan.table.instances:
         a = analyse(plan.table, list(plans) or None, jobs, every_rank=False)  # the why tracks only
         waits = {row.step: dict(row.wait) for row in a.verdict.by_step}
         why = a.why
+        rows = a.verdict.by_step
     for gi, sink in enumerate(sinks):
         events = summary_events(plan.linked.get(gi, []), steps, base_ns, waits)
         if not events:
@@ -194,6 +256,8 @@ def write_summaries(
         tid0 = 1 + max((e["tid"] for e in events if e["ph"] == "M"), default=0)
         mine = [w for w in why if w["rank"] in ranks_here and w["step"] in steps_here]
         events += why_events(mine, plans, base_ns, tid0)
+        tid1 = 1 + max((e["tid"] for e in events if e["ph"] == "M"), default=0)
+        events += critical_path_events(rows, base_ns, tid1, steps_here)
         if not isinstance(sink, JsonSink):
             notes.append("collective summary: not written into a Perfetto archive (one member per rank)")
             continue
