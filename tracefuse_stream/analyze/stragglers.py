@@ -491,7 +491,8 @@ DEFINITIONS = (
     "wait = union of a rank's time in collectives before the last member arrives (concurrent ones "
     "counted once, within its step); held = median over the other ranks of the union of their time "
     "in collectives before the rank arrived, at most its lateness; lateness = its time from step start "
-    "to arrival minus the others' median, at its latest collective; busy step = step - wait"
+    "to arrival minus the others' median, at its latest collective; own lateness = that without its "
+    "waiting for other ranks (docs/collectives.md), which caps held; busy step = step - wait"
 )
 
 
@@ -507,7 +508,9 @@ def rule_text(v: Verdict) -> str:
             f"{_ms(v.noise_ns)} ms arrival noise, the others' median + "
             f"{NOISE_FACTOR:g} x their spread, {STEP_FRACTION:g} x busy step {d}, {_ms(MIN_THRESHOLD_NS)} ms) "
             f"in more than half of the steps{t}; it is named when p_chance <= {P_NAMED:g} or the wait is "
-            f">= {NOISE_MARGIN:g} x {NOISE_FACTOR:g} x the arrival noise")  # fmt: skip
+            f">= {NOISE_MARGIN:g} x {NOISE_FACTOR:g} x the arrival noise (then 'by size only' when p_chance > "
+            f"{P_NAMED:g}); strong: >= {STRONG_MARGIN:g} x the noise bound, or p_chance <= 0.01; one profiled "
+            f"step names at most one rank; waiting for other ranks is never lateness (own lateness caps held)")  # fmt: skip
 
 
 def _ms(ns: Any) -> str:

@@ -165,9 +165,15 @@ def verdict_sentence(table: CollectiveTable, v: Verdict, stats: Sequence[RankSta
         for steps, rs in same.items()
     ]
     s0 = v.stragglers[0]
-    return (f"{one}{'; '.join(parts)} ({s0.evidence} evidence: the others waited "
+    return (f"{one}{'; '.join(parts)} ({evidence_text(s0)}: the others waited "
             f"{_ms(s0.held_ns)} ms for rank {s0.rank}, p_chance {s0.p_chance:.2g}, "
             f"{s0.noise_margin:.1f} x the noise bound)")  # fmt: skip
+
+
+def evidence_text(s: Any) -> str:
+    """``strong evidence``, or, where p_chance says nothing (above 0.05: too few steps
+    for a pattern), ``strong evidence by size only`` (issue 35, item 6)."""
+    return f"{s.evidence} evidence" + (" by size only" if s.p_chance > S.P_NAMED else "")
 
 
 def verdict_lines(table: CollectiveTable, v: Verdict, stats: Sequence[RankStats]) -> List[str]:
@@ -182,7 +188,7 @@ def verdict_lines(table: CollectiveTable, v: Verdict, stats: Sequence[RankStats]
         lines.append(
             f"{'straggler' if i == 0 else 'also     '}: rank {s.rank} -- the others waited {_ms(s.held_ns)} ms for it "
             f"(in {_where(v, s.steps)}); last to arrive in {s.last_arrivals} of {s.instances} instances, "
-            f"waited {_ms(by_rank[s.rank].wait_ns)} ms itself; {s.evidence} evidence (p_chance "
+            f"waited {_ms(by_rank[s.rank].wait_ns)} ms itself; {evidence_text(s)} (p_chance "
             f"{s.p_chance:.2g}, {s.noise_margin:.1f} x the noise bound)"
         )
     if v.steps_profiled == 1:
