@@ -137,12 +137,14 @@ function render() {
     '<div id="heat-legend"></div><div id="heat"></div>');
   h.push('<h2 id="h-hosts">Per host</h2><div class="sub">the same figures summed over the ranks of each host</div>' +
     '<div id="host-legend"></div><div id="hosts"></div><div id="host-table"></div>');
+  h.push('<h2 id="h-root">Root cause across ranks</h2><div class="lazy" id="rootcause"></div>');
   h.push('<h2 id="h-why">Why the straggler is late</h2><div class="lazy" id="why"></div>');
   h.push('<h2 id="h-coll">Per collective</h2><div class="lazy" id="per-collective"></div>');
   h.push('<h2 id="h-unmatched">Unmatched instances</h2><div class="lazy" id="unmatched"></div>');
   h.push('<h2 id="h-defs">Definitions and notes</h2><div class="lazy" id="defs"></div>');
   app.innerHTML = h.join("");
   drawMaps();
+  drawRootCause();
   drawWhy();
   drawPerCollective();
   drawUnmatched();
@@ -318,7 +320,48 @@ function drawHosts() {
     (rows.length > shown ? "<details><summary>all " + rows.length + " hosts</summary>" + head + rows.slice(shown).join("") + "</table></details>" : "");
 }
 
-var KIND = {op: "op", outside_ops: "outside ops", kernel: "kernel", gpu_idle: "GPU idle"};
+var KIND = {op: "op", outside_ops: "outside ops", kernel: "kernel", gpu_idle: "GPU idle", entered_late: "entered the step late"};
+function drawRootCause() {  // analyze/graph.py: what fixing saves, who is only delayed, the critical path
+  var box = el("rootcause");
+  if (!has(C, "critical_path")) { box.innerHTML = na("this tracefuse's JSON has no collectives.critical_path"); return; }
+  var h = [];
+  function whatIf(list, who) {  // one line per rank (or set of ranks): every step's saving
+    var order = [], by = {};
+    list.filter(function (w) { return inRange(w.step); }).forEach(function (w) {
+      var k = who(w);
+      if (!has(by, k)) { by[k] = []; order.push(k); }
+      by[k].push(w);
+    });
+    order.forEach(function (k) {
+      var ws = by[k], best = ws[0];
+      ws.forEach(function (w) { if (w.saves_us > best.saves_us) best = w; });
+      h.push('<div class="what-if">fixing ' + esc(k) + " would save ~" + esc(ms(best.saves_us)) + (num(best.step_us) ? " of the " + esc(ms(best.step_us)) + " step" : "") +
+        " in step " + esc(stepLabel(best.step)) + (ws.length > 1 ? ' <span class="muted">(' + ws.map(function (w) { return esc(stepLabel(w.step)) + " " + esc(ms(w.saves_us)); }).join(", ") + ")</span>" : "") + "</div>");
+    });
+  }
+  whatIf(C.what_if || [], function (w) { return "rank " + w.rank; });
+  whatIf(C.what_if_together || [], function (w) { return "ranks " + ranges(w.ranks) + " together"; });
+  (C.delayed || []).filter(function (d) { return inRange(d.step); }).forEach(function (d) {
+    h.push('<div class="delayed">rank ' + esc(d.rank) + " is delayed, not a straggler: in step " + esc(stepLabel(d.step)) + " it waited " +
+      esc(ms(d.wait_us)) + " for rank " + esc(d.by_rank) + " at " + esc(d.collective) + " (group " + esc(d.group) + ": ranks " + esc(ranges(d.group_ranks || [])) +
+      "), then arrived late at " + esc(d.late_at) + (d.origin !== d.by_rank ? "; the cascade starts at rank " + esc(d.origin) : "") + "</div>");
+  });
+  (C.step_skew || []).filter(function (k) { return inRange(k.step) && num(k.counted_us) && k.counted_us > 0; }).forEach(function (k) {
+    h.push('<div class="delayed">rank ' + esc(k.rank) + " entered step " + esc(stepLabel(k.step)) + " " + esc(ms(k.counted_us)) + " after the others</div>");
+  });
+  var paths = (C.critical_path || []).filter(function (c) { return inRange(c.step) && (c.segments || []).length; });
+  var worst = null;
+  paths.forEach(function (c) { if (!worst || c.step_us > worst.step_us) worst = c; });
+  if (worst) {
+    h.push("<h3>Critical path of step " + esc(stepLabel(worst.step)) + " (" + esc(ms(worst.step_us)) + ")</h3>" +
+      '<table class="path"><tr><th>rank</th><th>what</th><th>leads to</th><th>from</th><th>lasts</th></tr>' +
+      worst.segments.slice(0, 40).map(function (g) {
+        return "<tr><td>" + esc(g.rank) + "</td><td>" + esc(g.kind === "own" ? "own work" : g.kind) + "</td><td>" + esc(g.name) +
+          "</td><td>" + esc(ms(g.start_us)) + "</td><td>" + esc(ms(g.dur_us)) + "</td></tr>";
+      }).join("") + "</table>" + (worst.segments.length > 40 ? '<div class="muted">' + (worst.segments.length - 40) + " more segment(s) in the JSON</div>" : ""));
+  }
+  box.innerHTML = h.length ? h.join("") : '<div class="muted">no straggler, no delayed rank, no critical path</div>';
+}
 function drawWhy() {
   var box = el("why");
   if (!has(C, "why")) { box.innerHTML = na("this tracefuse's JSON has no collectives.why"); return; }
@@ -342,6 +385,12 @@ function whyCard(w) {
     ", explained " + esc(ms(w.explained_us)) + share + "</h3>" +
     '<div class="sub">against the median of the other ranks' + (w.reference_rank !== undefined && w.reference_rank !== null ? " (reference rank " + esc(w.reference_rank) + ")" : "") +
     (w.collective ? ", up to its arrival at " + esc(w.collective) : "") + "</div>";
+  if (num(w.unexplained_us) && num(w.share) && (w.share < 0.8 || w.share > 1.2)) {
+    head += '<div class="sub">' + esc(ms(Math.abs(w.unexplained_us))) + (w.unexplained_us < 0 ? " less elsewhere" : " unexplained") + "</div>";
+  }
+  if ((w.cpu_side || []).length) {
+    head += '<div class="sub">CPU side: ' + w.cpu_side.slice(0, 3).map(function (c) { return esc((KIND[c.kind] || c.kind) + " " + c.name) + " +" + esc(ms(c.extra_us)); }).join("; ") + "</div>";
+  }
   if (!top.length) return '<div class="card why-card">' + head + '<div class="muted">no contributor</div></div>';
   var max = 0;
   top.forEach(function (c) { [c.rank_us, c.others_us, Math.abs(c.extra_us || 0)].forEach(function (v) { if (num(v)) max = Math.max(max, v); }); });
