@@ -392,9 +392,12 @@ def build_late_launches(
     gz: bool = False,
     fixture: Any = None,
     tag: str = "a100_run_l",
+    stall_at: str = "launch",
 ) -> Dict[str, Any]:
     """Write ``world_size`` ranks into out_dir; on ``rank``, in each step of ``steps``,
-    the host stalls ``added_us`` just before a CPU launch call: the
+    the host stalls ``added_us`` just before a CPU launch call (``stall_at="step_start"``:
+    just before the step itself starts, so the rank enters each chosen step that much
+    late and works as the others inside it): the
     ``launches_before``-th launch (one of LAUNCHES, any CPU thread) before the launch of
     the chosen NCCL kernel (0: that launch itself). CPU events from there on start
     ``added_us`` later (CPU events open at that moment last that much longer); GPU work
@@ -431,7 +434,11 @@ def build_late_launches(
         lt = src.launch_ts[src.events[i]["args"]["correlation"]]
         before = [(t, j) for t, j in launches if c["step_start"] <= t <= lt]
         k = max(0, len(before) - 1 - launches_before)
+        if stall_at == "step_start":
+            k = 0
         p, pj = before[k]
+        if stall_at == "step_start":
+            p = c["step_start"]
         points.append(p)
         delayed = before[k:]
         kernels = [by_corr.get(src.events[j]["args"].get("correlation")) for _, j in delayed]

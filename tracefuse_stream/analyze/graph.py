@@ -55,6 +55,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from tracefuse_stream.align.collectives import CollectiveTable, Instance
 
 Node = Tuple[str, int, int]  # ("S" | "A" | "D" | "E", rank, instance id or -1)
+START = -2  # a cut's key (rank, START): how much earlier the rank starts the step
 
 
 def _median(values: Sequence[int]) -> int:
@@ -298,7 +299,7 @@ def retime_ends(g: StepGraph, cut: Optional[Dict[Tuple[int, int], int]] = None) 
     def at(node: Node) -> int:
         kind, r, i = node
         if kind == "S":
-            return g.start[r]
+            return g.start[r] - cut.get((r, START), 0)
         if kind == "A":
             return advance(r, i)
         if (r, i) in dep:
@@ -323,13 +324,16 @@ def retime_ends(g: StepGraph, cut: Optional[Dict[Tuple[int, int], int]] = None) 
 
 def extra_cut(g: StepGraph, rank: int) -> Dict[Tuple[int, int], int]:
     """``rank``'s own work beyond the other members' median at each of its arrivals (and
-    beyond the other ranks' median before the step end): what fixing it removes."""
+    beyond the other ranks' median before the step end), and the step-start skew that
+    counts as its lateness: what fixing it removes."""
     own, by_id = gaps(g), g.by_id
     cut: Dict[Tuple[int, int], int] = {}
     for i in g.order.get(rank, []):
         others = [own[(q, i)] for q in by_id[i].entries if q != rank]
         if others:
             cut[(rank, i)] = max(0, own[(rank, i)] - _median(others))
+    if g.late_skew.get(rank, 0) > 0:  # it entered the step late: it starts on time
+        cut[(rank, START)] = g.late_skew[rank]
     tails = [own[(q, -1)] for q in g.order if q != rank]
     if tails and (rank, -1) in own:
         cut[(rank, -1)] = max(0, own[(rank, -1)] - _median(tails))
