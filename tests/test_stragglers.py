@@ -319,10 +319,30 @@ def test_summary_process_first_with_one_slice_per_instance(
     sorts = {e["pid"]: e["args"]["sort_index"] for e in events if e.get("name") == "process_sort_index"}
     assert sorts[1] == -1 and min(v for p, v in sorts.items() if p != 1) >= 0
     threads = {tid: a["name"] for (n, tid), a in meta.items() if n == "thread_name"}
-    assert sorted(threads.values()) == [
+    path_ranks = sorted({g["rank"] for c in coll["critical_path"] for g in c["segments"] if g["dur_us"] > 0})
+    assert 5 in path_ranks  # the straggler's own work is on every step's critical path
+    assert sorted(n for n in threads.values() if not n.startswith("critical path")) == [
         "group 0 (ranks 0-7)", "group 1 (ranks 0-1)", "group 2 (ranks 2-3)", "group 3 (ranks 4-5)",
         "group 4 (ranks 6-7)", "why rank 5",
     ]  # fmt: skip
+    assert (
+        sorted({int(n.split()[3]) for n in threads.values() if n.startswith("critical path")}) == path_ranks
+    )
+    # issue 35, item 5: one slice per segment, where the JSON says, and a flow where the path crosses ranks
+    on_path = [e for e in mine if e["ph"] == "X" and "path_rank" in e["args"]]
+    want = [(c["step"], g["rank"], g["kind"], c["start_ns"] + round(Decimal(str(g["start_us"])) * 1000))
+            for c in coll["critical_path"] for g in c["segments"] if g["dur_us"] > 0]  # fmt: skip
+    got = [(e["args"]["step"], e["args"]["path_rank"], e["args"]["kind"], base + round(Decimal(e["ts"]) * 1000))
+           for e in on_path]  # fmt: skip
+    assert [w[:3] for w in want] == [g[:3] for g in got] and all(
+        abs(a[3] - b[3]) <= 1000 for a, b in zip(want, got)
+    )
+    flows = [e for e in mine if e.get("cat") == "critical_path"]
+    hops = 0
+    for c in coll["critical_path"]:
+        segs = [g for g in c["segments"] if g["dur_us"] > 0]
+        hops += sum(1 for a, b in zip(segs, segs[1:]) if a["rank"] != b["rank"])
+    assert len(flows) == 2 * hops and sorted(e["ph"] for e in flows) == ["f"] * hops + ["s"] * hops
     slices = {e["args"]["instance"]: e for e in mine if e["ph"] == "X" and "instance" in e["args"]}
     assert sorted(slices) == [i["id"] for i in coll["instances"]]
     for inst in coll["instances"]:

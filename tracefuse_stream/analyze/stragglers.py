@@ -57,6 +57,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from tracefuse_stream.align.collectives import CollectiveTable, Instance
 from tracefuse_stream.analyze import graph as G
+from tracefuse_stream.analyze.rootcause import root_cause
 
 NOISE_FACTOR = 4.0
 STEP_FRACTION = 0.05
@@ -168,9 +169,7 @@ class StepRow:
     worst_spread_ns: int = -1
     last_rank: Optional[int] = None  # last to arrive at the step's instance of widest arrival spread
     worst_instance: Optional[int] = None  # the instance where the others waited longest (for the top rank)
-    # the root cause across ranks (analyze/graph.py): own lateness (not explained by
-    # waiting, plus entering the step late), where it is greatest, the step-start skew,
-    # held as plain lateness would cap it (what a delayed rank looks like), the graph
+    # analyze/graph.py: own lateness (no waiting; entering late), where, skew, held by plain lateness
     own: Dict[int, int] = field(default_factory=dict)
     own_at: Dict[int, int] = field(default_factory=dict)
     skew: Dict[int, int] = field(default_factory=dict)
@@ -420,30 +419,8 @@ def judge(table: CollectiveTable) -> Verdict:
                 row.stragglers.append(s.rank)
     for row in rows:
         row.stragglers.sort(key=lambda r: (-row.held[r], r))
-    _root_cause(verdict)
+    verdict.delayed, verdict.saves, verdict.saves_all = root_cause(rows, verdict.stragglers)
     return verdict
-
-
-def _root_cause(verdict: Verdict) -> None:
-    """The delayed ranks (late past their threshold only because they waited) and what
-    fixing each named straggler saves in each step it stands out in (analyze/graph.py)."""
-    for row in verdict.by_step:
-        if row.graph is None:
-            continue
-        late = {
-            r: (t, row.late_at.get(r, -1))
-            for r, t in row.lateness.items()
-            if t > row.threshold.get(r, 0) and row.held.get(r, 0) <= row.threshold.get(r, 0)
-        }
-        verdict.delayed += G.delays(row.graph, late)
-    for s in verdict.stragglers:
-        for row in verdict.by_step:
-            if row.graph is not None and row.step in s.steps:
-                verdict.saves[(s.rank, row.step)] = G.saves_ns(row.graph, [s.rank])
-    for row in verdict.by_step:
-        named = [r for r in row.stragglers]
-        if row.graph is not None and len(named) > 1:
-            verdict.saves_all[row.step] = G.saves_ns(row.graph, named)
 
 
 def _most_held(row: StepRow, leave_out: Sequence[int]) -> Optional[int]:

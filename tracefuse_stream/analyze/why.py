@@ -134,6 +134,25 @@ def _contributors(
     return rows
 
 
+def _suspects(verdict: Verdict) -> Tuple[Dict[int, set], Dict[Optional[int], Dict[int, int]]]:
+    """(step -> its named stragglers and delayed ranks: never a why's reference; step ->
+    rank -> the step-start skew that counts as lateness)."""
+    suspects: Dict[int, set] = {}
+    for row in verdict.by_step:
+        if row.step is not None:
+            suspects[row.step] = set(row.stragglers) | {d.rank for d in verdict.delayed if d.step == row.step}
+    skew_of = {row.step: row.graph.late_skew for row in verdict.by_step if row.graph is not None}
+    return suspects, skew_of
+
+
+def _with_skew(contributors: List[Dict[str, Any]], skew_ns: int, first: bool) -> List[Dict[str, Any]]:
+    """The contributors with the late entry into the step (lateness the stretch, from
+    the rank's own step start, cannot show), most extra first."""
+    if skew_ns <= 0:
+        return contributors
+    return sorted([_entered_late(skew_ns, first)] + contributors, key=lambda c: -c["extra_us"])
+
+
 def _entered_late(skew_ns: int, first: bool) -> Dict[str, Any]:
     """The contributor for a rank that entered the step late (analyze/graph.py's skew)."""
     name = "before the profiled window" if first else "before the step (the previous step's tail)"
@@ -187,11 +206,8 @@ def compare(
             v = views[(id(bd), gpu)] = _view(bd, gpu)
         return v
 
-    suspects: Dict[int, set] = {}  # step -> named stragglers and delayed ranks: never a reference
-    for row in verdict.by_step:
-        if row.step is not None:
-            suspects[row.step] = set(row.stragglers) | {d.rank for d in verdict.delayed if d.step == row.step}
-    skew_of = {row.step: row.graph.late_skew for row in verdict.by_step if row.graph is not None}
+    suspects, skew_of = _suspects(verdict)
+    first_step = min((x.step for x in verdict.by_step if x.step is not None), default=None)
 
     def entry(r: int, step: int, inst_id: int, top: int) -> Optional[Dict[str, Any]]:
         inst = by_id[inst_id]
@@ -216,12 +232,8 @@ def compare(
             else []
         )
         primary_gpu = gpu and any(k[0] in ("kernel", "gpu_idle") for k in mine.parts)
-        primary = gpu_c if primary_gpu else cpu_c
         skew = skew_of.get(step, {}).get(r, 0)
-        if skew > 0:  # entered the step late: lateness the stretch (from its own step start) cannot show
-            first = step == min((x.step for x in verdict.by_step if x.step is not None), default=step)
-            primary = [_entered_late(skew, first)] + primary
-            primary.sort(key=lambda c: -c["extra_us"])
+        primary = _with_skew(gpu_c if primary_gpu else cpu_c, skew, step == first_step)
         lateness = mine.stretch_ns - ref.stretch_ns + skew
         explained = round(sum(c["extra_us"] for c in primary), 3)
         share = round(explained * 1000.0 / lateness, 3) if lateness > 0 else None
