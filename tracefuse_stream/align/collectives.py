@@ -250,10 +250,15 @@ class Instance:
     def arrival_order(self) -> List[int]:
         return sorted(self.entries, key=lambda r: (self.entries[r].start_ns, r))
 
+    _last: Optional[int] = field(default=None, init=False, repr=False, compare=False)
+
     @property
     def last_rank(self) -> int:
-        """arrival_order's last, in one pass (asked for every instance and rank)."""
-        return max(self.entries, key=lambda r: (self.entries[r].start_ns, r))
+        """arrival_order's last, in one pass, once (asked for every instance and rank:
+        the entries are never changed once the instance is made)."""
+        if self._last is None:
+            self._last = max(self.entries, key=lambda r: (self.entries[r].start_ns, r))
+        return self._last
 
     @property
     def last_arrival_ns(self) -> int:

@@ -48,6 +48,7 @@ Cost: O(instances x members) per step, memory the instances' arrivals.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -64,6 +65,20 @@ def _median(values: Sequence[int]) -> int:
         return 0
     s = sorted(values)
     return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) // 2
+
+
+def median_without(ordered: Sequence[int], value: int) -> int:
+    """The median of sorted ``ordered`` with one occurrence of ``value`` left out
+    (O(log n): asked for every rank of an instance)."""
+    j = bisect.bisect_left(ordered, value)
+    m = len(ordered) - 1
+    if m <= 0:
+        return 0
+
+    def at(k: int) -> int:
+        return ordered[k] if k < j else ordered[k + 1]
+
+    return at(m // 2) if m % 2 else (at(m // 2 - 1) + at(m // 2)) // 2
 
 
 @dataclass
@@ -172,13 +187,13 @@ def build(
         g.offset[(r, -1)] = end[r] - _time(p, g, by_id)
     g.skew = _skews(table, start)
     g.late_skew = _late_skews(g.skew, insts, floor_ns)
+    owns = {i.id: sorted(g.own[(q, i.id)] for q in i.entries) for i in insts}  # for the others' medians
     for r, ids in order.items():
         best_late, best_at = 0, -1
         for i in ids:
-            others = [g.own[(q, i)] for q in by_id[i].entries if q != r]
-            if not others:
+            if len(owns[i]) < 2:
                 continue
-            late = g.late_skew.get(r, 0) + g.own[(r, i)] - _median(others)
+            late = g.late_skew.get(r, 0) + g.own[(r, i)] - median_without(owns[i], g.own[(r, i)])
             if late > best_late or best_at < 0:
                 best_late, best_at = max(0, late), i
         g.own_late[r], g.own_late_at[r] = best_late, best_at
@@ -222,9 +237,9 @@ def _skews(table: CollectiveTable, start: Dict[int, int]) -> Dict[int, int]:
         by_host.setdefault(str(h) if h else "", []).append(r)
     out: Dict[int, int] = {}
     for ranks in by_host.values():
+        values = sorted(start[q] for q in ranks)
         for r in ranks:
-            others = [start[q] for q in ranks if q != r]
-            out[r] = start[r] - _median(others) if others else 0
+            out[r] = start[r] - median_without(values, start[r]) if len(ranks) > 1 else 0
     return out
 
 
