@@ -219,3 +219,23 @@ def test_retime_without_cuts_is_the_recorded_end_and_saves_never_exceed_the_cut(
     for r in ranks:
         cut = G.extra_cut(g, r)
         assert 0 <= G.saves_ns(g, [r]) <= sum(cut.values()) + 1, seed
+
+
+def test_time_blocked_in_point_to_point_is_waiting_not_own_work() -> None:
+    """The last stages of a pipeline: stage 5 of 8 works 60 ms more, stages 6 and 7 sit in
+    their recv from the stage before for those 60 ms, then all meet at the step's
+    all-reduce. Kineto writes no peer for gloo's send/recv (not matched), but the time in
+    them is waiting: only stage 5 is named."""
+    arrive = {0: 20.0, 1: 20.2, 2: 20.4, 3: 20.1, 4: 20.3, 5: 80.0, 6: 85.0, 7: 86.0}
+    steps = [(s + 1, 200.0, [("0", {r: (a, 90.0) for r, a in arrive.items()})]) for s in range(3)]
+    table = _table(steps, range(8))
+    t0 = 1_000 * MS
+    table.p2p_spans = {
+        r: [(t0 + s * 200 * MS + 15 * MS, t0 + s * 200 * MS + (80 + r - 6) * MS) for s in range(3)]
+        for r in (6, 7)
+    }
+    v = judge(table)
+    assert [s.rank for s in v.stragglers] == [5]
+    assert all(row.own[6] < MS and row.own[7] < MS and row.own[5] > 59 * MS for row in v.by_step)
+    table.p2p_spans = {}  # without them, the blocked stages would look late on their own
+    assert {6, 7} <= {r for row in judge(table).by_step for r, t in row.own.items() if t > 50 * MS}

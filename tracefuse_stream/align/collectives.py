@@ -293,6 +293,9 @@ class CollectiveTable:
     timelines: Dict[int, Any] = field(
         default_factory=dict
     )  # rank -> the why's segments (analyze/timeline.py)
+    p2p_spans: Dict[int, List[Tuple[int, int]]] = field(
+        default_factory=dict
+    )  # rank -> its gloo send/recv, abs ns
 
     @property
     def unmatched_total(self) -> int:
@@ -468,7 +471,21 @@ def match_instances(
             for s, (lo, hi) in sorted(scans[r].steps.items())}
         for r in merged
     }  # fmt: skip
-    return CollectiveTable(merged, instances, unmatched, notes, steps, p2p, {r: hosts.get(r) for r in merged})
+    table = CollectiveTable(
+        merged, instances, unmatched, notes, steps, p2p, {r: hosts.get(r) for r in merged}
+    )
+    for (
+        r
+    ) in merged:  # point-to-point ops: not matched (no peer recorded), but time blocked in them is waiting
+        base, off = scans[r].base_ns, offsets.get(r, 0)
+        spans = sorted(
+            (base + e.ts_ns + off, base + e.ts_ns + off + e.dur_ns)
+            for e in scans[r].events
+            if e.kind == "gloo" and e.name in P2P_GLOO
+        )
+        if spans:
+            table.p2p_spans[r] = spans
+    return table
 
 
 def _ranks_text(ranks: Any) -> str:

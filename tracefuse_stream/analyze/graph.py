@@ -42,7 +42,8 @@ which is the point.
 Model limits (docs/collectives.md): an arrival that follows the end of the rank's
 previous collective is taken to depend on it (true of a blocking collective and of a
 runloop thread's queue; an overlapped compute stream that never waited makes saves an
-upper bound). Point-to-point ops are not matched (Kineto writes no peer for gloo's).
+upper bound). Point-to-point ops are not matched (Kineto writes no peer for gloo's):
+the time a rank sits in one (``table.p2p_spans``) is waiting, left out of its own work.
 Cost: O(instances x members) per step, memory the instances' arrivals.
 """
 
@@ -170,6 +171,7 @@ def build(
         end[r] = max(span[1], last) if span else last
     g = StepGraph(step, start, end, order, {}, {}, {}, {})
     g.by_id = by_id
+    p2p = table.p2p_spans
     for r, ids in order.items():
         pending: List[Tuple[int, int, int]] = []  # (last arrival, departure, instance), a heap
         released: Tuple[int, int] = (start[r], -1)  # latest departure of an instance all have reached
@@ -180,7 +182,8 @@ def build(
             g.pred[(r, i)] = p
             gap = a - _time(p, g, by_id)
             g.offset[(r, i)] = gap
-            g.own[(r, i)] = (0 if p[0] == "S" else g.own[(r, p[2])]) + max(0, gap)
+            blocked = _blocked(p2p.get(r, ()), a - gap, a)
+            g.own[(r, i)] = (0 if p[0] == "S" else g.own[(r, p[2])]) + max(0, gap - blocked)
             heapq.heappush(pending, (by_id[i].last_arrival_ns, by_id[i].entries[r].end_ns, i))
             prev = i
         g.tail_pred[r] = p = _pred(r, end[r], prev, pending, released, g, by_id)[0]
@@ -199,6 +202,20 @@ def build(
         g.own_late[r], g.own_late_at[r] = best_late, best_at
     g.path = _critical_path(g, by_id)
     return g
+
+
+def _blocked(spans: Sequence[Tuple[int, int]], lo: int, hi: int) -> int:
+    """How long the rank sat in point-to-point ops (sorted spans) within ``[lo, hi]``:
+    blocked on a peer (a pipeline stage receiving from the one before), not own work."""
+    total, reach = 0, lo
+    for a, b in spans[max(0, bisect.bisect_left(spans, (lo, lo)) - 1) :]:
+        if a >= hi:
+            break
+        a, b = max(a, reach), min(b, hi)
+        if b > a:
+            total += b - a
+            reach = b
+    return total
 
 
 def _pred(
