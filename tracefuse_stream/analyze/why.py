@@ -145,17 +145,35 @@ def _suspects(verdict: Verdict) -> Tuple[Dict[int, set], Dict[Optional[int], Dic
     return suspects, skew_of
 
 
-def _with_skew(contributors: List[Dict[str, Any]], skew_ns: int, first: bool) -> List[Dict[str, Any]]:
+def _with_skew(contributors: List[Dict[str, Any]], skew_ns: int, where: str) -> List[Dict[str, Any]]:
     """The contributors with the late entry into the step (lateness the stretch, from
     the rank's own step start, cannot show), most extra first."""
     if skew_ns <= 0:
         return contributors
-    return sorted([_entered_late(skew_ns, first)] + contributors, key=lambda c: -c["extra_us"])
+    return sorted([_entered_late(skew_ns, where)] + contributors, key=lambda c: -c["extra_us"])
 
 
-def _entered_late(skew_ns: int, first: bool) -> Dict[str, Any]:
+def entered_where(verdict: Verdict, rank: int, step: Optional[int], skew_ns: int) -> str:
+    """Where a late entry into ``step`` comes from: before the profiled window (its first
+    step), or the previous step's tail: the rank's own work after its last collective
+    there, against the other ranks' median (analyze/graph.py's tail gaps)."""
+    steps = [x for x in verdict.by_step if x.step is not None]
+    prev = next((x for x in steps if x.step is not None and step is not None and x.step == step - 1), None)
+    if not steps or steps[0].step == step:
+        return "before the profiled window"
+    g = prev.graph if prev is not None else None
+    if prev is None or g is None or (rank, -1) not in g.offset:
+        return "before the step (its previous step is not profiled)"
+    tails = sorted(max(0, g.offset[(q, -1)]) for q in g.order if q != rank)
+    extra = max(0, g.offset[(rank, -1)]) - (tails[len(tails) // 2] if tails else 0)
+    if 2 * extra < skew_ns:
+        return f"between steps (its step {prev.step} ended on time: not in a profiled step)"
+    return (f"before the step: after its last collective of step {prev.step} it worked "
+            f"{extra / 1e6:.1f} ms more than the others' median")  # fmt: skip
+
+
+def _entered_late(skew_ns: int, name: str) -> Dict[str, Any]:
     """The contributor for a rank that entered the step late (analyze/graph.py's skew)."""
-    name = "before the profiled window" if first else "before the step (the previous step's tail)"
     return {
         "kind": "entered_late", "name": name, "where": "step start", "extra_us": _us(skew_ns),
         "count": 1, "others_count": 0, "rank_us": _us(skew_ns), "others_us": 0.0, "others_median_us": 0.0,
@@ -207,7 +225,6 @@ def compare(
         return v
 
     suspects, skew_of = _suspects(verdict)
-    first_step = min((x.step for x in verdict.by_step if x.step is not None), default=None)
 
     def entry(r: int, step: int, inst_id: int, top: int) -> Optional[Dict[str, Any]]:
         inst = by_id[inst_id]
@@ -233,7 +250,8 @@ def compare(
         )
         primary_gpu = gpu and any(k[0] in ("kernel", "gpu_idle") for k in mine.parts)
         skew = skew_of.get(step, {}).get(r, 0)
-        primary = _with_skew(gpu_c if primary_gpu else cpu_c, skew, step == first_step)
+        where = entered_where(verdict, r, step, skew) if skew > 0 else ""
+        primary = _with_skew(gpu_c if primary_gpu else cpu_c, skew, where)
         lateness = mine.stretch_ns - ref.stretch_ns + skew
         explained = round(sum(c["extra_us"] for c in primary), 3)
         share = round(explained * 1000.0 / lateness, 3) if lateness > 0 else None
