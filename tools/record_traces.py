@@ -75,6 +75,45 @@ ddp8_case_g     8 ranks, 5 Linear layers, bucket_cap_mb=0.001: 4 gradient all_re
 ddp6_case_h     6 ranks, active=4; rank 4 sleeps 0.2 s more before backward in
                 ProfilerStep#3 only.
 
+Issue-35 sets (pinned, defaults, active=3; several process groups, a pipeline, two
+causes at once; each sleep is a plain time.sleep in no op and no annotation of its own;
+the names say nothing of the cause; README.md has the measured timelines):
+
+mg4_pairs_a     kind "pairs": 4 ranks, groups [0,1] and [2,3] (dist.new_group, same
+                order on every rank); the model's forward is Linear -> PairReduce (a
+                custom autograd.Function: all_reduce of the activation on the rank's
+                pair group in forward, of its grad in backward) -> ReLU -> Linear, DDP on
+                the world group; work_s=0.05 before backward. Per step: pair all_reduce
+                (forward), pair all_reduce (backward), DDP's world all_reduce. Rank 3
+                sleeps 0.1 s inside forward right before the custom op, every step.
+                Ground truth: root cause rank 3; rank 2 waits ~100 ms for it at the
+                forward pair all_reduce and so reaches the world all_reduce ~100 ms late
+                (delayed, not slow); ranks 0 and 1 wait ~100 ms at the world all_reduce.
+mg4_pairs_b     the same with nobody slower (balanced multi-group control).
+pp4_stages_a    kind "pipeline": 4 ranks, one Linear stage each, 4 micro-batches per step
+                (GPipe-like: all forwards, then all backwards), activations rank s -> s+1
+                and grads s+1 -> s by dist.send / dist.recv on the world group, then
+                opt.step and an all_reduce of the step's loss (world). Every stage sleeps
+                work_s=0.006 s per micro-batch in its forward and again in its backward;
+                rank 2 sleeps 0.02 s more in each micro-batch's forward (after its recv,
+                before its compute). Ground truth: root cause rank 2; rank 3 waits in
+                gloo:recv for rank 2's activations (~40 ms for the first, ~20 ms for each
+                next), ranks 0 and 1 are held in gloo:send (~20 ms per blocked send: a
+                gloo send lasts until the peer has posted its recv) and later wait in
+                recv for the grads; the per-step world all_reduce shows no spread.
+mg6_three_groups_a  kind "chain": 6 ranks, groups A=[0,1], B=[1,2], C=[2,3]; per step,
+                after forward, each rank all_reduces a copy of its loss on each group it
+                is in, in the order A, B, C (rank 0: A; 1: A, B; 2: B, C; 3: C; 4, 5:
+                none), then work_s=0.05 and backward (DDP, world). Rank 0 sleeps 0.1 s
+                right before its A all_reduce, every step. Ground truth: root cause rank
+                0; rank 1 waits ~100 ms for it at A and is late at B, rank 2 waits at B
+                for rank 1 and is late at C, rank 3 waits at C for rank 2; ranks 0-3 reach
+                the world all_reduce ~100 ms after ranks 4 and 5, who wait there.
+ddp4_two_b      4 ranks, DDP on world, work_s=0.05; rank 1 sleeps 0.12 s more before
+                backward, rank 3 calls torch.linalg.qr(128 x 128) 90 times after forward
+                (~40 ms), every step. Ground truth: two independent slow ranks, rank 1
+                (~120 ms, outside any op) and rank 3 (~40 ms, in aten::linalg_qr).
+
 --check also prints the timeline tables of tests/data/recorded/README.md (timeline()).
 
 While recording, each worker prints the OS thread ids of the ``pt_gloo_runloop``
@@ -1089,7 +1128,8 @@ def _timeline_tables(rows: list[dict], annotate: str | None) -> None:
 # --------------------------------------------------------------------------- p2p
 def p2p(d: Path) -> list[dict]:
     """Kind pipeline: per ProfilerStep and rank, the gloo:send and gloo:recv slices (on
-    the main thread; a recv lasts until the data is there, a send returns at once): the
+    the main thread; a recv lasts until the data is there, a send until the peer has
+    posted its recv): the
     count / total ms of each, and every recv's duration in time order (forward recvs
     from rank - 1 first, then backward recvs from rank + 1). Returns one row per
     (step, rank)."""
