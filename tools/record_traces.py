@@ -75,6 +75,45 @@ ddp8_case_g     8 ranks, 5 Linear layers, bucket_cap_mb=0.001: 4 gradient all_re
 ddp6_case_h     6 ranks, active=4; rank 4 sleeps 0.2 s more before backward in
                 ProfilerStep#3 only.
 
+Issue-35 sets (pinned, defaults, active=3; several process groups, a pipeline, two
+causes at once; each sleep is a plain time.sleep in no op and no annotation of its own;
+the names say nothing of the cause; README.md has the measured timelines):
+
+mg4_pairs_a     kind "pairs": 4 ranks, groups [0,1] and [2,3] (dist.new_group, same
+                order on every rank); the model's forward is Linear -> PairReduce (a
+                custom autograd.Function: all_reduce of the activation on the rank's
+                pair group in forward, of its grad in backward) -> ReLU -> Linear, DDP on
+                the world group; work_s=0.05 before backward. Per step: pair all_reduce
+                (forward), pair all_reduce (backward), DDP's world all_reduce. Rank 3
+                sleeps 0.1 s inside forward right before the custom op, every step.
+                Ground truth: root cause rank 3; rank 2 waits ~100 ms for it at the
+                forward pair all_reduce and so reaches the world all_reduce ~100 ms late
+                (delayed, not slow); ranks 0 and 1 wait ~100 ms at the world all_reduce.
+mg4_pairs_b     the same with nobody slower (balanced multi-group control).
+pp4_stages_a    kind "pipeline": 4 ranks, one Linear stage each, 4 micro-batches per step
+                (GPipe-like: all forwards, then all backwards), activations rank s -> s+1
+                and grads s+1 -> s by dist.send / dist.recv on the world group, then
+                opt.step and an all_reduce of the step's loss (world). Every stage sleeps
+                work_s=0.006 s per micro-batch in its forward and again in its backward;
+                rank 2 sleeps 0.02 s more in each micro-batch's forward (after its recv,
+                before its compute). Ground truth: root cause rank 2; rank 3 waits in
+                gloo:recv for rank 2's activations (~40 ms for the first, ~20 ms for each
+                next), ranks 0 and 1 are held in gloo:send (~20 ms per blocked send: a
+                gloo send lasts until the peer has posted its recv) and later wait in
+                recv for the grads; the per-step world all_reduce shows no spread.
+mg6_three_groups_a  kind "chain": 6 ranks, groups A=[0,1], B=[1,2], C=[2,3]; per step,
+                after forward, each rank all_reduces a copy of its loss on each group it
+                is in, in the order A, B, C (rank 0: A; 1: A, B; 2: B, C; 3: C; 4, 5:
+                none), then work_s=0.05 and backward (DDP, world). Rank 0 sleeps 0.1 s
+                right before its A all_reduce, every step. Ground truth: root cause rank
+                0; rank 1 waits ~100 ms for it at A and is late at B, rank 2 waits at B
+                for rank 1 and is late at C, rank 3 waits at C for rank 2; ranks 0-3 reach
+                the world all_reduce ~100 ms after ranks 4 and 5, who wait there.
+ddp4_two_b      4 ranks, DDP on world, work_s=0.05; rank 1 sleeps 0.12 s more before
+                backward, rank 3 calls torch.linalg.qr(128 x 128) 90 times after forward
+                (~40 ms), every step. Ground truth: two independent slow ranks, rank 1
+                (~120 ms, outside any op) and rank 3 (~40 ms, in aten::linalg_qr).
+
 --check also prints the timeline tables of tests/data/recorded/README.md (timeline()).
 
 While recording, each worker prints the OS thread ids of the ``pt_gloo_runloop``
@@ -143,7 +182,10 @@ class TraceSet:
     work_at: str = "backward"
     # (rank, where, seconds): a sleep in no op and no annotation of its own; where is
     # "start" (first thing in the step, like work_at="start") or "annotated" (inside
-    # the `annotate` record_function, between data prep and forward)
+    # the `annotate` record_function, between data prep and forward); kinds pairs and
+    # chain: "comm", right before the rank's first group all_reduce of the step (pairs:
+    # inside the model's forward, right before the custom op); pipeline: "micro_batch",
+    # in each micro-batch's forward, after its recv, before the stage's compute
     pauses: tuple[tuple[int, str, float], ...] = ()
     # loop indices in which `pauses` apply; None = every step
     pause_steps: tuple[int, ...] | None = None
@@ -158,6 +200,20 @@ class TraceSet:
     layers: int = 1
     # DDP bucket_cap_mb (None: DDP's default)
     bucket_cap_mb: float | None = None
+    # --- knobs of the issue-35 sets (defaults: as before) ---
+    # what a step does: "ddp" (as before); "pairs": DDP on world around a model whose
+    # forward all_reduces its hidden activation on the rank's group of `groups` in a
+    # custom autograd.Function (tensor-parallel style; its backward all_reduces the grad
+    # on the same group); "chain": after forward, one all_reduce per group of `groups`
+    # the rank is in (in the order of `groups`), then DDP on world; "pipeline": one stage
+    # per rank, `micro_batches` forwards then as many backwards, activations and grads
+    # by dist.send / dist.recv, then an all_reduce of the loss on world
+    kind: str = "ddp"
+    # process groups every rank makes with dist.new_group, in this order (pairs, chain)
+    groups: tuple[tuple[int, ...], ...] = ()
+    # pipeline: micro-batches per step (work_s is then slept per micro-batch, once in its
+    # forward and once in its backward, on every stage)
+    micro_batches: int = 0
 
     @property
     def steps(self) -> int:
@@ -197,6 +253,16 @@ class TraceSet:
             return ("world", "sub", "world")
         if self.subgroups:
             return ("sub", "world")
+        return ("world",)
+
+    def ops_of(self, rank: int) -> tuple[str, ...]:
+        """The group (its ranks as text, or "world") of each gloo:all_reduce `rank`
+        issues per step, in issue order (kinds pairs, chain, pipeline)."""
+        mine = [str(list(g)) for g in self.groups if rank in g]
+        if self.kind == "pairs":
+            return (mine[0], mine[0], "world")
+        if self.kind == "chain":
+            return (*mine, "world")
         return ("world",)
 
 
@@ -276,6 +342,55 @@ SETS: dict[str, TraceSet] = {
         ),
         # 6 ranks, active=4 (#2-#5); rank 4: 0.2 s more before backward in ProfilerStep#3 only
         TraceSet("ddp6_case_h", 6, active=4, pin=True, work_s=0.05, sleeps=((4, 0.2),), sleep_steps=(3,)),
+        # --- issue 35: several process groups, pipeline p2p, two different causes;
+        # pinned, profiler defaults, active=3 (README.md says what each rank does)
+        # pairs {0,1} {2,3} (custom op: all_reduce in forward and backward), DDP on world;
+        # rank 3: 0.1 s in forward right before the custom op, every step
+        TraceSet(
+            "mg4_pairs_a",
+            4,
+            active=3,
+            pin=True,
+            work_s=0.05,
+            kind="pairs",
+            groups=((0, 1), (2, 3)),
+            pauses=((3, "comm", 0.1),),
+        ),
+        # 4 stages, 4 micro-batches, send/recv; rank 2: 0.02 s more per micro-batch forward
+        TraceSet(
+            "pp4_stages_a",
+            4,
+            active=3,
+            pin=True,
+            work_s=0.006,
+            kind="pipeline",
+            micro_batches=4,
+            pauses=((2, "micro_batch", 0.02),),
+        ),
+        # groups {0,1} {1,2} {2,3} one after the other, then DDP on world (6 ranks);
+        # rank 0: 0.1 s before its first group all_reduce, every step
+        TraceSet(
+            "mg6_three_groups_a",
+            6,
+            active=3,
+            pin=True,
+            work_s=0.05,
+            kind="chain",
+            groups=((0, 1), (1, 2), (2, 3)),
+            pauses=((0, "comm", 0.1),),
+        ),
+        # as mg4_pairs_a, nobody slower
+        TraceSet("mg4_pairs_b", 4, active=3, pin=True, work_s=0.05, kind="pairs", groups=((0, 1), (2, 3))),
+        # rank 1: 0.12 s more before backward; rank 3: 90 x qr(128 x 128) after forward
+        TraceSet(
+            "ddp4_two_b",
+            4,
+            active=3,
+            pin=True,
+            work_s=0.05,
+            sleeps=((1, 0.12),),
+            rank_ops=((3, "qr", 90, 128),),
+        ),
     ]
 }
 
@@ -293,7 +408,7 @@ def run_worker(ts: TraceSet, rank: int, outdir: Path) -> None:
     import torch
     import torch.distributed as dist
     from torch import nn
-    from torch.profiler import ProfilerActivity, profile, record_function, schedule
+    from torch.profiler import ProfilerActivity, profile, record_function
 
     torch.set_num_threads(1)
     print(f"[{ts.name}] rank {rank} os.getpid()={os.getpid()} host={socket.gethostname()}", flush=True)
@@ -316,6 +431,9 @@ def run_worker(ts: TraceSet, rank: int, outdir: Path) -> None:
     dist.barrier()  # the default group's gloo backend is made (and its threads started)
     world_tids = _new_runloop_tids(before)
     print(f"THREADS rank={rank} group=world tids={sorted(world_tids)}", flush=True)
+    if ts.kind != "ddp":
+        _run_kind(ts, rank, outdir, before | world_tids)
+        return
     group = None
     sub = None
     if ts.subgroups:
@@ -345,15 +463,7 @@ def run_worker(ts: TraceSet, rank: int, outdir: Path) -> None:
     loss_fn = nn.MSELoss()
     gen = torch.Generator().manual_seed(SEED + 1000 + rank)
 
-    handler = torch.profiler.tensorboard_trace_handler(str(outdir), use_gzip=True)
-    with profile(
-        activities=[ProfilerActivity.CPU],
-        schedule=schedule(wait=ts.wait, warmup=ts.warmup, active=ts.active, repeat=ts.repeat),
-        on_trace_ready=handler,
-        record_shapes=ts.record_shapes,
-        with_stack=ts.with_stack,
-        profile_memory=ts.profile_memory,
-    ) as prof:
+    with _profiler(ts, outdir) as prof:
         batch = ts.batch_of(rank)
         for step in range(ts.steps):
             pause = ts.pause_s(rank, step, "start")
@@ -386,6 +496,175 @@ def run_worker(ts: TraceSet, rank: int, outdir: Path) -> None:
             prof.step()
     dist.barrier()
     dist.destroy_process_group()
+
+
+def _profiler(ts: TraceSet, outdir: Path):
+    """The profiler every distributed set records with (tensorboard_trace_handler, gzip)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    handler = torch.profiler.tensorboard_trace_handler(str(outdir), use_gzip=True)
+    return profile(
+        activities=[ProfilerActivity.CPU],
+        schedule=schedule(wait=ts.wait, warmup=ts.warmup, active=ts.active, repeat=ts.repeat),
+        on_trace_ready=handler,
+        record_shapes=ts.record_shapes,
+        with_stack=ts.with_stack,
+        profile_memory=ts.profile_memory,
+    )
+
+
+def _run_kind(ts: TraceSet, rank: int, outdir: Path, known: set[int]) -> None:
+    """The steps of kinds pairs, chain and pipeline (see TraceSet.kind). Every sleep is
+    a plain time.sleep in no op and no annotation of its own; no label is added."""
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    # every rank takes part in every new_group call, in the same order; a member waits
+    # once on each of its groups (a barrier) so that the group's threads have started
+    mine = {}
+    for members in ts.groups:
+        g = dist.new_group(list(members))
+        if rank in members:
+            mine[members] = g
+            dist.barrier(group=g)
+            tids = _new_runloop_tids(known)
+            known |= tids
+            print(f"THREADS rank={rank} group={list(members)} tids={sorted(tids)}", flush=True)
+
+    class PairReduce(torch.autograd.Function):
+        """Tensor-parallel style: all_reduce the activation in forward, the grad in backward."""
+
+        @staticmethod
+        def forward(ctx, x, group):
+            ctx.group = group
+            y = x.clone()
+            dist.all_reduce(y, group=group)
+            return y
+
+        @staticmethod
+        def backward(ctx, grad):
+            grad = grad.clone()
+            dist.all_reduce(grad, group=ctx.group)
+            return grad, None
+
+    class Net(nn.Module):
+        def __init__(self, group) -> None:
+            super().__init__()
+            self.fc1 = nn.Linear(ts.d_in, ts.d_hidden)
+            self.fc2 = nn.Linear(ts.d_hidden, ts.d_out)
+            self.group = group
+            self.pause = 0.0
+
+        def forward(self, x):
+            h = self.fc1(x)
+            if self.pause:
+                time.sleep(self.pause)
+            h = PairReduce.apply(h, self.group)
+            return self.fc2(torch.relu(h))
+
+    torch.manual_seed(SEED)
+    loss_fn = nn.MSELoss()
+    gen = torch.Generator().manual_seed(SEED + 1000 + rank)
+    if ts.kind == "pipeline":
+        _run_pipeline(ts, rank, outdir, gen)
+        dist.barrier()
+        dist.destroy_process_group()
+        return
+    net: nn.Module
+    if ts.kind == "pairs":
+        net = Net(next(iter(mine.values())))
+    else:
+        net = nn.Sequential(nn.Linear(ts.d_in, ts.d_hidden), nn.ReLU(), nn.Linear(ts.d_hidden, ts.d_out))
+    ddp = DDP(net)
+    mats = {n: torch.randn(n, n, generator=torch.Generator().manual_seed(SEED)) for _, _, _, n in ts.rank_ops}
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    with _profiler(ts, outdir) as prof:
+        for step in range(ts.steps):
+            pause = ts.pause_s(rank, step, "comm")
+            x = torch.randn(ts.batch, ts.d_in, generator=gen)
+            y = torch.randn(ts.batch, ts.d_out, generator=gen)
+            opt.zero_grad()
+            if ts.kind == "pairs":
+                net.pause = pause  # slept inside forward, right before the custom op
+            loss = loss_fn(ddp(x), y)
+            if ts.kind == "chain":
+                if pause:
+                    time.sleep(pause)
+                for g in mine.values():  # in the order of ts.groups
+                    metric = loss.detach().reshape(1).clone()
+                    dist.all_reduce(metric, group=g)
+            for r, op, calls, n in ts.rank_ops:
+                if r == rank and op == "qr":
+                    for _ in range(calls):
+                        torch.linalg.qr(mats[n])
+            pause = ts.before_backward_s(rank, step)
+            if pause:
+                time.sleep(pause)
+            loss.backward()  # pairs: the custom op's grad all_reduce, then DDP's (world)
+            opt.step()
+            prof.step()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def _run_pipeline(ts: TraceSet, rank: int, outdir: Path, gen) -> None:
+    """One stage per rank, GPipe-like: every micro-batch's forward (recv the activation
+    from rank - 1, compute, send to rank + 1), then every micro-batch's backward (recv
+    the grad from rank + 1, backward, send the input's grad to rank - 1), opt.step, and
+    an all_reduce of the step's loss on the world group."""
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+
+    last = ts.world_size - 1
+    torch.manual_seed(SEED + rank)
+    d_in = ts.d_in if rank == 0 else ts.d_hidden
+    d_out = ts.d_out if rank == last else ts.d_hidden
+    stage = nn.Sequential(nn.Linear(d_in, d_out), nn.ReLU()) if rank < last else nn.Linear(d_in, d_out)
+    opt = torch.optim.SGD(stage.parameters(), lr=0.01)
+    loss_fn = nn.MSELoss()
+    with _profiler(ts, outdir) as prof:
+        for step in range(ts.steps):
+            opt.zero_grad()
+            ins, outs = [], []
+            total = torch.zeros(1)
+            for _ in range(ts.micro_batches):
+                if rank == 0:
+                    x = torch.randn(ts.batch, d_in, generator=gen)
+                else:
+                    x = torch.empty(ts.batch, d_in)
+                    dist.recv(x, rank - 1)
+                    x.requires_grad_()
+                pause = ts.pause_s(rank, step, "micro_batch")
+                if pause:
+                    time.sleep(pause)
+                out = stage(x)
+                if ts.work_s:
+                    time.sleep(ts.work_s)
+                if rank < last:
+                    dist.send(out.detach(), rank + 1)
+                else:
+                    out = loss_fn(out, torch.randn(ts.batch, d_out, generator=gen))
+                    total += out.detach()
+                ins.append(x)
+                outs.append(out)
+            for x, out in zip(ins, outs):
+                if ts.work_s:
+                    time.sleep(ts.work_s)
+                if rank == last:
+                    out.backward()
+                else:
+                    grad = torch.empty_like(out)
+                    dist.recv(grad, rank + 1)
+                    out.backward(grad)
+                if rank > 0:
+                    dist.send(x.grad, rank - 1)
+            opt.step()
+            dist.all_reduce(total)  # the step's loss, on every rank (world)
+            prof.step()
 
 
 def _runloop_tids() -> set[int]:
@@ -566,12 +845,15 @@ def _my_groups(info: dict | None) -> dict[str, list[int]]:
     return out
 
 
-def collectives(d: Path, ops: tuple[str, ...] | None = None) -> list[dict]:
+def collectives(d: Path, ops: tuple[str, ...] | None = None, ts: TraceSet | None = None) -> list[dict]:
     """Print, per file, the steps and every gloo:* / c10d::* event (tid, ts, dur), then
     a step x rank table of the gloo:all_reduce durations. Each rank's gloo:all_reduce
     events are numbered in time order within their ProfilerStep; ``ops`` (the set's
     issue order, e.g. world, sub, world) names the group of the k-th one. Returns one
-    row per gloo:all_reduce: rank, step, k, group, tid, ts, dur (us)."""
+    row per gloo:all_reduce: rank, step, k, group, tid, ts, dur (us). For the kinds
+    other than ddp ``ts.ops_of(rank)`` names the groups instead (ranks issue different
+    sequences), and `per_collective` prints the tables instead of `_table`."""
+    multi = ts is not None and ts.kind != "ddp"
     rows: list[dict] = []
     for f in sorted(p for p in d.iterdir() if p.name.endswith((".json", ".json.gz"))):
         _, doc = _load(f)
@@ -579,6 +861,10 @@ def collectives(d: Path, ops: tuple[str, ...] | None = None) -> list[dict]:
         info = doc.get("distributedInfo") or {}
         rank = info.get("rank")
         groups = _my_groups(info)
+        if multi:
+            assert ts is not None
+            ops = ts.ops_of(rank)
+            groups = {str(list(g)): list(g) for g in ts.groups} | {"world": list(range(ts.world_size))}
         steps = sorted(
             (e for e in ev if e.get("name", "").startswith("ProfilerStep#")), key=lambda e: e["ts"]
         )
@@ -615,12 +901,56 @@ def collectives(d: Path, ops: tuple[str, ...] | None = None) -> list[dict]:
                         tid=e["tid"],
                         ts=e["ts"],
                         dur=e["dur"],
+                        step_ts=next(st["ts"] for st in steps if st["name"] == step) if step else None,
+                        j=sum(
+                            1 for r in rows if r["rank"] == rank and r["step"] == step and r["group"] == group
+                        ),
                     )
                 )
                 line += f"  [{step} #{k} {group}{members or ''}]"
             print(line)
-    _table(rows)
+    if multi:
+        per_collective(rows)
+    else:
+        _table(rows)
     return rows
+
+
+def per_collective(rows: list[dict]) -> None:
+    """Kinds pairs, chain, pipeline: per step, one markdown table row per collective
+    instance (the j-th all_reduce on a group within the step, in the order of its first
+    start); per member rank `a [+s] w`: a = its gloo:all_reduce start after its own
+    step's start, s = that start after the first member's, w = its duration minus the
+    shortest member's (the wait); `last` = the member that started last. Times in ms;
+    the steps of the ranks start at about the same time (the previous step ended with
+    a collective of every rank)."""
+    inst: dict[tuple, list[dict]] = {}
+    for r in rows:
+        inst.setdefault((str(r["step"]), r["group"], r["j"]), []).append(r)
+    ranks = sorted({r["rank"] for r in rows})
+    print(
+        "\nper collective: a = start after the rank's step start [+ after the first member's "
+        "start] w = dur minus the shortest member's (wait), ms:"
+    )
+    print("| step | collective | " + " | ".join(f"rank {k}" for k in ranks) + " | last |")
+    print("|---|---|" + "---|" * (len(ranks) + 1))
+    order = sorted(
+        inst, key=lambda k: (int(k[0].split("#")[1]) if "#" in k[0] else 0, min(r["ts"] for r in inst[k]))
+    )
+    for key in order:
+        rs = {r["rank"]: r for r in inst[key]}
+        first = min(r["ts"] for r in rs.values())
+        short = min(r["dur"] for r in rs.values())
+        cells = []
+        for k in ranks:
+            r = rs.get(k)
+            if r is None:
+                cells.append("")
+                continue
+            a = (r["ts"] - r["step_ts"]) / 1000 if r["step_ts"] is not None else float("nan")
+            cells.append(f"{a:.1f} [+{(r['ts'] - first) / 1000:.1f}] w{(r['dur'] - short) / 1000:.1f}")
+        lastr = max(rs.values(), key=lambda r: r["ts"])["rank"]
+        print(f"| {key[0]} | {key[1]} #{key[2]} | " + " | ".join(cells) + f" | {lastr} |")
 
 
 def _table(rows: list[dict]) -> None:
@@ -795,6 +1125,55 @@ def _timeline_tables(rows: list[dict], annotate: str | None) -> None:
             print(f"| {s} | " + " | ".join(cells) + " |")
 
 
+# --------------------------------------------------------------------------- p2p
+def p2p(d: Path) -> list[dict]:
+    """Kind pipeline: per ProfilerStep and rank, the gloo:send and gloo:recv slices (on
+    the main thread; a recv lasts until the data is there, a send until the peer has
+    posted its recv): the
+    count / total ms of each, and every recv's duration in time order (forward recvs
+    from rank - 1 first, then backward recvs from rank + 1). Returns one row per
+    (step, rank)."""
+    files = sorted(p for p in d.iterdir() if p.name.endswith((".json", ".json.gz")))
+    rows: list[dict] = []
+    for f in files:
+        doc = _load(f)[1]
+        rank = (doc.get("distributedInfo") or {}).get("rank")
+        ev = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+        steps = sorted((e for e in ev if e["name"].startswith("ProfilerStep#")), key=lambda e: e["ts"])
+        for st in steps:
+            t0, t1 = st["ts"], st["ts"] + st["dur"]
+            inside = sorted((e for e in ev if t0 <= e["ts"] <= t1), key=lambda e: e["ts"])
+            rows.append(
+                dict(
+                    rank=rank,
+                    step=st["name"],
+                    send=[e["dur"] / 1000 for e in inside if e["name"] == "gloo:send"],
+                    recv=[e["dur"] / 1000 for e in inside if e["name"] == "gloo:recv"],
+                    recv_at=[(e["ts"] - t0) / 1000 for e in inside if e["name"] == "gloo:recv"],
+                )
+            )
+    by_step: dict[str, dict[int, dict]] = {}
+    for r in rows:
+        by_step.setdefault(r["step"], {})[r["rank"]] = r
+    order = sorted(by_step, key=lambda n: int(n.split("#")[1]))
+    ranks = sorted({r["rank"] for r in rows})
+    for title, cell in [
+        ("gloo:send count / total", lambda r: f"{len(r['send'])} / {sum(r['send']):.1f}"),
+        ("gloo:recv count / total", lambda r: f"{len(r['recv'])} / {sum(r['recv']):.1f}"),
+        ("gloo:recv durations in time order", lambda r: " ".join(f"{x:.1f}" for x in r["recv"]) or "-"),
+    ]:
+        print(f"\n{title}, ms:")
+        print("| step | " + " | ".join(f"rank {k}" for k in ranks) + " |")
+        print("|---|" + "---|" * len(ranks))
+        for s_ in order:
+            print(
+                f"| {s_} | "
+                + " | ".join(cell(by_step[s_][k]) if k in by_step[s_] else "-" for k in ranks)
+                + " |"
+            )
+    return rows
+
+
 # --------------------------------------------------------------------------- main
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(
@@ -831,8 +1210,10 @@ def main(argv=None) -> None:
             name = d.resolve().name
             check(d, SETS[name].distributed if name in SETS else None)
             if name in SETS and SETS[name].distributed:
-                collectives(d, SETS[name].ops_per_step)
+                collectives(d, SETS[name].ops_per_step, SETS[name])
                 timeline(d, SETS[name].annotate)
+                if SETS[name].kind == "pipeline":
+                    p2p(d)
         return
     if not args.set:
         ap.error("--set NAME or --check DIR is required")
@@ -852,8 +1233,10 @@ def main(argv=None) -> None:
         print(f"== {name}: recorded in {time.monotonic() - t0:.1f} s", flush=True)
         check(outdir, ts.distributed)
         if ts.distributed:
-            collectives(outdir, ts.ops_per_step)
+            collectives(outdir, ts.ops_per_step, ts)
             timeline(outdir, ts.annotate)
+            if ts.kind == "pipeline":
+                p2p(outdir)
 
 
 if __name__ == "__main__":
