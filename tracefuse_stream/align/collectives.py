@@ -254,8 +254,7 @@ class Instance:
 
     @property
     def last_rank(self) -> int:
-        """arrival_order's last, in one pass, once (asked for every instance and rank:
-        the entries are never changed once the instance is made)."""
+        """arrival_order's last, once (entries never change once the instance is made)."""
         if self._last is None:
             self._last = max(self.entries, key=lambda r: (self.entries[r].start_ns, r))
         return self._last
@@ -360,7 +359,11 @@ def _match_gpu(
             continue  # a group of one merged rank: nothing to match across ranks
         if set(entries) != expected:
             missing = expected - set(entries)
-            reason = f"missing on rank(s) {_ranks_text(missing)}" if missing else "on ranks outside its group"
+            reason = (
+                f"missing on rank(s) {compress_ranges(sorted(missing))}"
+                if missing
+                else "on ranks outside its group"
+            )
             unmatched[("gpu", name, group, reason)] += 1
         elif not _overlap_ok(entries, hosts):
             unmatched[("gpu", name, group, "ends before another rank arrives (order off)")] += 1
@@ -474,22 +477,13 @@ def match_instances(
     table = CollectiveTable(
         merged, instances, unmatched, notes, steps, p2p, {r: hosts.get(r) for r in merged}
     )
-    for (
-        r
-    ) in merged:  # point-to-point ops: not matched (no peer recorded), but time blocked in them is waiting
-        base, off = scans[r].base_ns, offsets.get(r, 0)
-        spans = sorted(
-            (base + e.ts_ns + off, base + e.ts_ns + off + e.dur_ns)
-            for e in scans[r].events
-            if e.kind == "gloo" and e.name in P2P_GLOO
+    # point-to-point ops: not matched (no peer recorded), but time blocked in them is waiting
+    for r in merged:
+        at = scans[r].base_ns + offsets.get(r, 0)
+        table.p2p_spans[r] = sorted(
+            (at + e.ts_ns, at + e.ts_ns + e.dur_ns) for e in scans[r].events if e.name in P2P_GLOO
         )
-        if spans:
-            table.p2p_spans[r] = spans
     return table
-
-
-def _ranks_text(ranks: Any) -> str:
-    return compress_ranges(sorted(ranks))
 
 
 __all__ = [

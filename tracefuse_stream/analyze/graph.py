@@ -127,6 +127,7 @@ class StepGraph:
     own_late_at: Dict[int, int] = field(default_factory=dict)  # rank -> where
     path: List[Segment] = field(default_factory=list)
     by_id: Dict[int, Instance] = field(default_factory=dict)  # the step's instances
+    floor_ns: int = 0  # the noise floor the skews were settled with
 
     @property
     def end_ns(self) -> int:
@@ -189,9 +190,20 @@ def build(
         g.tail_pred[r] = p = _pred(r, end[r], prev, pending, released, g, by_id)[0]
         g.offset[(r, -1)] = end[r] - _time(p, g, by_id)
     g.skew = _skews(table, start)
+    g.path = _critical_path(g, by_id)
+    settle(g, floor_ns)
+    return g
+
+
+def settle(g: StepGraph, floor_ns: int) -> None:
+    """The part of each rank's step-start skew that counts (past ``floor_ns`` and
+    :func:`_late_skews`' bounds) and its own lateness: done apart from :func:`build`
+    because the noise floor comes from the graphs' own times (:func:`own_spreads`)."""
+    insts = list(g.by_id.values())
+    g.floor_ns = floor_ns
     g.late_skew = _late_skews(g.skew, insts, floor_ns)
     owns = {i.id: sorted(g.own[(q, i.id)] for q in i.entries) for i in insts}  # for the others' medians
-    for r, ids in order.items():
+    for r, ids in g.order.items():
         best_late, best_at = 0, -1
         for i in ids:
             if len(owns[i]) < 2:
@@ -200,8 +212,18 @@ def build(
             if late > best_late or best_at < 0:
                 best_late, best_at = max(0, late), i
         g.own_late[r], g.own_late_at[r] = best_late, best_at
-    g.path = _critical_path(g, by_id)
-    return g
+
+
+def own_spreads(g: StepGraph) -> List[int]:
+    """Per instance of 3 members or more: the spread of the earliest half of the members'
+    own times to it (waiting left out): how far apart ranks that are not held up arrive,
+    which a cascade (most ranks late only because they waited) does not inflate."""
+    out = []
+    for i in g.by_id.values():
+        if len(i.entries) > 2:
+            v = sorted(g.own[(q, i.id)] for q in i.entries)
+            out.append(v[(len(v) + 1) // 2 - 1] - v[0])
+    return out
 
 
 def _blocked(spans: Sequence[Tuple[int, int]], lo: int, hi: int) -> int:
@@ -391,8 +413,8 @@ def held_through(g: StepGraph, rank: int) -> int:
 
 def delays(g: StepGraph, late: Dict[int, Tuple[int, int]]) -> List[Delay]:
     """For each rank in ``late`` (rank -> (lateness, instance id where it is latest))
-    whose own lateness explains less than half of it: where it waited, for whom, and
-    the origin of the cascade."""
+    whose own lateness explains less than half of it and a wait before it at least half:
+    where it waited, for whom, and the origin of the cascade."""
     out: List[Delay] = []
     by_id = g.by_id
     waited: Dict[int, Tuple[int, int, int]] = {}  # rank -> (wait, instance, last arriver)
@@ -408,7 +430,7 @@ def delays(g: StepGraph, late: Dict[int, Tuple[int, int]]) -> List[Delay]:
             w = min(by_id[j].last_arrival_ns, a) - e.start_ns
             if w > best[0]:
                 best = (w, j, by_id[j].last_rank)
-        if best[1] >= 0:
+        if best[1] >= 0 and 2 * best[0] >= lateness:  # the waiting explains the lateness
             waited[r] = best
     for r, (w, j, by) in sorted(waited.items()):
         origin, hops = by, 0

@@ -57,6 +57,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from tracefuse_stream.align.collectives import CollectiveTable, Instance
 from tracefuse_stream.analyze import graph as G
+from tracefuse_stream.analyze.noise import noise_ns
 from tracefuse_stream.analyze.rootcause import root_cause
 
 NOISE_FACTOR = 4.0
@@ -108,45 +109,6 @@ def union_ns(intervals: Iterable[Tuple[int, int]], lo: Optional[int] = None, hi:
     if end is not None:
         total += end - start
     return total
-
-
-def noise_ns(instances: Sequence[Instance]) -> int:
-    """Arrival noise: the larger of two robust estimates of how far apart ranks that are
-    not held up arrive: (a) the median over instances of 3 ranks or more of the arrival
-    spread of the instance's earliest half of ranks (stragglers arrive late, so the
-    earliest half leaves them out; in a group of two the gap is all there is); (b) the
-    median, over ranks and over a group's k-th collective of a step, of the median
-    absolute deviation from step to step of the rank's arrival relative to the
-    instance's median arrival (a rank always late by the same amount at the same
-    collective varies little)."""
-    early = _early_spread(instances)
-    mad = _deviation_mad(instances)
-    return mad if early is None else max(early, mad)
-
-
-def _early_spread(instances: Sequence[Instance]) -> Optional[int]:
-    spreads = []
-    for inst in instances:
-        a = sorted(e.start_ns for e in inst.entries.values())
-        if len(a) > 2:
-            spreads.append(a[(len(a) + 1) // 2 - 1] - a[0])
-    return _median(spreads) if spreads else None
-
-
-def _deviation_mad(instances: Sequence[Instance]) -> int:
-    dev: Dict[Tuple[int, str, int], List[int]] = {}
-    kth: Dict[Tuple[str, Optional[int]], int] = {}
-    for inst in sorted(instances, key=lambda i: i.first_arrival_ns):
-        k = kth.get((inst.group, inst.step), 0)
-        kth[(inst.group, inst.step)] = k + 1
-        mid = _median([e.start_ns for e in inst.entries.values()])
-        for r, e in inst.entries.items():
-            dev.setdefault((r, inst.group, k), []).append(e.start_ns - mid)
-    mads = []
-    for values in dev.values():
-        m = _median(values)
-        mads.append(_median([abs(v - m) for v in values]))
-    return _median(mads)
 
 
 @dataclass
@@ -259,7 +221,7 @@ def _step_span(table: CollectiveTable, rank: int, step: Optional[int]) -> Tuple[
 HELD_SAMPLE = 32  # held: the median over at most this many other ranks (evenly spread by rank)
 
 
-def _fill_row(table: CollectiveTable, row: StepRow, insts: Sequence[Instance], floor_ns: int) -> None:
+def _fill_row(table: CollectiveTable, row: StepRow, insts: Sequence[Instance], g: G.StepGraph) -> None:
     """Wait (union), lateness, held (median over the others of the union of their waits
     for the rank) and busy time of every rank of one step."""
     mine: Dict[int, List[Instance]] = {}
@@ -285,7 +247,8 @@ def _fill_row(table: CollectiveTable, row: StepRow, insts: Sequence[Instance], f
             late = max(0, v - _median_without(ordered, v))
             if late > row.lateness[r] or row.late_at[r] < 0:
                 row.lateness[r], row.late_at[r] = late, inst.id
-    g = row.graph = G.build(table, row.step, insts, floor_ns)
+    row.graph = g
+    floor_ns = g.floor_ns
     row.own, row.own_at, row.skew = g.own_late, g.own_late_at, g.skew
     for r in ranks:
         row.held[r] = row.held_raw[r] = 0
@@ -320,10 +283,15 @@ def _median_without(ordered: Sequence[int], value: int) -> int:
     return at(m // 2) if m % 2 else (at(m // 2 - 1) + at(m // 2)) // 2
 
 
-def _step_rows(table: CollectiveTable, floor_ns: int) -> List[StepRow]:
+def _by_step(table: CollectiveTable) -> Dict[Optional[int], List[Instance]]:
     by: Dict[Optional[int], List[Instance]] = {}
     for inst in table.instances:
         by.setdefault(inst.step, []).append(inst)
+    return by
+
+
+def _step_rows(table: CollectiveTable, graphs: Dict[Optional[int], G.StepGraph]) -> List[StepRow]:
+    by = _by_step(table)
     rows = []
     for step in sorted(by, key=lambda s: (s is None, s or 0)):
         insts = by[step]
@@ -332,7 +300,7 @@ def _step_rows(table: CollectiveTable, floor_ns: int) -> List[StepRow]:
             row.last[inst.last_rank] = row.last.get(inst.last_rank, 0) + 1
             if inst.spread_ns > row.worst_spread_ns:
                 row.worst_spread_ns, row.last_rank = inst.spread_ns, inst.last_rank
-        _fill_row(table, row, insts, floor_ns)
+        _fill_row(table, row, insts, graphs[step])
         top = row.most_held
         row.worst_instance = row.why_at(top) if top is not None else None
         if row.worst_instance is not None and row.worst_instance < 0:
@@ -368,8 +336,11 @@ def binomial_tail(n: int, k: int, p: float) -> float:
 
 def judge(table: CollectiveTable) -> Verdict:
     """Per-step waits and holds, the thresholds, the stragglers and the evidence."""
-    noise = noise_ns(table.instances)
-    rows = _step_rows(table, max(int(NOISE_FACTOR * noise), MIN_THRESHOLD_NS))
+    graphs = {step: G.build(table, step, insts) for step, insts in _by_step(table).items()}
+    noise = noise_ns(table.instances, [x for sg in graphs.values() for x in G.own_spreads(sg)])
+    for sg in graphs.values():
+        G.settle(sg, max(int(NOISE_FACTOR * noise), MIN_THRESHOLD_NS))
+    rows = _step_rows(table, graphs)
     durs = [r.duration_ns for r in rows if r.duration_ns is not None]
     verdict = Verdict(rows, [], noise, _busy_step(rows), _median(durs) if durs else None)
     passes: Dict[int, List[StepRow]] = {}
