@@ -474,15 +474,10 @@ def match_instances(
             for s, (lo, hi) in sorted(scans[r].steps.items())}
         for r in merged
     }  # fmt: skip
-    table = CollectiveTable(
-        merged, instances, unmatched, notes, steps, p2p, {r: hosts.get(r) for r in merged}
-    )
-    # point-to-point ops: not matched (no peer recorded), but time blocked in them is waiting
-    for r in merged:
+    table = CollectiveTable(merged, instances, unmatched, notes, steps, p2p, {r: hosts.get(r) for r in merged})  # fmt: skip
+    for r in merged:  # p2p ops: not matched (no peer recorded), but time blocked in them is waiting
         at = scans[r].base_ns + offsets.get(r, 0)
-        table.p2p_spans[r] = sorted(
-            (at + e.ts_ns, at + e.ts_ns + e.dur_ns) for e in scans[r].events if e.name in P2P_GLOO
-        )
+        table.p2p_spans[r] = sorted((at + e.ts_ns, at + e.ts_ns + e.dur_ns) for e in scans[r].events if e.name in P2P_GLOO)  # fmt: skip
     return table
 
 
