@@ -195,13 +195,16 @@ def test_link_ids_above_every_rank(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- NCCL, built by script
 def _nccl_two_ranks(tmp_path: Path, delay_us: Decimal) -> Path:
     """Rank 0 as recorded; rank 1 a copy whose collective kernels start ``delay_us``
-    later (and end at the same time: a late arrival waits less)."""
+    later (and end at the same time: a late arrival waits less), its clock 1 us later
+    as another process's would be (one recording under two ranks is refused: the run
+    check, plan/runcheck.py)."""
     src = require_shared("real", "a100_nccl_rank0.json.gz")
     d = tmp_path / "nccl"
     d.mkdir()
     for rank in (0, 1):
         trace = json.loads(gzip.decompress(src.read_bytes()), parse_float=Decimal)
         trace["distributedInfo"]["rank"] = rank
+        trace["baseTimeNanoseconds"] += 1000 * rank
         # a third of the events keeps the test fast; every collective kernel stays
         trace["traceEvents"] = [
             e for i, e in enumerate(trace["traceEvents"]) if e.get("cat") == "kernel" or i % 3 == 0

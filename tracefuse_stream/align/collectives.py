@@ -46,7 +46,7 @@ from typing import Any, Callable, Dict, Hashable, List, Mapping, NamedTuple, Opt
 
 from tracefuse_stream.align import gloo_groups
 from tracefuse_stream.align.clock import _seq_value, _stream_of, is_collective_kernel
-from tracefuse_stream.align.instance_ends import check_ends
+from tracefuse_stream.align.instance_ends import check_ends, drop_apart
 from tracefuse_stream.align.pg_config import PgConfig, pg_config_of, pg_count_of, ranks_arg
 from tracefuse_stream.align.sequences import match_group
 from tracefuse_stream.errors import ErrorKind, InputError
@@ -451,6 +451,7 @@ def match_instances(
     n_gpu_order = sum(1 for f in found if f[2] == "order")
     p2p: Counter = Counter()
     found += _match_gloo(scans, pg_configs, pg_counts or {}, hosts, offsets, unmatched, notes, p2p)
+    found = drop_apart(found, unmatched)  # type: ignore[arg-type,assignment]  # never one collective, whatever the clocks
     found, _host_offsets, _tol = check_ends(found, hosts, unmatched)  # type: ignore[arg-type,assignment]
     found.sort(key=lambda f: (min(e.start_ns for e in f[3].values()), f[1], f[0]))
     instances = []

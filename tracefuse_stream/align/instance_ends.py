@@ -23,6 +23,13 @@ is complete only when the last one has sent its part. So:
 
 Rooted and point-to-point operations (broadcast, reduce, send/recv) may finish on one
 member long before another: only the "finishes before another arrives" rule applies.
+
+Before any of that, whatever the clocks: members that arrive, or leave, more than
+:data:`MAX_APART_NS` apart are not one collective (:func:`drop_apart`). No rank waits
+that long inside one collective (torch's default process-group timeout is 30 min for
+gloo, 10 for NCCL), and the hosts of one job do not disagree by that much; two runs
+written into one folder do (issue 39: a broadcast "matched" across runs 18.5 h apart,
+and the clock offset estimated from such instances "corrected" it away).
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 FACTOR = 8
 FLOOR_NS = 1_000_000  # 1 ms: ends of one collective on one host agree far better
+MAX_APART_NS = 30 * 60 * 10**9  # members further apart than this are not one collective
 _SYMMETRIC = re.compile(r"all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|barrier", re.IGNORECASE)
 
 Found = Tuple[str, str, str, Dict[int, "object"]]  # (name, group, match, rank -> Entry)
@@ -53,6 +61,24 @@ def _median(values: Sequence[int]) -> int:
     if not n:
         return 0
     return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) // 2
+
+
+def drop_apart(found: List[Found], unmatched: Counter) -> List[Found]:
+    """The instances whose members arrive and leave within :data:`MAX_APART_NS` of each
+    other; the others are counted in ``unmatched`` with the reason."""
+    kept: List[Found] = []
+    for f in found:
+        name, group, match, entries = f
+        starts = [e.start_ns for e in entries.values()]  # type: ignore[attr-defined]
+        ends = [e.end_ns for e in entries.values()]  # type: ignore[attr-defined]
+        apart = max(max(starts) - min(starts), max(ends) - min(ends))
+        if apart > MAX_APART_NS:
+            kind = "gloo" if match == "gloo order" else "gpu"
+            unmatched[(kind, name, group, f"members {apart / 3600e9:,.1f} h apart, more than {MAX_APART_NS // 60_000_000_000} min "
+                       "(no rank waits that long in a collective): not one collective (two runs?)")] += 1  # fmt: skip
+        else:
+            kept.append(f)
+    return kept
 
 
 def host_offsets(found: Sequence[Found], hosts: Mapping[int, Optional[str]]) -> Dict[str, int]:
@@ -113,4 +139,4 @@ def check_ends(
     return kept, offsets, tol
 
 
-__all__ = ["FACTOR", "FLOOR_NS", "check_ends", "host_offsets", "is_symmetric"]
+__all__ = ["FACTOR", "FLOOR_NS", "MAX_APART_NS", "check_ends", "drop_apart", "host_offsets", "is_symmetric"]

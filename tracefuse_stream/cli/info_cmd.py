@@ -15,6 +15,7 @@ from typing import Any, Dict, List
 from tracefuse_stream.align.clock import estimate_offsets, format_alignment_table
 from tracefuse_stream.analyze.onepass import collective_ends, steps_us
 from tracefuse_stream.errors import EXIT_INPUT, EXIT_OK
+from tracefuse_stream.plan.runcheck import merge_inputs, require_one_run
 from tracefuse_stream.rankset import compress_ranges, parse_rank_spec
 from tracefuse_stream.report.collectives import info_collectives
 from tracefuse_stream.report.info import collect_info
@@ -47,8 +48,18 @@ def cmd_info(a: argparse.Namespace) -> int:
         text.append("clock alignment from collectives (not applied; merge --align collectives does):")
         text.append(format_alignment_table(al))
     if a.collectives:
+        checks = plans.run_checks()
+        require_one_run(checks)  # mixed runs, one recording under several ranks: a wrong answer
         return info_collectives(
-            plans, a.json, into=out, inputs=a.inputs, scans=scans, jobs=a.jobs, extra=text[sections_from:]
+            plans,
+            a.json,
+            into=out,
+            inputs=merge_inputs(plans, a.inputs),
+            scans=scans,
+            jobs=a.jobs,
+            extra=text[sections_from:],
+            warnings=out["warnings"],
+            checks=checks,
         )
     if a.json:
         print(json.dumps(out, indent=2, default=str))  # one shape: report/info.py INFO_JSON_KEYS

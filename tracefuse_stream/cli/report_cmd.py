@@ -71,16 +71,20 @@ def cmd_report(a: argparse.Namespace) -> int:
     except BaseException:
         out.abort()
         raise
+    c = data.document["collectives"]
     if not a.quiet and a.output != "-":
-        c = data.document["collectives"]
         verdict = (c.get("verdict") or {}).get("text") or (
             f"straggler: rank {c['straggler']}" if c.get("straggler") is not None else "straggler: none"
         )
+        if c.get("not_assessed"):  # said first, as on the page
+            verdict = f"{c['not_assessed']}; {verdict}"
         print(
             f"{a.output}: {len(c.get('ranks') or [])} ranks x {len(c.get('by_step') or [])} steps, "
             f"{verdict} ({len(html) / 1e6:.2f} MB)",
             file=sys.stderr,
         )
+    for w in c.get("warnings") or []:  # the input warnings every command prints
+        print(f"warning: {w}", file=sys.stderr)
     for path, why in data.broken:
         print(f"BROKEN {path}: {why}", file=sys.stderr)
     return EXIT_INPUT if data.broken else EXIT_OK

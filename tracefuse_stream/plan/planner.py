@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 from tracefuse_stream.errors import ErrorKind, InputError, TraceFuseError, UsageError
 from tracefuse_stream.listing import bounded, inline
@@ -29,6 +29,7 @@ from tracefuse_stream.plan.cycles import (
 )
 from tracefuse_stream.plan.rankplan import RankPlan
 from tracefuse_stream.plan.ranks import assign_ranks, identity, rank_source_note
+from tracefuse_stream.plan.runcheck import Extents, RunCheck, check_runs
 from tracefuse_stream.plan.starts import empty_rank_note, far_apart_warning, peek_first_ts, set_start
 from tracefuse_stream.rankset import compress_ranges
 from tracefuse_stream.read.discover import OWN_OUTPUT_PROBLEM, Discovery, discover, is_own_output
@@ -222,11 +223,24 @@ class PlanList(List[RankPlan]):
         self.broken: List[Tuple[str, Any]] = []  # (path, error) when planning keeps going
         self.notes: List[str] = []  # facts worth a line (which cycle was merged)
         self.cautions: List[str] = []  # warnings found while planning (info: two runs?)
+        self.selected = False  # --ranks chose the ranks
+        self.left_out: List[str] = []  # files left out (info: one trace given twice)
+        self.extents: Optional[Extents] = None  # path -> (first, last, events): a pass read them
+        self.steps: Optional[Dict[int, Set[int]]] = None  # rank -> its ProfilerSteps, when read
+
+    def run_checks(self) -> List[RunCheck]:
+        """The run check of every profiling cycle (plan/runcheck.py)."""
+        return check_runs(self, self.extents, selected=self.selected, steps=self.steps)
 
     def warnings(self) -> List[str]:
-        """What may make the merge wrong: world sizes that disagree, ranks days apart,
-        files of two runs (``info``)."""
-        return world_size_warnings(self) + far_apart_warning(self) + list(self.cautions)
+        """What may make an answer wrong, the same lines for every command (merge, info
+        and its sections, report, ``stragglers()``): world sizes that disagree, ranks days
+        apart, files of two runs, files left out, mixed runs, ranks missing from the
+        world, one recording under several ranks (plan/runcheck.py)."""
+        far = far_apart_warning(self)
+        # a mixed run days apart is said once: the days-apart line names the ranks and starts
+        checks = [w for rc in self.run_checks() for w in rc.warnings() if not (far and w == rc.mixed_text())]
+        return world_size_warnings(self) + far + list(self.cautions) + checks
 
     def input_notes(self, limit: Optional[int] = SKIPPED_SHOWN) -> List[str]:
         """Facts about the inputs that are not a problem: where ranks came from, empty
@@ -388,6 +402,7 @@ def plan_all(
     for g in chosen:
         assign_shifts([p for p in selected if p.cycle == (g.index if len(groups) > 1 else None)])
     out.extend(p.seal() for p in selected)
+    out.selected = ranks is not None
     return out
 
 
@@ -422,6 +437,7 @@ def _without_copies(
         f"{c.copy.path} left out: it and {c.original.path} {c.why} (one trace twice)" for c in copies
     )
     left_out = {id(c.copy) for c in copies}
+    out.left_out.extend(c.copy.path for c in copies)
     return [p for p in plans if id(p) not in left_out]
 
 

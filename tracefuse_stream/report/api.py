@@ -8,14 +8,25 @@ docs/collectives.md), for the latest profiling cycle or the one asked for.
 
 from __future__ import annotations
 
+import warnings
 from collections import Counter
 from typing import Any, Dict, List, Optional, Sequence, TypedDict, Union
 
 from tracefuse_stream.align.collectives import CollectiveTable
-from tracefuse_stream.errors import InputError, UsageError
+from tracefuse_stream.analyze.assessment import not_assessed
+from tracefuse_stream.errors import InputError
+from tracefuse_stream.listing import inline
+from tracefuse_stream.plan.runcheck import require_one_run
 from tracefuse_stream.rankset import parse_rank_spec
 from tracefuse_stream.report.collectives import collect_analyses, to_json
 from tracefuse_stream.report.info import collect_info
+from tracefuse_stream.report.page_data import choose_shown_cycle, select_cycle
+
+
+class InputWarning(UserWarning):
+    """What every command warns about the inputs (plan/planner.py ``PlanList.warnings``:
+    world sizes that disagree, files left out, ranks missing from the world, ...), raised
+    by :func:`stragglers` as a Python warning; the report's ``warnings`` holds the same."""
 
 
 class StragglerReport(TypedDict, total=False):
@@ -37,6 +48,8 @@ class StragglerReport(TypedDict, total=False):
     unmatched: Dict[str, Any]
     point_to_point: Dict[str, Any]
     notes: List[str]
+    warnings: List[str]
+    not_assessed: Optional[str]
 
 
 def stragglers(
@@ -53,7 +66,10 @@ def stragglers(
     ``inputs``: files and run directories as ``merge`` takes them; ``ranks``: a subset
     (``"0,4"``, ``"0-7"`` or a list); ``cycle``: the profiling cycle (1-based; default the
     latest, as ``info --collectives``); ``jobs``: worker processes. A file that cannot be
-    read raises :class:`~tracefuse_stream.errors.InputError` naming it.
+    read raises :class:`~tracefuse_stream.errors.InputError` naming it. The input warnings
+    every command prints are ``warnings`` (each also an :class:`InputWarning`); mixed runs,
+    one recording under several ranks, a ``cycle`` or ``ranks`` that select nothing raise
+    :class:`~tracefuse_stream.errors.UsageError`, worded as ``merge`` words them.
     """
     paths = [inputs] if isinstance(inputs, str) else list(inputs)
     wanted = parse_rank_spec(ranks) if isinstance(ranks, str) else (None if ranks is None else list(ranks))
@@ -64,17 +80,18 @@ def stragglers(
     if plans.broken:
         path, why = plans.broken[0]
         raise InputError(path, str(why))
-    analyses = collect_analyses(list(plans), scans, jobs)
-    if cycle is None:
-        key = max((c for c in analyses if c is not None), default=None)
-    elif cycle in analyses:
-        key = cycle
-    else:
-        have = ", ".join(str(c) for c in analyses if c is not None) or "one (no cycles)"
-        raise UsageError(f"cycle {cycle}: the inputs hold cycle(s) {have}")
-    if key not in analyses:
-        return StragglerReport(**to_json(_empty())["collectives"])
-    report: Dict[str, Any] = to_json(analyses[key])["collectives"]
+    key = choose_shown_cycle(plans, cycle, inline([str(p) for p in paths], limit=3))
+    checks = select_cycle(plans.run_checks(), key)
+    require_one_run(checks, "stragglers()")  # mixed runs, one recording under several ranks
+    analyses = collect_analyses(
+        [p for p in plans if p.cycle == key], [s for p, s in zip(plans, scans) if p.cycle == key], jobs
+    )
+    analysis = analyses.get(key)
+    report: Dict[str, Any] = to_json(analysis if analysis is not None else _empty())["collectives"]
+    report["warnings"] = plans.warnings()  # the input warnings every command prints
+    report["not_assessed"] = not_assessed(analysis.table if analysis is not None else _empty(), checks)
+    for w in report["warnings"]:
+        warnings.warn(w, InputWarning, stacklevel=2)
     return report  # type: ignore[return-value]
 
 
@@ -82,4 +99,4 @@ def _empty() -> Any:
     return CollectiveTable([], [], Counter(), [])
 
 
-__all__ = ["StragglerReport", "stragglers"]
+__all__ = ["InputWarning", "StragglerReport", "stragglers"]

@@ -28,6 +28,7 @@ from tracefuse_stream.analyze.analysis import (
     rank_stats,
     table_from_scans,
 )
+from tracefuse_stream.analyze.assessment import not_assessed
 from tracefuse_stream.analyze.stragglers import DEFINITIONS, Verdict, rule_text
 from tracefuse_stream.errors import EXIT_INPUT, EXIT_OK
 from tracefuse_stream.rankset import compress_ranges
@@ -320,6 +321,8 @@ def info_collectives(
     scans: Optional[Sequence[RankScan]] = None,
     jobs: int = 1,
     extra: Sequence[str] = (),
+    warnings: Sequence[str] = (),
+    checks: Sequence[Any] = (),
 ) -> int:
     """``info --collectives [--json]``: print the report (per profiling cycle when the
     inputs hold several: instances never span cycles); exit 1 when a file is broken.
@@ -329,17 +332,31 @@ def info_collectives(
     (``collectives``, ``collectives_by_cycle``) and print; without it the JSON is
     ``{"collectives": ..., "cycles": ..., "broken": ...}``. ``extra``: text lines of the
     other sections asked for (``--steps``, ``--align``), printed before the report (which
-    ends with its merge command).
+    ends with its merge command). ``warnings``: the input warnings every command prints
+    (plan/planner.py ``PlanList.warnings``); ``checks``: the run checks of the cycles
+    (plan/runcheck.py): a cycle the analysis could not assess says so first
+    (analyze/assessment.py), in the text and as ``not_assessed`` in the JSON.
     """
     import json
 
     tables = collect_analyses(plans, scans, jobs, every_rank=as_json)  # the text shows no breakdown
     broken = list(getattr(plans, "broken", []))
+    several = len(tables) > 1
+    unassessed = {
+        c: not_assessed(a.table, [rc for rc in checks if rc.cycle == (c if several else None)])
+        for c, a in tables.items()
+    }
     if not as_json:
-        text = list(extra) + collectives_text(tables, inputs)
+        first = [(f"cycle {c}: " if several else "") + u for c, u in unassessed.items() if u]
+        text = first + [f"warning: {w}" for w in warnings] + list(extra) + collectives_text(tables, inputs)
         print("\n".join(text + [f"BROKEN {path}: {err}" for path, err in broken]))
         return EXIT_INPUT if broken else EXIT_OK
     latest, by_cycle = collectives_json(tables)
+    per = {c: by_cycle[str(c)] for c in tables} if by_cycle is not None else {c: latest for c in tables}
+    latest["warnings"] = list(warnings)
+    latest["not_assessed"] = not_assessed(CollectiveTable([], [], Counter(), []))  # replaced below if a table
+    for c, obj in per.items():  # ``latest`` is one of them
+        obj["warnings"], obj["not_assessed"] = list(warnings), unassessed[c]
     if into is not None:
         out = into
         out["collectives"], out["collectives_by_cycle"] = latest, by_cycle

@@ -88,6 +88,7 @@ def collect_info(
         if scans_out is not None:
             scans_out.append(fs.scan)
     plans[:] = good
+    plans.extents = {r.path: (r.first_ns, r.last_ns, r.events) for r in rows}  # the run check's
     text = []
     known = {r.path: r.first_ns for r in rows}  # each file's earliest event: the cycles' starts
     for c in plans.cycles:
@@ -98,6 +99,11 @@ def collect_info(
         )
         text.extend(describe_cycles(plans.cycles, known=known))
     text.append(format_info(rows, plans.broken))
+    if scans_out is not None and sections:  # the steps each rank recorded: the run check's
+        plans.steps = {}
+        for p, sc in zip(plans, scans_out):
+            if sc is not None:
+                plans.steps.setdefault(p.rank, set()).update(sc.steps)
     text.extend(f"warning: {w}" for w in plans.warnings())
     text.extend(f"note: {n}" for n in plans.input_notes(limit=None))
     listing: List[Dict[str, Any]] = [r.to_dict() for r in rows]
@@ -105,6 +111,7 @@ def collect_info(
     out: Dict[str, Any] = dict.fromkeys(INFO_JSON_KEYS)  # one shape whatever the flags
     out["ranks"] = listing
     out["cycles"] = [c.to_dict() for c in plans.cycles]
+    out["warnings"] = plans.warnings()
     return plans, rows, out, text
 
 
@@ -113,5 +120,6 @@ def collect_info(
 #: profiling cycle, one for a single run), and the optional sections, ``null`` unless
 #: asked for: ``steps`` (--steps: rank -> ProfilerStep numbers), ``align`` (--align:
 #: rank -> estimated clock offset), ``collectives`` (--collectives: the latest cycle's
-#: table) and ``collectives_by_cycle`` (--collectives with several cycles: cycle -> table).
-INFO_JSON_KEYS = ("ranks", "cycles", "steps", "align", "collectives", "collectives_by_cycle")
+#: table) and ``collectives_by_cycle`` (--collectives with several cycles: cycle -> table);
+#: ``warnings``: the input warnings every command prints (plan/planner.py PlanList.warnings).
+INFO_JSON_KEYS = ("ranks", "cycles", "steps", "align", "collectives", "collectives_by_cycle", "warnings")

@@ -195,6 +195,10 @@ function verdictHtml() {
     }
     ev = "evidence: " + na("this tracefuse's JSON has no collectives.verdict");
   }
+  if (P.not_assessed) {  // could not assess: said first, never in the all-clear colour
+    text = "<b>" + esc(P.not_assessed.charAt(0).toUpperCase() + P.not_assessed.slice(1)) + ".</b> " + text;
+    cls = "unassessed";
+  }
   var cmd = P.merge_command || C.merge_command;
   return '<div id="verdict" class="' + cls + '">' + text + '</div><div id="evidence" class="sub">' + ev + "</div>" +
     '<h3>The worst step in Perfetto</h3>' + (cmd ? '<pre id="merge-cmd">' + esc(cmd) + "</pre>" :

@@ -36,6 +36,7 @@ h3{font-size:14px;margin:16px 0 4px}
 .sub{color:#555;font-size:12.5px}.muted{color:#777}.na{color:#8a6d00;background:#fff8db;padding:1px 5px;border-radius:3px}
 #verdict{font-size:17px;font-weight:600;margin:12px 0 4px;padding:10px 12px;background:#f6f2ff;border-left:4px solid #6a3db8}
 #verdict.none{background:#eef7ee;border-left-color:#2f8f46}
+#verdict.unassessed{background:#fff4e0;border-left-color:#c77700}
 pre{background:#f4f4f4;padding:8px 10px;overflow-x:auto;font-size:12.5px;margin:4px 0;white-space:pre-wrap;word-break:break-all}
 table{border-collapse:collapse;font-size:12.5px;margin:6px 0}th,td{padding:2px 8px;border-bottom:1px solid #eee;text-align:right}
 th{background:#fafafa;font-weight:600}td.l,th.l{text-align:left}

@@ -21,12 +21,16 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from tracefuse_stream._version import __version__
+from tracefuse_stream.analyze.assessment import not_assessed
 from tracefuse_stream.errors import UsageError
-from tracefuse_stream.plan.cycles import parse_cycle
-from tracefuse_stream.plan.planner import InputSpec
+from tracefuse_stream.listing import inline
+from tracefuse_stream.plan.cycles import choose_cycle, parse_cycle
+from tracefuse_stream.plan.planner import InputSpec, PlanList
 from tracefuse_stream.plan.rankplan import RankPlan
+from tracefuse_stream.plan.runcheck import RunCheck, merge_inputs, require_one_run
 from tracefuse_stream.report.collectives import analyse, merge_command, table_from_scans, to_json
 from tracefuse_stream.report.info import collect_info
+from tracefuse_stream.select.window import steps_not_found
 
 
 @dataclass
@@ -58,18 +62,31 @@ def only_steps(table: Any, first: int, last: int) -> Any:
     )
 
 
-def _choose_cycle(cycles: Sequence[Optional[int]], choice: Any) -> Optional[int]:
+def choose_shown_cycle(plans: PlanList, choice: Any, where: str) -> Optional[int]:
     """The cycle to show: ``choice`` (N or ``latest``; default: the latest, which is the
-    one ``info --collectives --json`` puts under ``collectives``)."""
+    one ``info --collectives --json`` puts under ``collectives``), as ``p.cycle`` numbers
+    it (None: the inputs hold one). A cycle that is not there is the error ``merge``
+    gives (plan/cycles.py ``choose_cycle``: the cycles, listed)."""
     c = parse_cycle(choice)
     if c == "all":
         raise UsageError("report shows one profiling cycle: --cycle N or latest (not all)")
-    known = sorted(x for x in cycles if x is not None)
-    if c is None or c == "latest" or not known:
-        return known[-1] if known else (cycles[0] if cycles else None)
-    if c not in known:
-        raise UsageError(f"--cycle {c}: the inputs hold cycle(s) {', '.join(map(str, known))}")
-    return int(c)
+    cycles = plans.cycles
+    if not cycles:
+        return None
+    chosen = choose_cycle(cycles, "latest" if c is None else c, where)
+    return chosen.index if len(cycles) > 1 else None
+
+
+def check_steps(table: Any, steps: Tuple[int, int], where: str) -> None:
+    """``--steps A:B`` must name steps the ranks recorded (both ends), as ``merge`` asks."""
+    present = {s for per in table.steps.values() for s in per}
+    missing = [s for s in dict.fromkeys(steps) if s not in present]
+    if missing:
+        raise steps_not_found(missing, where, present)
+
+
+def select_cycle(checks: Sequence[RunCheck], chosen: Optional[int]) -> List[RunCheck]:
+    return [rc for rc in checks if rc.cycle == chosen]
 
 
 def command_line(
@@ -107,17 +124,23 @@ def report_data(
     by_cycle: Dict[Optional[int], List[Tuple[RankPlan, Any]]] = {}
     for p, sc in zip(plans, scans):
         by_cycle.setdefault(p.cycle, []).append((p, sc))
-    chosen = _choose_cycle(list(by_cycle), cycle)
+    listed = [str(x) for x in inputs] if not isinstance(inputs, dict) else [str(v) for v in inputs.values()]
+    where = inline(listed, limit=3)
+    chosen = choose_shown_cycle(plans, cycle, where)
+    checks = select_cycle(plans.run_checks(), chosen)
+    require_one_run(checks, "the report")  # mixed runs, one recording under several ranks: a wrong page
     pairs = by_cycle.get(chosen, [])
     ps = [p for p, _ in pairs]
     table = table_from_scans(ps, [sc for _, sc in pairs])
     if steps is not None:
+        check_steps(table, steps, f"in {where}" + (f" (cycle {chosen})" if chosen is not None else ""))
         table = only_steps(table, *steps)
     analysis = analyse(table, ps, jobs)  # the judgement and the why, as info --collectives
     collectives = to_json(analysis)["collectives"]
+    collectives["warnings"] = plans.warnings()
+    collectives["not_assessed"] = not_assessed(table, checks)
     several = len(by_cycle) > 1
-    listed = [str(x) for x in inputs] if not isinstance(inputs, dict) else [str(v) for v in inputs.values()]
-    merge = merge_command(analysis.verdict, listed, chosen if several else None)
+    merge = merge_command(analysis.verdict, merge_inputs(plans, listed), chosen if several else None)
     page: Dict[str, Any] = {
         "tool": f"tracefuse-stream {__version__}",
         "command": command,
@@ -130,6 +153,7 @@ def report_data(
         "merge_command": merge,
         "broken": [{"path": str(path), "broken": str(why)} for path, why in plans.broken],
         "warnings": list(plans.warnings()),
+        "not_assessed": collectives["not_assessed"],
     }
     return ReportData({"collectives": collectives, "page": page}, list(ps), list(plans.broken))
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import re
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
-from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from tracefuse_stream.errors import ErrorKind, InputError, UsageError
 from tracefuse_stream.rankset import compress_ranges
@@ -147,6 +147,15 @@ def list_steps(path: PathLike, *, strict: bool = True) -> Dict[int, Tuple[float,
     return {s: (table[s][0] / 1000, table[s][1] / 1000) for s in sorted(table)}
 
 
+def steps_not_found(missing: Sequence[int], where: str, present: Iterable[int]) -> UsageError:
+    """The error for ``--steps`` asking for steps that are not there, as every command
+    words it (merge, report, the API): which, where, and the steps present."""
+    have = sorted(present)
+    listed = compress_ranges(have) if have else "none (no ProfilerStep#N events)"
+    what = f"step {missing[0]}" if len(missing) == 1 else f"steps {missing[0]} and {missing[1]}"
+    return UsageError(f"{what} not found {where}; steps present: {listed}")
+
+
 def find_step_window(
     path: PathLike,
     base_time_ns: Optional[int],
@@ -186,9 +195,7 @@ def find_step_window(
             )
     if missing:
         where = f"on rank {rank} ({path})" if rank is not None else f"in {path}"
-        present = compress_ranges(table) if table else "none (no ProfilerStep#N events)"
-        what = f"step {missing[0]}" if len(missing) == 1 else f"steps {missing[0]} and {missing[1]}"
-        raise UsageError(f"{what} not found {where}; steps present: {present}")
+        raise steps_not_found(missing, where, table)
     start = table[first_step][0]
     end = table[last_step][1]
     if end < start:

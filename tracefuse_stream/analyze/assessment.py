@@ -1,0 +1,38 @@
+"""Whether the collectives analysis could assess the run at all, said before the verdict.
+
+Why: "no rank stands out" on a green banner reads as an all-clear. When no collective
+instance was matched there was nothing to judge, and when ranks of the world have no
+file a straggler among them cannot be named: the report (text and page) says so
+first, in a colour that is not the all-clear (report/page.js ``#verdict.unassessed``).
+Mixed runs, edited copies and selections that do not exist never get this far: they
+are errors (plan/runcheck.py ``require_one_run``, report/page_data.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+from tracefuse_stream.rankset import compress_ranges
+
+
+def not_assessed(table: Any, checks: Sequence[Any] = ()) -> Optional[str]:
+    """One line saying what the analysis of ``table`` (a CollectiveTable) could not
+    assess, or None; ``checks``: the run checks of its cycle (plan/runcheck.py)."""
+    if not table.instances:
+        why = (
+            f"{table.unmatched_total} could not be matched (see unmatched)"
+            if table.unmatched_total
+            else "the inputs hold no collective that two ranks share"
+        )
+        return f"not assessed: no collective instance matched across ranks ({why}); nobody is judged"
+    missing = sorted({r for rc in checks for r in rc.missing})
+    if missing:
+        n = max((rc.world_size or 0 for rc in checks), default=0)
+        return (
+            f"partly assessed: rank(s) {compress_ranges(missing)} of the world's {n} have no file; "
+            "a straggler among them cannot be named"
+        )
+    return None
+
+
+__all__ = ["not_assessed"]
