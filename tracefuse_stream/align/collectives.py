@@ -54,7 +54,7 @@ from tracefuse_stream.read.events import decode_args, iter_event_batches
 from tracefuse_stream.read.scan import ScanSelection, Tally
 from tracefuse_stream.read.sources import PathLike
 from tracefuse_stream.select.window import step_number
-from tracefuse_stream.timeunits import CLOCK_NS, us_to_ns_or_none
+from tracefuse_stream.timeunits import analysable, us_to_ns_or_none
 
 GLOO_PREFIX = "gloo:"
 #: point-to-point gloo ops: not collectives (no group-wide instance), reported apart
@@ -109,22 +109,6 @@ def _plain(v: Any) -> Any:
     if type(v) is int or (type(v) is str and len(v) <= 32):
         return v
     return None
-
-
-#: ns from a file's base: the analysis reads no time beyond (the why's timeline,
-#: analyze/timeline.py, and the kernel's walk, csrc/walk.c's WALK_FAR, skip such events)
-FAR_NS = 1 << 62
-
-
-def analysable(base_ns: int, ts_ns: int, dur_ns: int) -> bool:
-    """Whether an event at ``ts_ns`` (file-relative) lasting ``dur_ns`` is one the
-    analysis reads: the one rule for collectives, steps and the timeline's events, so
-    that every step and arrival it cuts at has its events (a collective at 2**62.5 ns
-    was matched while its timeline was empty: "0% explained" with no reason; at 2**63
-    the kernel's int64 cuts overflowed: exit 70). Beyond it -- 146 years from the base --
-    a time is as malformed as a string ``ts``: left out, as info leaves out every event
-    the merge would refuse (timeunits.time_problem: beyond int64 ns, also absolute)."""
-    return -FAR_NS < ts_ns < FAR_NS and -FAR_NS < dur_ns < FAR_NS and -CLOCK_NS <= base_ns + ts_ns < CLOCK_NS
 
 
 def _describe(event: Dict[str, Any], index: int, kept: bool, base_ns: int = 0) -> Optional[CollectiveEvent]:

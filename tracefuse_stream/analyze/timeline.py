@@ -41,9 +41,8 @@ from itertools import chain
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from tracefuse_stream import native
-from tracefuse_stream.align.collectives import FAR_NS
 from tracefuse_stream.select.window import step_number
-from tracefuse_stream.timeunits import us_to_ns_or_none
+from tracefuse_stream.timeunits import FAR_NS, us_to_ns_or_none
 
 OP_CATS = frozenset({"cpu_op", "user_annotation"})
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
@@ -98,9 +97,7 @@ def _hashable(v: Any) -> bool:
     return type(v) is int or type(v) is str
 
 
-_FAR = (
-    FAR_NS  # ns: csrc/walk.c's WALK_FAR, the collectives' and steps' bound too (align/collectives.analysable)
-)
+_FAR = FAR_NS  # ns: csrc/walk.c's WALK_FAR, the collectives' and steps' bound too (timeunits.analysable)
 
 
 def _ns(v: Any) -> Optional[int]:
