@@ -84,7 +84,7 @@ class Selection:
                 raise UsageError(f"--ranks: ranks are non-negative integers, not {bad[0]!r}")
             _set(self, "ranks", tuple(sorted(set(ranks))))
         c: Any = self.cycle
-        if isinstance(c, str) and c.strip().isdigit():
+        if isinstance(c, str) and c.strip().isascii() and c.strip().isdigit():
             c = int(c.strip())  # the command line's "--cycle 2"
         if c is not None and c not in ("latest", "all") and not (_is_int(c) and c >= 1):
             raise UsageError(f"--cycle must be a cycle number (1, 2, ...), 'latest' or 'all', not {c!r}")

@@ -145,6 +145,22 @@ class TimeCheck:
         return None
 
 
+#: ns from a file's base: the analysis reads no time beyond (the why's timeline,
+#: analyze/timeline.py, and the kernel's walk, csrc/walk.c's WALK_FAR, skip such events)
+FAR_NS = 1 << 62
+
+
+def analysable(base_ns: int, ts_ns: int, dur_ns: int) -> bool:
+    """Whether an event at ``ts_ns`` (file-relative) lasting ``dur_ns`` is one the
+    analysis reads: the one rule for collectives, steps and the timeline's events, so
+    that every step and arrival it cuts at has its events (a collective at 2**62.5 ns
+    was matched while its timeline was empty: "0% explained" with no reason; at 2**63
+    the kernel's int64 cuts overflowed: exit 70). Beyond it -- 146 years from the base --
+    a time is as malformed as a string ``ts``: left out, as info leaves out every event
+    the merge would refuse (timeunits.time_problem: beyond int64 ns, also absolute)."""
+    return -FAR_NS < ts_ns < FAR_NS and -FAR_NS < dur_ns < FAR_NS and -CLOCK_NS <= base_ns + ts_ns < CLOCK_NS
+
+
 def iso_utc(ns: Optional[int]) -> str:
     """``2026-12-01 08:11:31.974163Z`` for epoch nanoseconds (``-`` when unknown)."""
     if ns is None:

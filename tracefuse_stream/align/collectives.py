@@ -39,7 +39,6 @@ are added before anything is compared.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Hashable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
@@ -54,14 +53,14 @@ from tracefuse_stream.rankset import compress_ranges
 from tracefuse_stream.read.events import decode_args, iter_event_batches
 from tracefuse_stream.read.scan import ScanSelection, Tally
 from tracefuse_stream.read.sources import PathLike
-from tracefuse_stream.timeunits import us_to_ns_or_none
+from tracefuse_stream.select.window import step_number
+from tracefuse_stream.timeunits import analysable, us_to_ns_or_none
 
 GLOO_PREFIX = "gloo:"
 #: point-to-point gloo ops: not collectives (no group-wide instance), reported apart
 P2P_GLOO = frozenset({"gloo:send", "gloo:recv", "gloo:recvAnysource", "gloo:recv_anysource"})
 GLOO_CAT = "user_annotation"
 STEP_PREFIX = "ProfilerStep#"
-_STEP_RE = re.compile(r"ProfilerStep#([0-9]+)", re.ASCII)
 Key = Tuple[Hashable, ...]
 #: what the compiled kernel hands over for a collective scan (a superset: checked again)
 COLLECTIVE_SELECTION = ScanSelection(
@@ -96,6 +95,7 @@ class RankScan:
     steps: Dict[int, Tuple[int, int]] = field(default_factory=dict)  # step -> (ts_ns, end_ns), file-relative
     error: Optional[str] = None
     timeline: Any = None  # the why's partitions from the same pass (report/timeline.Segments), if made
+    far: int = 0  # collective and step events left out: times beyond the analysis' range (analysable)
 
 
 def is_gloo_op(event: Mapping[str, Any]) -> bool:
@@ -111,9 +111,9 @@ def _plain(v: Any) -> Any:
     return None
 
 
-def _describe(event: Dict[str, Any], index: int, kept: bool) -> Optional[CollectiveEvent]:
+def _describe(event: Dict[str, Any], index: int, kept: bool, base_ns: int = 0) -> Optional[CollectiveEvent]:
     ts, dur = us_to_ns_or_none(event.get("ts")), us_to_ns_or_none(event.get("dur"))
-    if ts is None or dur is None or dur < 0 or event.get("ph") != "X":
+    if ts is None or dur is None or dur < 0 or event.get("ph") != "X" or not analysable(base_ns, ts, dur):
         return None
     args = event.get("args")
     args = args if isinstance(args, dict) else {}
@@ -138,17 +138,17 @@ def _describe(event: Dict[str, Any], index: int, kept: bool) -> Optional[Collect
     return CollectiveEvent(index, "gloo", name, ts, dur, event.get("tid"), (), None, None, sig, kept)
 
 
-def _step_of(event: Dict[str, Any]) -> Optional[Tuple[int, int, int]]:
+def _step_of(event: Dict[str, Any], base_ns: int = 0) -> Optional[Tuple[int, int, int]]:
     """(step, ts_ns, end_ns) of a ``ProfilerStep#N`` X event, else None."""
     name = event.get("name")
     if event.get("ph") != "X" or not isinstance(name, str) or not name.startswith(STEP_PREFIX):
         return None
-    m = _STEP_RE.fullmatch(name)
+    step = step_number(name)
     raw_dur = event.get("dur")
     ts, dur = us_to_ns_or_none(event.get("ts")), 0 if raw_dur is None else us_to_ns_or_none(raw_dur)
-    if m is None or ts is None or dur is None or abs(ts) >= 2**63 or abs(dur) >= 2**63:
+    if step is None or ts is None or dur is None or not analysable(base_ns, ts, dur):
         return None  # beyond any clock (1e400): the merge refuses such a time (timeunits)
-    return int(m.group(1)), ts, ts + max(dur, 0)
+    return step, ts, ts + max(dur, 0)
 
 
 class CollectiveCollector:
@@ -167,8 +167,10 @@ class CollectiveCollector:
         if type(name) is not str:
             return
         if name.startswith(STEP_PREFIX):
-            step = _step_of(event)
-            if step is not None:
+            step = _step_of(event, self.scan.base_ns)
+            if step is None:
+                self._count_far(event)
+            else:
                 old = self.scan.steps.get(step[0])
                 lo, hi = step[1:] if old is None else (min(old[0], step[1]), max(old[1], step[2]))
                 self.scan.steps[step[0]] = (lo, hi)
@@ -182,12 +184,19 @@ class CollectiveCollector:
             return
         else:
             event["args"] = decode_args(event)
-        ce = _describe(event, index, True)
+        ce = _describe(event, index, True, self.scan.base_ns)
         if ce is None:
+            self._count_far(event)
             return
         if self.keep is not None and not self.keep(event, self.scan.base_ns + ce.ts_ns, ce.dur_ns):
             ce = ce._replace(kept=False)
         self.scan.events.append(ce)
+
+    def _count_far(self, event: Dict[str, Any]) -> None:
+        """Count an event left out for a time beyond the analysis' range (a note says so)."""
+        ts, dur = us_to_ns_or_none(event.get("ts")), us_to_ns_or_none(event.get("dur", 0))
+        if ts is not None and dur is not None and not analysable(self.scan.base_ns, ts, dur):
+            self.scan.far += 1
 
 
 def scan_collectives(
@@ -470,6 +479,11 @@ def match_instances(
     for r in merged:
         if scans[r].error:
             notes.append(f"rank {r}: trace read only partly: {scans[r].error}")
+        if scans[r].far:
+            notes.append(
+                f"rank {r}: {scans[r].far} collective or ProfilerStep event(s) left out: a ts or dur "
+                "beyond 2**62 ns from the file's base, outside the range the analysis reads"
+            )
     steps = {
         r: {s: (lo + scans[r].base_ns + offsets.get(r, 0), hi + scans[r].base_ns + offsets.get(r, 0))
             for s, (lo, hi) in sorted(scans[r].steps.items())}

@@ -46,7 +46,7 @@ class Group(NamedTuple):
 
 
 def _creation_key(name: str) -> Tuple[int, int, str]:
-    return (0, int(name), "") if name.isdigit() else (1, 0, name)
+    return (0, int(name), "") if name.isascii() and name.isdigit() else (1, 0, name)
 
 
 def group_table(cfgs: Mapping[int, PgConfig], notes: List[str]) -> Dict[str, Optional[Tuple[int, ...]]]:

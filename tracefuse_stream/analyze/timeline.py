@@ -41,7 +41,8 @@ from itertools import chain
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from tracefuse_stream import native
-from tracefuse_stream.timeunits import us_to_ns_or_none
+from tracefuse_stream.select.window import step_number
+from tracefuse_stream.timeunits import FAR_NS, us_to_ns_or_none
 
 OP_CATS = frozenset({"cpu_op", "user_annotation"})
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
@@ -96,7 +97,7 @@ def _hashable(v: Any) -> bool:
     return type(v) is int or type(v) is str
 
 
-_FAR = 1 << 62  # ns: csrc/walk.c's WALK_FAR
+_FAR = FAR_NS  # ns: csrc/walk.c's WALK_FAR, the collectives' and steps' bound too (timeunits.analysable)
 
 
 def _ns(v: Any) -> Optional[int]:
@@ -332,8 +333,7 @@ class TimelineFeed:
             if start is not None:
                 self._gpu_dev.setdefault((ev.get("tid"), start), pk)
                 self._labels.setdefault(pk, f"GPU {ev.get('pid')}")
-        elif name.startswith(STEP_PREFIX) and name[len(STEP_PREFIX) :].isdigit():
-            step = int(name[len(STEP_PREFIX) :])
+        elif name.startswith(STEP_PREFIX) and (step := step_number(name)) is not None:
             mine = (a, -(a + d), pk + tk)
             if step not in self._steps or mine < self._steps[step]:
                 self._steps[step] = mine  # the earliest ProfilerStep#N's thread (ties: the longest)

@@ -62,7 +62,7 @@ def parse_cycle(value: Union[str, int, None]) -> CycleChoice:
     text = str(value).strip().lower()
     if text in ("latest", "all"):
         return text
-    if text.isdigit() and int(text) >= 1:
+    if text.isascii() and text.isdigit() and int(text) >= 1:
         return int(text)
     raise UsageError(f"--cycle must be a cycle number (1, 2, ...), 'latest' or 'all', not {value!r}")
 

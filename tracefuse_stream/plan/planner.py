@@ -56,7 +56,7 @@ def _coerce_base(path: str, value: Any) -> Optional[int]:
         return value
     if isinstance(value, (float, Decimal)) and value == int(value):
         return int(value)
-    if isinstance(value, str) and value.strip().isdigit():
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
         return int(value.strip())
     raise InputError(path, f"baseTimeNanoseconds is not an integer: {value!r}", kind=ErrorKind.BAD_VALUE)
 

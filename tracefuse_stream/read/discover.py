@@ -97,7 +97,7 @@ def duplicate_message(arg1: str, path1: Path, arg2: str, path2: Path) -> str:
 
 def natural_key(name: str) -> Tuple[Any, ...]:
     """Sort key comparing digit runs as numbers: ``rank_2`` < ``rank_10``."""
-    return tuple(int(part) if part.isdigit() else part for part in _DIGITS.split(name))
+    return tuple(int(part) if part.isdecimal() else part for part in _DIGITS.split(name))
 
 
 def is_trace_name(name: str) -> bool:

@@ -51,6 +51,9 @@ function stepLabel(s) { return s === null || s === undefined ? "outside steps" :
 function stepKey(s) { return s === null || s === undefined ? "outside" : String(s); }
 function el(id) { return document.getElementById(id); }
 function has(o, k) { return o && Object.prototype.hasOwnProperty.call(o, k); }
+// every map keyed by the data (hosts, ranks, steps) has no prototype: a host named
+// "__proto__" or "constructor" is a key like any other (it blanked the page)
+function dict() { return Object.create(null); }
 
 // colour: sqrt scale from light grey through orange to dark red
 var STOPS = [[0, [244, 244, 244]], [0.5, [253, 174, 97]], [1, [165, 0, 38]]];
@@ -82,29 +85,34 @@ function legend(max, label) {
   return s;
 }
 
+var setupError = null;  // thrown while the data is read: shown like an error while drawing
+try {
 var doc = JSON.parse(el("tracefuse-report").textContent);
 var C = doc.collectives || {}, P = doc.page || {};
-var hostOf = {};
+var hostOf = dict();
 Object.keys(P.hosts || {}).forEach(function (k) { hostOf[k] = P.hosts[k]; });
 Object.keys(C.hosts || {}).forEach(function (k) { hostOf[k] = C.hosts[k]; });
 var rankRows = C.ranks || [];
 var ranks = rankRows.map(function (r) { return r.rank; }).sort(function (a, b) { return a - b; });
-var rankInfo = {};
+var rankInfo = dict();
 rankRows.forEach(function (r) { rankInfo[r.rank] = r; });
 var steps = C.by_step || [];
-var stepByKey = {};
+var stepByKey = dict();
 steps.forEach(function (s, i) { stepByKey[stepKey(s.step)] = s; });
-function inRange(s) { return !P.steps || (s !== null && s >= P.steps[0] && s <= P.steps[1]); }
 var stragglers = C.stragglers || [];
-var strSet = {};
+var strSet = dict();
 stragglers.forEach(function (s) { strSet[s.rank] = true; });
+} catch (e) { setupError = e; }
+function inRange(s) { return !P.steps || (s !== null && s >= P.steps[0] && s <= P.steps[1]); }
 function host(r) { var h = hostOf[String(r)]; return h === null || h === undefined || h === "" ? "(host unknown)" : String(h); }
-var groups = [], gIndex = {};
-ranks.forEach(function (r) {
-  var h = host(r);
-  if (!has(gIndex, h)) { gIndex[h] = groups.length; groups.push({host: h, ranks: []}); }
-  groups[gIndex[h]].ranks.push(r);
-});
+var groups = [], gIndex = dict();
+try {
+  ranks.forEach(function (r) {
+    var h = host(r);
+    if (!has(gIndex, h)) { gIndex[h] = groups.length; groups.push({host: h, ranks: []}); }
+    groups[gIndex[h]].ranks.push(r);
+  });
+} catch (e) { setupError = setupError || e; }
 var rowTops = [];  // [y, rank] of the heatmap's rows, top to bottom (for the totals' hover)
 function rankAtY(yy) {
   var lo = 0, hi = rowTops.length - 1, best = null;
@@ -175,7 +183,7 @@ function verdictHtml() {
       cls = "none";
     } else if (stragglers.length) {
       var sr = stragglers.map(function (x) { return x.rank; }), first = stragglers[0];
-      var stepsOf = {};
+      var stepsOf = dict();
       stragglers.forEach(function (x) { (x.steps || []).forEach(function (st) { stepsOf[stepKey(st)] = st; }); });
       var ss = Object.keys(stepsOf).map(function (k) { return stepsOf[k]; });
       var where = steps.length === 1 ? "in the one step profiled" : steps.length > 1 && ss.length === steps.length ? "in every step" :
@@ -221,7 +229,7 @@ function drawHeat() {
   var gap = groups.length > 1 ? (rowH >= 5 ? 3 : 1) : 0;
   var cellW = Math.max(8, Math.min(72, Math.floor(640 / ns)));
   var labW = rowH >= 12 ? 200 : 160, top = 30, x0 = labW, barX = x0 + ns * cellW + 14, barW = 130;
-  var max = 0, totals = {}, tmax = 0;
+  var max = 0, totals = dict(), tmax = 0;
   steps.forEach(function (row) { ranks.forEach(function (r) { var v = val(row, r); if (num(v)) { max = Math.max(max, v); totals[r] = (totals[r] || 0) + v; } }); });
   ranks.forEach(function (r) { tmax = Math.max(tmax, totals[r] || 0); });
   var s = [], y = top, lastLab = -100, marks = [], bars = [], barsS = [];  // the totals: two paths, not 2 x n rects
@@ -371,7 +379,7 @@ function drawWhy() {
   if (!has(C, "why")) { box.innerHTML = na("this tracefuse's JSON has no collectives.why"); return; }
   var list = (C.why || []).filter(function (w) { return inRange(w.step); });
   if (!list.length) { box.innerHTML = '<div class="muted">no rank stands out: nothing to explain</div>'; return; }
-  var order = [], byRank = {};
+  var order = [], byRank = dict();
   list.forEach(function (w) {
     if (!has(byRank, w.rank)) { byRank[w.rank] = []; order.push(w.rank); }
     byRank[w.rank].push(w);
@@ -521,6 +529,7 @@ if (window.requestAnimationFrame) {  // the first frame after drawing: layout an
   });
 }
 try {
+  if (setupError) throw setupError;
   render();
 } catch (e) {
   errs.push(String((e && e.stack) || e));

@@ -37,8 +37,28 @@ from tracefuse_stream.report.page_assets import _CSS, _HEAD, _JS
 EMBED_BUDGET = 4_000_000
 
 
+def _exact(obj: Any) -> Any:
+    """``obj`` with every integer orjson cannot write (beyond -2**63..2**64-1: a step
+    number or ``distributedInfo.rank`` of 2**64) as its exact digits, and such dict keys
+    as strings: the page's JSON says every number as ``info --collectives --json``
+    (the json module) does."""
+    if type(obj) is int:
+        return obj if -(2**63) <= obj < 2**64 else orjson.Fragment(str(obj))
+    if isinstance(obj, dict):
+        return {
+            (str(k) if type(k) is int and not -(2**63) <= k < 2**64 else k): _exact(v) for k, v in obj.items()
+        }
+    if isinstance(obj, (list, tuple)):
+        return [_exact(v) for v in obj]
+    return obj
+
+
 def _dumps(obj: Any) -> str:
-    text = orjson.dumps(obj, default=str, option=orjson.OPT_NON_STR_KEYS).decode("utf-8")
+    try:
+        raw = orjson.dumps(obj, default=str, option=orjson.OPT_NON_STR_KEYS)
+    except TypeError:  # an integer beyond 64 bits: written exactly (the rare case)
+        raw = orjson.dumps(_exact(obj), default=str, option=orjson.OPT_NON_STR_KEYS)
+    text = raw.decode("utf-8")
     # inside <script>: no "</script>", no "<!--"; JSON.parse reads the \\u escapes back
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 

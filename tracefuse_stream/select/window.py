@@ -40,6 +40,15 @@ _THOUSAND = Decimal(1000)
 _MILLION = Decimal(1_000_000)
 
 
+def step_number(name: str) -> Optional[int]:
+    """N of a step named exactly ``ProfilerStep#N``, else None: the one rule every reader
+    of step names applies (``--steps``, the collectives' steps, info's and the report's
+    timeline). N is ASCII digits only: ``ProfilerStep#²`` (a digit to ``str.isdigit``,
+    not to ``int``) or ``ProfilerStep#٣`` is no step, as it is no step to Kineto."""
+    m = _STEP_NAME_RE.fullmatch(name)
+    return None if m is None else int(m.group(1))
+
+
 def _ms_to_ns(value: Number, rounding: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, float, Decimal)):
         raise TypeError(f"expected a number of milliseconds, got {type(value).__name__}")
@@ -109,10 +118,9 @@ def _step_table(
             name = ev.get("name")
             if not isinstance(name, str) or not name.startswith("ProfilerStep#"):
                 continue
-            m = _STEP_NAME_RE.fullmatch(name)
-            if m is None:
+            step = step_number(name)
+            if step is None:
                 continue
-            step = int(m.group(1))
             problem = check(ev)
             if problem is not None:
                 if bad is not None:
