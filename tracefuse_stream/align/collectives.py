@@ -41,48 +41,29 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Hashable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from tracefuse_stream.align import gloo_groups
-from tracefuse_stream.align.clock import _seq_value, _stream_of, is_collective_kernel
+from tracefuse_stream.align.clock import is_collective_kernel
+from tracefuse_stream.align.collective_event import STEP_PREFIX, CollectiveEvent, Key, _describe, _step_of
 from tracefuse_stream.align.instance_ends import check_ends, drop_apart
-from tracefuse_stream.align.pg_config import PgConfig, pg_config_of, pg_count_of, ranks_arg
+from tracefuse_stream.align.pg_config import PgConfig, pg_config_of, pg_count_of
 from tracefuse_stream.align.sequences import match_group
 from tracefuse_stream.errors import ErrorKind, InputError
 from tracefuse_stream.rankset import compress_ranges
 from tracefuse_stream.read.events import decode_args, iter_event_batches
 from tracefuse_stream.read.scan import ScanSelection, Tally
 from tracefuse_stream.read.sources import PathLike
-from tracefuse_stream.select.window import step_number
 from tracefuse_stream.timeunits import analysable, us_to_ns_or_none
 
 GLOO_PREFIX = "gloo:"
 #: point-to-point gloo ops: not collectives (no group-wide instance), reported apart
 P2P_GLOO = frozenset({"gloo:send", "gloo:recv", "gloo:recvAnysource", "gloo:recv_anysource"})
 GLOO_CAT = "user_annotation"
-STEP_PREFIX = "ProfilerStep#"
-Key = Tuple[Hashable, ...]
 #: what the compiled kernel hands over for a collective scan (a superset: checked again)
 COLLECTIVE_SELECTION = ScanSelection(
     ph="X", name_contains=("gloo:", STEP_PREFIX, "nccl", "rccl"), text_contains='"Collective name"'
 )
-
-
-class CollectiveEvent(NamedTuple):
-    """One collective event of one rank (file-relative ns; absolute = base + these)."""
-
-    pos: int  # position in the file's event array: how the merge finds it again (-1: unknown)
-    kind: str  # "gpu" or "gloo"
-    name: str
-    ts_ns: int  # the event's own ts in ns (relative to the file's base)
-    dur_ns: int
-    tid: Any
-    key: Key  # match key without the occurrence index (seq keys are complete)
-    pg: Optional[str]
-    ranks: Optional[Tuple[int, ...]]  # participants named by the event itself
-    signature: Optional[str]  # gloo: shapes, when recorded
-    kept: bool  # survives the merge's filters and window
-    size: Optional[Tuple[Any, Any, Any, Any]] = None  # (In msg nelems, Out msg nelems, dtype, Group size)
 
 
 @dataclass
@@ -102,53 +83,6 @@ def is_gloo_op(event: Mapping[str, Any]) -> bool:
     """A gloo collective as Kineto records it: ``gloo:<op>`` on a runloop thread."""
     name = event.get("name")
     return event.get("cat") == GLOO_CAT and isinstance(name, str) and name.startswith(GLOO_PREFIX)
-
-
-def _plain(v: Any) -> Any:
-    """A size arg as a plain value (an int, a short string) or None."""
-    if type(v) is int or (type(v) is str and len(v) <= 32):
-        return v
-    return None
-
-
-def _describe(event: Dict[str, Any], index: int, kept: bool, base_ns: int = 0) -> Optional[CollectiveEvent]:
-    ts, dur = us_to_ns_or_none(event.get("ts")), us_to_ns_or_none(event.get("dur"))
-    if ts is None or dur is None or dur < 0 or event.get("ph") != "X" or not analysable(base_ns, ts, dur):
-        return None
-    args = event.get("args")
-    args = args if isinstance(args, dict) else {}
-    name = str(event.get("name"))
-    if event.get("cat") == "kernel":
-        pg = args.get("Process Group Name")
-        pg_s = None if pg is None else str(pg)
-        seq = _seq_value(args)
-        coll = args.get("Collective name")
-        if seq is not None:
-            key: Key = ("seq", pg_s or "", str(coll) if coll is not None else name, seq)
-        else:
-            key = ("order", pg_s or "", name, _stream_of(event, args))
-        ranks = ranks_arg(args.get("Process Group Ranks"))
-        size = tuple(_plain(args.get(k)) for k in ("In msg nelems", "Out msg nelems", "dtype", "Group size"))
-        return CollectiveEvent(
-            index, "gpu", name, ts, dur, event.get("tid"), key, pg_s, ranks, None, kept,
-            size if any(v is not None for v in size) else None,
-        )  # fmt: skip
-    shapes = [args.get(k) for k in ("Input Dims", "Input type") if k in args]
-    sig = repr(shapes) if shapes else None
-    return CollectiveEvent(index, "gloo", name, ts, dur, event.get("tid"), (), None, None, sig, kept)
-
-
-def _step_of(event: Dict[str, Any], base_ns: int = 0) -> Optional[Tuple[int, int, int]]:
-    """(step, ts_ns, end_ns) of a ``ProfilerStep#N`` X event, else None."""
-    name = event.get("name")
-    if event.get("ph") != "X" or not isinstance(name, str) or not name.startswith(STEP_PREFIX):
-        return None
-    step = step_number(name)
-    raw_dur = event.get("dur")
-    ts, dur = us_to_ns_or_none(event.get("ts")), 0 if raw_dur is None else us_to_ns_or_none(raw_dur)
-    if step is None or ts is None or dur is None or not analysable(base_ns, ts, dur):
-        return None  # beyond any clock (1e400): the merge refuses such a time (timeunits)
-    return step, ts, ts + max(dur, 0)
 
 
 class CollectiveCollector:
