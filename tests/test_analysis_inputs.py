@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 import pytest
-from hostile import cli, trace_bytes
+from hostile import BASE_NS, cli, trace_bytes
 
 import tracefuse_stream
 from tracefuse_stream import native
@@ -55,7 +55,8 @@ def write_run(
     """One file per rank; ``host``: the ``host_name`` written before ``traceEvents``."""
     paths = []
     for i, r in enumerate(ranks):
-        data = trace_bytes(events_of_rank(i), rank=r, world=len(ranks))
+        # each rank its own process (the run check refuses one recording under two ranks): 1 ns apart
+        data = trace_bytes(events_of_rank(i), base_ns=BASE_NS + i, rank=r, world=len(ranks))
         if host is not None:
             data = data.replace(b"{", b'{"host_name": ' + json.dumps(host).encode() + b", ", 1)
         path = folder / f"r{i}.json"

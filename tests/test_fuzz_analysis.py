@@ -170,7 +170,8 @@ def _check_cli(what: str, rc: int, out: str, err: str, inputs: List[Path]) -> No
     broken = [ln for ln in out.splitlines() + err.splitlines() if ln.startswith("BROKEN ")]
     # one message naming the file (info/report list a file they could not read as BROKEN)
     assert len(lines) == 1 or broken, (what, rc, out, err)
-    assert any(str(p) in "\n".join(lines + broken) for p in inputs), (what, rc, out, err)
+    # the message (its first line and the lines under it, up to the next one) names a file
+    assert any(str(p) in err + "\n".join(broken) for p in inputs), (what, rc, out, err)
 
 
 def answers(inputs: List[Path], folder: Path) -> Tuple[Any, ...]:

@@ -68,6 +68,7 @@ class RunCheck:
     cycle: Optional[int] = None
     ranks: List[int] = field(default_factory=list)  # the ranks checked
     firsts: Optional[Dict[str, Optional[int]]] = None  # path -> earliest event, when a pass found it
+    plans: List[RankPlan] = field(default_factory=list)  # the plans checked (messages name their files)
 
     def _where(self) -> str:
         return f"cycle {self.cycle}: " if self.cycle is not None else ""
@@ -84,9 +85,10 @@ class RunCheck:
             return (f"{self._where()}the inputs hold {len(self.runs)} runs: {'; '.join(parts)}: their "
                     f"first events are {_duration(self.gap_ns)} apart (one job's ranks start within a step of each other)")  # fmt: skip
         if steps and len(self.step_runs) > 1:
+            plans = {p.rank: p for p in self.plans}
             parts = [
-                f"ranks {compress_ranges(sorted(r for r, _ in g))} recorded steps "
-                f"{compress_ranges(sorted(set().union(*(s for _, s in g))))}"
+                f"ranks {compress_ranges(sorted(r for r, _ in g))} ({_files([plans[r] for r, _ in g if r in plans])}) "
+                f"recorded steps {compress_ranges(sorted(set().union(*(s for _, s in g))))}"
                 for g in self.step_runs
             ]
             return f"{self._where()}the ranks recorded different steps, none in common: {'; '.join(parts)}; one run?"
@@ -218,7 +220,7 @@ def check_run(
     """The run check of one profiling cycle's ``plans`` (module docstring). ``extents``:
     what a pass over the files found; ``selected``: ``--ranks`` chose the ranks (no
     missing-rank check); ``steps``: rank -> its ProfilerStep numbers, when read."""
-    rc = RunCheck(cycle=cycle, ranks=sorted(p.rank for p in plans))
+    rc = RunCheck(cycle=cycle, ranks=sorted(p.rank for p in plans), plans=list(plans))
     rc.firsts = None if extents is None else {k: v[0] for k, v in extents.items()}
     rc.runs, rc.gap_ns = _runs(plans, extents)
     present = {p.rank for p in plans}
