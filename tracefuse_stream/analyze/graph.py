@@ -128,6 +128,7 @@ class StepGraph:
     path: List[Segment] = field(default_factory=list)
     by_id: Dict[int, Instance] = field(default_factory=dict)  # the step's instances
     floor_ns: int = 0  # the noise floor the skews were settled with
+    p2p: Dict[int, List[Tuple[int, int]]] = field(default_factory=dict)  # rank -> its send/recv spans
 
     @property
     def end_ns(self) -> int:
@@ -172,7 +173,7 @@ def build(
         end[r] = max(span[1], last) if span else last
     g = StepGraph(step, start, end, order, {}, {}, {}, {})
     g.by_id = by_id
-    p2p = table.p2p_spans
+    p2p = g.p2p = table.p2p_spans
     for r, ids in order.items():
         pending: List[Tuple[int, int, int]] = []  # (last arrival, departure, instance), a heap
         released: Tuple[int, int] = (start[r], -1)  # latest departure of an instance all have reached
@@ -409,6 +410,16 @@ def held_through(g: StepGraph, rank: int) -> int:
     ``rank``'s extra own work (:func:`extra_cut`)."""
     now, fixed = retime_ends(g), retime_ends(g, extra_cut(g, rank))
     return _median([now[q] - fixed[q] for q in now if q != rank])
+
+
+def held_in_p2p(g: StepGraph, rank: int) -> int:
+    """How much longer the other ranks sat in point-to-point ops in the step than
+    ``rank`` (the median over them): a pipeline's stages wait for a slow stage in their
+    send/recv, and Kineto writes no peer to say for whom; asked only of a rank whose own
+    lateness stands out, and capped by it (the caller)."""
+    blocked = {q: _blocked(g.p2p.get(q, ()), g.start[q], g.end[q]) for q in g.order}
+    others = [blocked[q] for q in blocked if q != rank]
+    return max(0, _median(others) - blocked.get(rank, 0)) if others else 0
 
 
 def delays(g: StepGraph, late: Dict[int, Tuple[int, int]]) -> List[Delay]:

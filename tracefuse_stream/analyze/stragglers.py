@@ -265,8 +265,8 @@ def _fill_row(table: CollectiveTable, row: StepRow, insts: Sequence[Instance], g
         med = _median(waits) if waits else 0
         row.held_raw[r] = min(med, row.lateness[r])
         own = row.own.get(r, 0)
-        if own > max(med, floor_ns):  # others held up through other groups (a cascade)
-            med = max(med, G.held_through(g, r))
+        if own > max(med, floor_ns):  # others held up through other groups (a cascade) or in send/recv
+            med = max(med, G.held_through(g, r), G.held_in_p2p(g, r))
         row.held[r] = min(med, own)  # waiting for others is never lateness
 
 

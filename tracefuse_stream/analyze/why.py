@@ -50,6 +50,32 @@ def _rel(table: CollectiveTable, plan: RankPlan, abs_ns: int) -> int:
     return abs_ns - int(plan.base_time_ns or 0) - int(plan.align_offset_ns or 0)
 
 
+def why_instance(verdict: Verdict, row: Any, rank: int) -> int:
+    """The instance a straggler's why is about (:meth:`StepRow.why_at`), unless none of
+    its other members can be the reference (all named stragglers or delayed ranks: a
+    pair group whose other member only waited): then the step's instance, among those
+    with such a member, where the rank arrives latest against them (from each one's step
+    start); -1: none."""
+    at = row.why_at(rank)
+    g = row.graph
+    if at < 0 or g is None or at not in g.by_id:
+        return at
+    suspects = _suspects(verdict)[0].get(row.step, set())
+    if any(q not in suspects for q in g.by_id[at].entries if q != rank):
+        return at
+    best, best_late = at, None
+    for i in g.order.get(rank, []):
+        inst = g.by_id[i]
+        clean = sorted(
+            e.start_ns - g.start[q] for q, e in inst.entries.items() if q != rank and q not in suspects
+        )
+        if clean:
+            late = inst.entries[rank].start_ns - g.start[rank] - clean[(len(clean) - 1) // 2]
+            if best_late is None or late > best_late:
+                best, best_late = i, late
+    return best
+
+
 def wanted(verdict: Verdict, every_rank: bool = True) -> Dict[Optional[int], List[int]]:
     """step -> the instance ids to break down there: the step's worst instance (for
     the every-rank ``breakdown``) and each named straggler's latest one (the why)."""
@@ -60,7 +86,7 @@ def wanted(verdict: Verdict, every_rank: bool = True) -> Dict[Optional[int], Lis
             continue
         ids = [] if row.worst_instance is None or not every_rank else [row.worst_instance]
         for r in sorted(named & set(row.stragglers)):
-            i = row.why_at(r)
+            i = why_instance(verdict, row, r)
             if i >= 0 and i not in ids:
                 ids.append(i)
         out[row.step] = ids
@@ -225,6 +251,7 @@ def compare(
         return v
 
     suspects, skew_of = _suspects(verdict)
+    own_of = {row.step: row.own for row in verdict.by_step}
 
     def entry(r: int, step: int, inst_id: int, top: int) -> Optional[Dict[str, Any]]:
         inst = by_id[inst_id]
@@ -261,6 +288,7 @@ def compare(
             "unexplained_us": round(_us(lateness) - explained, 3),
             "reference_rank": ref_rank, "stretch_us": _us(mine.stretch_ns), "reference_stretch_us": _us(ref.stretch_ns),
             "entered_late_us": _us(skew),
+            "own_lateness_us": _us(own_of.get(step, {}).get(r, 0)),
             "view": "gpu" if primary_gpu else "cpu",
             "contributors": primary,  # the primary view only, most extra first, summing to explained_us
             "cpu_side": cpu_c if primary_gpu else [],  # on GPU traces: the CPU side that launched them
@@ -271,7 +299,7 @@ def compare(
         for row in verdict.by_step:
             if row.step is None or row.step not in s.steps:
                 continue
-            inst_id = row.why_at(s.rank)
+            inst_id = why_instance(verdict, row, s.rank)
             if inst_id >= 0:
                 e = entry(s.rank, row.step, inst_id, TOP)
                 if e is not None:

@@ -37,6 +37,11 @@ def why_lines(why: Sequence[Dict[str, Any]]) -> List[str]:
     and step, where its extra time went (the top contributors)."""
     lines = []
     for w in why:
+        if 2 * max(w["lateness_us"], 0) < w.get("own_lateness_us", 0):
+            lines.append(f"why rank {w['rank']} is late in step {w['step']}: at most {max(w['lateness_us'], 0) / 1000:.1f} ms later than rank {w['reference_rank']} "
+                         f"at {w['collective']}: its {w['own_lateness_us'] / 1000:.1f} ms of own extra time reached the "
+                         "others before that, in point-to-point ops (send/recv) or other groups, not here")  # fmt: skip
+            continue
         share = (
             ""
             if w["share"] is None
