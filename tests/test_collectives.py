@@ -246,9 +246,12 @@ def test_nccl_two_ranks_late_rank_linked_but_no_straggler(
         delays = [
             i["arrival_ns"]["1"] - i["arrival_ns"]["0"] for i in coll["instances"] if i["step"] == b["step"]
         ]
-        assert len(delays) == 7 and all(0 < x <= 300_000 for x in delays)
-        assert b["held_us"]["1"] == round(sum(delays) / 1000, 3)
-        assert b["lateness_us"]["1"] == 300.0 and b["own_lateness_us"]["1"] >= b["held_us"]["1"]
+        assert len(delays) == 7 and all(0 < x <= 301_000 for x in delays)  # rank 1's base: 1 us later
+        # held = the smaller of rank 0's waits (the sum) and rank 1's own lateness, which its
+        # step start (1 us later too) takes the base shift out of: 1 us a kernel apart
+        assert b["held_us"]["1"] == min(round(sum(delays) / 1000, 3), b["own_lateness_us"]["1"])
+        assert abs(sum(delays) / 1000 - b["held_us"]["1"]) <= 7.0
+        assert b["lateness_us"]["1"] in (300.0, 301.0)
     assert ranks[1]["held_us"] == round(sum(b["held_us"]["1"] for b in coll["by_step"]), 3)
     assert all(b["held_us"]["1"] < b["threshold_us"]["1"] for b in coll["by_step"])
     out = tmp_path / "nccl.json"

@@ -251,7 +251,6 @@ def compare(
         return v
 
     suspects, skew_of = _suspects(verdict)
-    own_of = {row.step: row.own for row in verdict.by_step}
 
     def entry(r: int, step: int, inst_id: int, top: int) -> Optional[Dict[str, Any]]:
         inst = by_id[inst_id]
@@ -288,7 +287,7 @@ def compare(
             "unexplained_us": round(_us(lateness) - explained, 3),
             "reference_rank": ref_rank, "stretch_us": _us(mine.stretch_ns), "reference_stretch_us": _us(ref.stretch_ns),
             "entered_late_us": _us(skew),
-            "own_lateness_us": _us(own_of.get(step, {}).get(r, 0)),
+            "own_lateness_us": _us(next((x.own.get(r, 0) for x in verdict.by_step if x.step == step), 0)),
             "view": "gpu" if primary_gpu else "cpu",
             "contributors": primary,  # the primary view only, most extra first, summing to explained_us
             "cpu_side": cpu_c if primary_gpu else [],  # on GPU traces: the CPU side that launched them
