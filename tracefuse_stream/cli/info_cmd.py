@@ -18,6 +18,7 @@ from tracefuse_stream.errors import EXIT_INPUT, EXIT_OK
 from tracefuse_stream.rankset import compress_ranges, parse_rank_spec
 from tracefuse_stream.report.collectives import info_collectives
 from tracefuse_stream.report.info import collect_info
+from tracefuse_stream.textout import terminal
 
 
 def cmd_info(a: argparse.Namespace) -> int:
@@ -53,7 +54,7 @@ def cmd_info(a: argparse.Namespace) -> int:
     if a.json:
         print(json.dumps(out, indent=2, default=str))  # one shape: report/info.py INFO_JSON_KEYS
     else:
-        print("\n".join(text))
+        print(terminal("\n".join(text)))
     return EXIT_INPUT if plans.broken else EXIT_OK
 
 

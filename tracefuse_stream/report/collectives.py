@@ -32,6 +32,7 @@ from tracefuse_stream.analyze.stragglers import DEFINITIONS, Verdict, rule_text
 from tracefuse_stream.errors import EXIT_INPUT, EXIT_OK
 from tracefuse_stream.rankset import compress_ranges
 from tracefuse_stream.report import per_collective_text, why_text
+from tracefuse_stream.textout import p_round, p_text, printable, terminal
 
 INSTANCES_SHOWN = 10
 STEP_COLUMNS = 12  # rank x step table: at most this many step columns (the worst ones beyond)
@@ -87,6 +88,7 @@ def to_json(table: Any) -> Dict[str, Any]:
     a :class:`CollectiveTable` or an :class:`Analysis`."""
     a = _as_analysis(table)
     table, v, stats = a.table, a.verdict, a.stats
+    p = v.stragglers[0].p_chance if v.stragglers else (v.candidates[0].p_chance if v.candidates else None)
     unmatched = [
         {"kind": k, "name": n, "group": g, "reason": why_, "instances": c}
         for (k, n, g, why_), c in sorted(table.unmatched.items(), key=lambda kv: (-kv[1], kv[0]))
@@ -97,15 +99,17 @@ def to_json(table: Any) -> Dict[str, Any]:
         "straggler": v.straggler,
         "stragglers": [{"rank": s.rank, "held_us": _us(s.held_ns), "steps": s.steps,
                         "last_arrivals": s.last_arrivals, "instances": s.instances,
-                        "p_chance": round(s.p_chance, 6), "margin": round(s.margin, 3),
-                        "noise_margin": round(s.noise_margin, 3), "evidence": s.evidence} for s in v.stragglers],
+                        "p_chance": p_round(s.p_chance), "margin": round(s.margin, 3),
+                        "noise_margin": round(s.noise_margin, 3), "evidence": s.evidence,
+                        "held_all_steps_us": _us(s.held_all_ns)} for s in v.stragglers],
         "candidates": [{"rank": s.rank, "held_us": _us(s.held_ns), "steps": s.steps,
-                        "p_chance": round(s.p_chance, 6), "margin": round(s.margin, 3)} for s in v.candidates],
+                        "p_chance": p_round(s.p_chance), "margin": round(s.margin, 3),
+                        "held_all_steps_us": _us(s.held_all_ns)} for s in v.candidates],
         "verdict": {
             "text": verdict_sentence(table, v, stats),
             "evidence": v.stragglers[0].evidence if v.stragglers else "none",
-            "p_chance": round(v.stragglers[0].p_chance, 6) if v.stragglers else
-                        (round(v.candidates[0].p_chance, 6) if v.candidates else None),
+            "p_chance": None if p is None else p_round(p),
+            "p_chance_text": None if p is None else p_text(p),
             "one_step": v.steps_profiled == 1,
             "steps_profiled": v.steps_profiled,
         },
@@ -150,7 +154,7 @@ def verdict_sentence(table: CollectiveTable, v: Verdict, stats: Sequence[RankSta
         if v.candidates:
             c = v.candidates[0]
             return (f"{one}no rank stands out (closest: rank {c.rank}, most waited for in a pattern "
-                    f"with p_chance {c.p_chance:.2g}: as likely as that by chance, no evidence)")  # fmt: skip
+                    f"with p_chance {p_text(c.p_chance)}: as likely as that by chance, no evidence)")  # fmt: skip
         worst = max(stats, key=lambda s: (s.held_ns, -s.rank))
         return (f"{one}no rank stands out (most waited for: rank {worst.rank}, "
                 f"{_ms(worst.held_ns)} ms in total, below the threshold)")  # fmt: skip
@@ -163,7 +167,7 @@ def verdict_sentence(table: CollectiveTable, v: Verdict, stats: Sequence[RankSta
     ]
     s0 = v.stragglers[0]
     return (f"{one}{'; '.join(parts)} ({s0.evidence} evidence: the others waited "
-            f"{_ms(s0.held_ns)} ms for rank {s0.rank}, p_chance {s0.p_chance:.2g}, "
+            f"{_ms(s0.held_ns)} ms for rank {s0.rank}, p_chance {p_text(s0.p_chance)}, "
             f"{s0.noise_margin:.1f} x the noise bound)")  # fmt: skip
 
 
@@ -180,7 +184,7 @@ def verdict_lines(table: CollectiveTable, v: Verdict, stats: Sequence[RankStats]
             f"{'straggler' if i == 0 else 'also     '}: rank {s.rank} -- the others waited {_ms(s.held_ns)} ms for it "
             f"(in {_where(v, s.steps)}); last to arrive in {s.last_arrivals} of {s.instances} instances, "
             f"waited {_ms(by_rank[s.rank].wait_ns)} ms itself; {s.evidence} evidence (p_chance "
-            f"{s.p_chance:.2g}, {s.noise_margin:.1f} x the noise bound)"
+            f"{p_text(s.p_chance)}, {s.noise_margin:.1f} x the noise bound)"
         )
     if v.steps_profiled == 1:
         lines.insert(0, "one step profiled: what follows is that step's, not a pattern over steps")
@@ -261,20 +265,22 @@ def format_text(table: Any, inputs: Sequence[str] = (), cycle: Optional[int] = N
         by_spread = sorted(table.instances, key=lambda i: (-i.spread_ns, i.id))
         for inst in by_spread[:INSTANCES_SHOWN]:
             lines.append(
-                f"  #{inst.id} {inst.name} (group {inst.group or '?'}, step {inst.step if inst.step is not None else '-'}, "
+                f"  #{inst.id} {printable(inst.name)} (group {printable(inst.group or '?')}, step {inst.step if inst.step is not None else '-'}, "
                 f"by {inst.match}) on ranks {_ranks(inst.ranks)}: arrivals spread {_ms(inst.spread_ns)} ms, "
                 f"last rank {inst.last_rank}"
             )
     for (kind, name, group, why_), n in sorted(table.unmatched.items(), key=lambda kv: (-kv[1], kv[0])):
-        lines.append(f"unmatched: {n} x {kind} {name} (group {group or '?'}): {why_}")
+        lines.append(
+            f"unmatched: {n} x {printable(kind)} {printable(name)} (group {printable(group or '?')}): {printable(why_)}"
+        )
     if table.point_to_point:
-        ops = ", ".join(f"{n} x {name}" for name, n in sorted(table.point_to_point.items()))
+        ops = ", ".join(f"{n} x {printable(name)}" for name, n in sorted(table.point_to_point.items()))
         lines.append(f"point-to-point: {ops} (not collectives: not matched, no wait counted)")
-    lines += [f"note: {n}" for n in list(table.notes) + a.why_notes]
+    lines += [f"note: {printable(n)}" for n in list(table.notes) + a.why_notes]
     cmd = merge_command(v, inputs, cycle) if inputs else None
     if cmd is not None:
         what = "the straggler" if v.straggler is not None else "its last-arriving rank"
-        lines.append(f"to see the worst step with {what} and a reference rank:\n  {cmd}")
+        lines.append(f"to see the worst step with {what} and a reference rank:\n  {printable(cmd)}")
     return "\n".join(lines)
 
 
@@ -327,7 +333,11 @@ def info_collectives(
     broken = list(getattr(plans, "broken", []))
     if not as_json:
         text = list(extra) + collectives_text(tables, inputs)
-        print("\n".join(text + [f"BROKEN {path}: {err}" for path, err in broken]))
+        print(
+            terminal(
+                "\n".join(text + [f"BROKEN {printable(path)}: {printable(err)}" for path, err in broken])
+            )
+        )
         return EXIT_INPUT if broken else EXIT_OK
     latest, by_cycle = collectives_json(tables)
     if into is not None:

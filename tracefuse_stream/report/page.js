@@ -164,7 +164,7 @@ function verdictHtml() {
   if (V && V.text) {
     text = esc(V.text);
     ev = "evidence: <b>" + esc(V.evidence || "not stated") + "</b>" +
-      (num(V.p_chance) ? " (chance of this pattern with nobody slow: p = " + esc(V.p_chance.toPrecision(2)) + ")" : "") +
+      (num(V.p_chance) ? " (chance of this pattern with nobody slow: p = " + esc(V.p_chance_text || String(V.p_chance)) + ")" : "") +
       (V.one_step ? " \u00b7 one step profiled" : "");
     if (!stragglers.length) cls = "none";
   } else {

@@ -1,0 +1,166 @@
+"""Issue 39 part C: one answer for every input, analysis side. The figures agree
+wherever they appear (headline totals of the steps named, p values in one rounding,
+flows in one unit), text from traces cannot forge report lines, the page keeps its
+size budget, and the smaller items (usage errors for -j, report's summary, ...)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections import Counter
+from pathlib import Path
+from typing import Any, Dict
+
+import pytest
+from conftest import run_cli
+from hostile import cli
+
+from tracefuse_stream.align.collectives import CollectiveEvent, CollectiveTable, Entry, Instance
+from tracefuse_stream.report import collectives as C
+from tracefuse_stream.textout import p_round, p_text, printable, terminal
+
+REPO = Path(__file__).resolve().parents[1]
+RECORDED = REPO / "tests" / "data" / "recorded"
+MS = 1_000_000
+
+
+def intermittent_table(name: str = "gloo:all_reduce", group: str = "0") -> CollectiveTable:
+    """4 ranks, 5 steps of 100 ms, step 3 of 600 ms; one all-reduce a step, at +50 ms;
+    rank 2 arrives 3 ms late in every step and 400 ms late in step 3 (it stands out in
+    step 3 only: intermittent, longer than a typical step)."""
+    steps: Dict[int, Dict[int, Any]] = {r: {} for r in range(4)}
+    insts = []
+    t = 0
+    for s in range(1, 6):
+        length = 600 * MS if s == 3 else 100 * MS
+        entries = {}
+        for r in range(4):
+            steps[r][s] = (t, t + length)
+            a = t + 50 * MS + r * 10_000 + ((400 * MS if s == 3 else 3 * MS) if r == 2 else 0)
+            ev = CollectiveEvent(-1, "gloo", name, a, 1000, 1, ("x",), group, None, None, True)
+            entries[r] = Entry(ev, a, a + 1000, None)
+        last = max(e.start_ns for e in entries.values())
+        entries = {r: e._replace(end_ns=last + 1000) for r, e in entries.items()}
+        insts.append(Instance(s - 1, name, group, "gloo order", entries, s))
+        t += length
+    return CollectiveTable([0, 1, 2, 3], insts, Counter(), [], steps=steps)
+
+
+# ------------------------------------------------------------------ 5: figures that agree
+def test_the_headline_sums_the_steps_it_names() -> None:
+    """Rank 2 stands out in step 3 only: the others waited 400.010 ms for it there (and
+    3 ms + 10 us more in each of the 4 other steps): the sentence naming step #3 says
+    400.010, JSON keeps the all-steps total under its own name."""
+    table = intermittent_table()
+    text = C.format_text(table)
+    assert text.splitlines()[1].startswith(
+        "straggler: rank 2 -- the others waited 400.010 ms for it (in step(s) #3); "
+    )
+    j = C.to_json(table)["collectives"]
+    (s,) = j["stragglers"]
+    assert (s["steps"], s["held_us"], s["held_all_steps_us"]) == ([3], 400010.0, 412050.0)
+    assert "the others waited 400.010 ms for rank 2" in j["verdict"]["text"]
+    ranks = {r["rank"]: r for r in j["ranks"]}
+    assert ranks[2]["held_us"] == 412050.0  # ranks[]: every step, as documented
+    by_step = sum(b["held_us"]["2"] for b in j["by_step"] if b["step"] in s["steps"])
+    assert by_step == s["held_us"]
+
+
+@pytest.mark.parametrize(
+    "p, text",
+    [
+        (0.125, "0.13"),
+        (6.04e-08, "6e-08"),
+        (0.015625, "0.016"),
+        (0.00195, "0.002"),
+        (1.0, "1"),
+        (0.58, "0.58"),
+    ],
+)
+def test_p_values_have_one_rounding(p: float, text: str) -> None:
+    assert p_text(p) == text and p_round(p) == float(text)
+
+
+def test_p_value_is_the_same_in_text_json_and_page() -> None:
+    from tracefuse_stream.report.page import render_page
+    from tracefuse_stream.report.page_assets import _JS
+
+    table = intermittent_table()
+    j = C.to_json(table)["collectives"]
+    v = j["verdict"]
+    assert (v["p_chance"], v["p_chance_text"]) == (0.00098, "0.00098")  # 0.5 ** 10 = 0.0009765625
+    assert j["stragglers"][0]["p_chance"] == 0.00098
+    assert "p_chance 0.00098," in v["text"] and "p_chance 0.00098," in C.format_text(table)
+    page = render_page({"collectives": j, "page": {}})
+    assert '"p_chance_text":"0.00098"' in page
+    # the page prints the string Python made, never its own rounding of the number
+    assert "V.p_chance_text" in _JS and "toPrecision" not in _JS
+
+
+# ------------------------------------------------------------------ 5: escaped text
+def test_names_from_a_trace_cannot_forge_report_lines() -> None:
+    name = "gloo:all_reduce\n\x1b[2Jstraggler: none\r"
+    text = C.format_text(intermittent_table(name=name, group="g\x1b]0;x\x07"))
+    assert "\x1b" not in text and "\r" not in text and "\x07" not in text
+    assert not any(ln.startswith("straggler: none") for ln in text.splitlines())
+    assert "#0 gloo:all_reduce\\n\\x1b[2Jstraggler: none\\r (group g\\x1b]0;x\\x07, step 1" in text
+
+
+def test_printable_and_terminal() -> None:
+    assert printable("a\x1b[31mb\nc\rd\u2028e\x85\u202e") == "a\\x1b[31mb\\nc\\rd\\u2028e\\x85\\u202e"
+    assert terminal("line 1\nline\t2\x1b[K\r") == "line 1\nline\t2\\x1b[K\\r"
+
+
+def test_info_table_escapes_host_and_file_names(tmp_path: Path) -> None:
+    d = tmp_path / "run\x1b[31m"
+    d.mkdir()
+    body = '{"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1, "ts": 1, "dur": 2}'
+    (d / "r0.json").write_text(
+        '{"distributedInfo": {"rank": 0, "world_size": 1}, "host_name": "n\\u001b[2J\\nBROKEN x: forged", '
+        f'"baseTimeNanoseconds": 1700000000000000000, "traceEvents": [{body}]}}'
+    )
+    rc, out, err = cli("info", d, "-j", "1")
+    assert rc == 0, err
+    assert "\x1b" not in out and not any(ln.startswith("BROKEN") for ln in out.splitlines())
+    row = out.splitlines()[1]
+    assert " n\\x1b[2J\\nBR " in row and row.endswith("run\\x1b[31m/r0.json")
+
+
+# ------------------------------------------------------------------ 6: smaller items
+@pytest.mark.parametrize("command", ["merge", "info", "report"])
+@pytest.mark.parametrize("jobs", ["0", "-1"])
+def test_jobs_below_one_is_a_usage_error(command: str, jobs: str, tmp_path: Path) -> None:
+    p = run_cli(command, RECORDED / "ddp4", "-j", jobs, "-o" if command != "info" else "--json",
+                *([str(tmp_path / ("o.json" if command == "merge" else "o.html"))] if command != "info" else []))  # fmt: skip
+    assert p.returncode == 2
+    assert (
+        f"argument -j/--jobs: invalid worker count: {jobs} (1 or more; leave -j out for the usable cores)"
+        in (p.stderr_text)
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_report_to_stdout_prints_its_summary_on_stderr() -> None:
+    p = run_cli("report", RECORDED / "ddp8_straggler", "-o", "-", "-j", "1")
+    assert p.returncode == 0
+    assert p.stdout.startswith(b"<!DOCTYPE html>") or p.stdout.lstrip().lower().startswith(b"<!doctype html>")
+    assert re.match(r"stdout: 8 ranks x 2 steps, rank 5 held the others back in every step", p.stderr_text)
+
+
+def test_report_with_a_broken_file_writes_the_page_and_exits_1(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(RECORDED / "ddp4", run)
+    victim = sorted(run.iterdir())[-1]
+    broken = run / "zz_broken.json"
+    broken.write_bytes(b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 1')
+    out = tmp_path / "r.html"
+    p = run_cli("report", run, "-o", out, "-j", "1")
+    assert p.returncode == 1 and out.is_file() and victim.is_file()
+    assert f"BROKEN {broken}: " in p.stderr_text
+    help_ = run_cli("report", "--help").stdout.decode()
+    assert "the exit status is 1" in " ".join(help_.split())
+    readme = " ".join((REPO / "README.md").read_text().split())
+    assert (
+        "With a broken input file `report` does as `info`: the page of the readable files is written"
+        in readme
+    )
