@@ -5,6 +5,7 @@ size budget, and the smaller items (usage errors for -j, report's summary, ...).
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from collections import Counter
@@ -24,14 +25,14 @@ RECORDED = REPO / "tests" / "data" / "recorded"
 MS = 1_000_000
 
 
-def intermittent_table(name: str = "gloo:all_reduce", group: str = "0") -> CollectiveTable:
+def intermittent_table(name: str = "gloo:all_reduce", group: str = "0", n_steps: int = 5) -> CollectiveTable:
     """4 ranks, 5 steps of 100 ms, step 3 of 600 ms; one all-reduce a step, at +50 ms;
     rank 2 arrives 3 ms late in every step and 400 ms late in step 3 (it stands out in
     step 3 only: intermittent, longer than a typical step)."""
     steps: Dict[int, Dict[int, Any]] = {r: {} for r in range(4)}
     insts = []
     t = 0
-    for s in range(1, 6):
+    for s in range(1, n_steps + 1):
         length = 600 * MS if s == 3 else 100 * MS
         entries = {}
         for r in range(4):
@@ -150,12 +151,11 @@ def test_report_to_stdout_prints_its_summary_on_stderr() -> None:
 def test_report_with_a_broken_file_writes_the_page_and_exits_1(tmp_path: Path) -> None:
     run = tmp_path / "run"
     shutil.copytree(RECORDED / "ddp4", run)
-    victim = sorted(run.iterdir())[-1]
     broken = run / "zz_broken.json"
     broken.write_bytes(b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 1')
     out = tmp_path / "r.html"
     p = run_cli("report", run, "-o", out, "-j", "1")
-    assert p.returncode == 1 and out.is_file() and victim.is_file()
+    assert p.returncode == 1 and out.is_file()
     assert f"BROKEN {broken}: " in p.stderr_text
     help_ = run_cli("report", "--help").stdout.decode()
     assert "the exit status is 1" in " ".join(help_.split())
@@ -164,3 +164,61 @@ def test_report_with_a_broken_file_writes_the_page_and_exits_1(tmp_path: Path) -
         "With a broken input file `report` does as `info`: the page of the readable files is written"
         in readme
     )
+
+
+# ------------------------------------------------------------------ 5: the page's budget
+def test_a_long_name_in_every_step_keeps_the_page_in_its_budget() -> None:
+    """A 1 MB op name x 12 steps (and a 1 MB host name) made a 12 MB page: past the
+    budget every string is cut to NAME_CAP characters with a marker, and the page says so."""
+    from tracefuse_stream.report.page import EMBED_BUDGET, NAME_CAP, render_page
+
+    long = "gloo:" + "x" * 1_000_000
+    j = C.to_json(intermittent_table(name=long, n_steps=12))["collectives"]
+    assert len(json.dumps(j)) > 12_000_000
+    page = render_page({"collectives": j, "page": {"hosts": {"0": "h" * 1_000_000}}})
+    assert len(page.encode()) < EMBED_BUDGET
+    data = json.loads(re.search(r'id="tracefuse-report">(.*?)</script>', page, re.S).group(1))
+    names = {i["name"] for i in data["collectives"].get("instances", [])}
+    assert names == {long[:NAME_CAP] + "\u2026 [999,805 more characters]"}
+    assert data["page"]["hosts"]["0"] == "h" * NAME_CAP + "\u2026 [999,800 more characters]"
+    assert data["page"]["trimmed"][0] == "text longer than 200 characters (names, notes): cut, marked \u2026"
+    assert len(data["collectives"]["by_step"]) == 12  # what the page draws stays whole
+
+
+def test_the_page_is_unchanged_within_its_budget() -> None:
+    from tracefuse_stream.report.page import embedded_json
+
+    doc = {"collectives": C.to_json(intermittent_table(name="n" * 5000))["collectives"], "page": {}}
+    assert json.loads(embedded_json(doc)) == json.loads(json.dumps(doc))
+
+
+# ------------------------------------------------------------------ 5: the colour scale
+def _fills(dom: str) -> Dict[str, Any]:
+    svg = re.search(r'<svg id="heatmap".*?</svg>', dom, re.S)
+    assert svg
+    out = {}
+    for tag in re.findall(r"<rect\b[^>]*\bdata-rank=[^>]*>", svg.group(0)):
+        a = dict(re.findall(r'([\w-]+)="([^"]*)"', tag))
+        out[(int(a["data-rank"]), a["data-step"])] = tuple(int(x) for x in re.findall(r"\d+", a["fill"]))
+    return out
+
+
+def test_a_quiet_runs_heatmap_stays_pale_and_a_straggler_is_dark_red(tmp_path: Path) -> None:
+    """ddp4_balanced_work: the others waited at most 0.78 ms for any rank (thresholds
+    about 5.5 ms): the cells stay pale (green channel above 200, the palette's light end),
+    not dark red because 0.78 ms is the run's own maximum. ddp8_straggler's rank 5 is
+    dark red and the others pale."""
+    from test_report_page import dump_dom, rendered_ok
+
+    quiet, slow = tmp_path / "quiet.html", tmp_path / "slow.html"
+    assert run_cli("report", RECORDED / "ddp4_balanced_work", "-o", quiet, "-j", "1").returncode == 0
+    assert run_cli("report", RECORDED / "ddp8_straggler", "-o", slow, "-j", "1").returncode == 0
+    dom = dump_dom(quiet)
+    rendered_ok(dom)
+    fills = _fills(dom)
+    assert fills and all(g > 200 for _, g, _ in fills.values()), fills
+    assert "at least twice the largest threshold: noise stays pale" in dom
+    fills = _fills(dump_dom(slow))
+    assert (165, 0, 38) in {fills[(5, "2")], fills[(5, "3")]}  # the maximum
+    assert all(g < 20 for _, g, _ in (fills[(5, "2")], fills[(5, "3")]))  # both dark red
+    assert all(g > 200 for (r, _), (_, g, _) in fills.items() if r != 5)

@@ -70,6 +70,20 @@ function colour(v, max) {
   var t = max > 0 ? Math.sqrt(Math.max(0, Math.min(1, v / max))) : 0;
   return PALETTE[Math.round(t * 255)];
 }
+// the top of the colour scale: the data's maximum, but never below a floor tied to the
+// run, so that a quiet run's noise stays pale (never dark red because it is all there
+// is): "held" -- twice the largest threshold a rank had to pass to stand out (a rank at
+// the threshold is orange); "wait" -- a typical whole step (else the busy step, else the
+// threshold's floor). For the per-host sums the floor is multiplied by the largest host.
+function scaleFloor() {
+  var T = C.threshold || {}, f = 0;
+  if (metric === "held") {
+    steps.forEach(function (row) { var m = row.threshold_us || {}; Object.keys(m).forEach(function (k) { if (num(m[k])) f = Math.max(f, m[k]); }); });
+    if (!f && num(T.min_us)) f = T.min_us;
+    return 2 * f;
+  }
+  return num(T.typical_step_us) ? T.typical_step_us : num(T.busy_step_us) ? T.busy_step_us : num(T.min_us) ? 2 * T.min_us : 0;
+}
 function legend(max, label) {
   var w = 220, s = '<div class="legend"><svg width="' + (w + 40) + '" height="30">';
   for (var i = 0; i < 44; i++) {
@@ -78,7 +92,7 @@ function legend(max, label) {
   }
   s += '<text x="0" y="26">0</text><text x="' + (w / 2 - 14) + '" y="26">' + esc(ms(max / 4)) + "</text>";
   s += '<text x="' + (w - 40) + '" y="26">' + esc(ms(max)) + "</text>";
-  s += '</svg><span class="sub">' + esc(label) + " (square-root scale)</span></div>";
+  s += '</svg><span class="sub">' + esc(label) + " (square-root scale; at least " + (metric === "held" ? "twice the largest threshold" : "a typical step") + ": noise stays pale)</span></div>";
   return s;
 }
 
@@ -218,6 +232,7 @@ function drawHeat() {
   var max = 0, totals = {}, tmax = 0;
   steps.forEach(function (row) { ranks.forEach(function (r) { var v = val(row, r); if (num(v)) { max = Math.max(max, v); totals[r] = (totals[r] || 0) + v; } }); });
   ranks.forEach(function (r) { tmax = Math.max(tmax, totals[r] || 0); });
+  max = Math.max(max, scaleFloor());
   var s = [], y = top, lastLab = -100, marks = [], bars = [], barsS = [];  // the totals: two paths, not 2 x n rects
   rowTops = [];
   var k = 1;
@@ -289,6 +304,9 @@ function drawHosts() {
   });
   var max = 0;
   sums.forEach(function (x) { x.per.forEach(function (v) { if (num(v)) max = Math.max(max, v); }); });
+  var biggest = 1;
+  groups.forEach(function (g) { biggest = Math.max(biggest, g.ranks.length); });
+  max = Math.max(max, scaleFloor() * biggest);
   var nh = groups.length, rowH = nh <= 40 ? 13 : nh <= 128 ? 5 : 3;
   var cellW = Math.max(8, Math.min(72, Math.floor(640 / ns))), x0 = 200, top = 22, s = [];
   var k = rowH >= 11 ? 1 : Math.ceil(11 / rowH);
