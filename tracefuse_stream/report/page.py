@@ -85,9 +85,11 @@ def _trim_steps(doc: Dict[str, Any]) -> List[Tuple[str, Any]]:
             c["unmatched"] = dict(u, by_reason=u["by_reason"][:LIST_CAP])
 
     c = doc.get("collectives") or {}
-    steps: List[Tuple[str, Any]] = [
-        (f"text longer than {NAME_CAP} characters (names, notes): cut, marked \u2026", cap_names)
-    ]
+    steps: List[Tuple[str, Any]] = []
+    if _has_long(c) or _has_long(doc.get("page")):
+        steps.append(
+            (f"text longer than {NAME_CAP} characters (names, notes): cut, marked \u2026", cap_names)
+        )
     if c.get("instances"):
         steps.append(
             ("instances: arrival_ns and end_ns per rank", drop_instance_keys(("arrival_ns", "end_ns")))
@@ -102,6 +104,17 @@ def _trim_steps(doc: Dict[str, Any]) -> List[Tuple[str, Any]]:
         steps.append(("by_step: lateness_us and busy_us per rank", drop_step_keys))
     steps.append((f"per_collective, unmatched reasons, notes and why after the first {LIST_CAP}", cut_lists))
     return steps
+
+
+def _has_long(obj: Any, cap: int = NAME_CAP) -> bool:
+    """Whether :func:`capped` would cut anything in ``obj``."""
+    if isinstance(obj, str):
+        return len(obj) > cap
+    if isinstance(obj, dict):
+        return any(_has_long(k, cap) or _has_long(v, cap) for k, v in obj.items())
+    if isinstance(obj, (list, tuple)):
+        return any(_has_long(v, cap) for v in obj)
+    return False
 
 
 def cap_text(s: str, cap: int = NAME_CAP) -> str:
