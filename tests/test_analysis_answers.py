@@ -222,3 +222,63 @@ def test_a_quiet_runs_heatmap_stays_pale_and_a_straggler_is_dark_red(tmp_path: P
     assert (165, 0, 38) in {fills[(5, "2")], fills[(5, "3")]}  # the maximum
     assert all(g < 20 for _, g, _ in (fills[(5, "2")], fills[(5, "3")]))  # both dark red
     assert all(g > 200 for (r, _), (_, g, _) in fills.items() if r != 5)
+
+
+@pytest.mark.parametrize("kernel", ["1", "0"])
+def test_invalid_json_names_the_byte(tmp_path: Path, kernel: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README promises "(at event #N, byte B)": B is where the parser stops."""
+    monkeypatch.setenv("TRACEFUSE_KERNEL", kernel)
+    ok = '{"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1, "ts": 1, "dur": 2}'
+    text = (
+        '{"baseTimeNanoseconds": 1700000000000000000, "traceEvents": [' + ok + ",\n"
+        '{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 2, "dur": 1, "args": {"x": [1,,2]}},\n'
+        + ok
+        + "]}"
+    )
+    bad = tmp_path / "bad.json"
+    bad.write_text(text)
+    rc, _, err = cli("merge", bad, "-o", tmp_path / "o.json", "-j", "1")
+    at = text.index(",,") + 1  # the second comma
+    assert (rc, err.strip()) == (
+        1,
+        f"tracefuse: error: {bad}: invalid JSON: parse error: unallowed token at this point in JSON text "
+        f"(at event #1, byte {at}); use --salvage to keep the complete events before it",
+    )
+    # gzip: the offset is in the decompressed text
+    gz = tmp_path / "bad.json.gz"
+    import gzip
+
+    gz.write_bytes(gzip.compress(text.encode()))
+    rc, _, err = cli("merge", gz, "-o", tmp_path / "o.json", "-j", "1")
+    assert rc == 1 and f"(at event #1, byte {at});" in err
+
+
+def test_a_steps_window_says_crossing_events_are_kept_whole(tmp_path: Path) -> None:
+    from tracefuse_stream.select.spans import SPAN_DROPPED_NOTE
+
+    rc, out, _ = cli(
+        "merge", RECORDED / "ddp8_straggler", "--steps", "3:3", "-o", tmp_path / "m.json", "-j", "1"
+    )
+    assert rc == 0
+    assert f"note: ranks 0-7: {SPAN_DROPPED_NOTE}" in out
+    assert SPAN_DROPPED_NOTE.endswith(
+        "dropped; the other events that cross the window's edges are kept whole, so a rank's slices "
+        "can reach before and after the window"
+    )
+    window = re.search(r"time window: .* \(([\d.,]+) ms\)", out)
+    assert window
+    events = [e for e in json.loads((tmp_path / "m.json").read_bytes())["traceEvents"] if e.get("ph") == "X"]
+    extent_ms = (max(e["ts"] + e["dur"] for e in events) - min(e["ts"] for e in events)) / 1000
+    assert extent_ms > float(window.group(1).replace(",", ""))  # what the note now says
+
+
+def test_flows_are_counted_in_one_unit(tmp_path: Path) -> None:
+    rc, out, _ = cli("merge", RECORDED / "ddp4", "--link-collectives", "-o", tmp_path / "m.json", "-j", "1")
+    assert rc == 0
+    events = json.loads((tmp_path / "m.json").read_bytes())["traceEvents"]
+    flow_events = sum(1 for e in events if e.get("ph") in ("s", "f") and e.get("cat") == "collective")
+    assert flow_events > 0 and f" + {flow_events:,} flow events " in out
+    assert (
+        f"linked by {flow_events:,} flow events ({flow_events // 2} arrow(s), a start and an end event each)"
+        in out
+    )

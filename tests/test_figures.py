@@ -123,7 +123,9 @@ def test_counts_add_up_in_the_table_the_line_the_json_and_the_file(
     sums += f"{d['events_out']:,} out = {d['events_kept']:,} kept + {d['metadata_out']:,} labels"
     assert sums in line, line
     if "--link-collectives" in opts:
-        assert d["flows_added"] > 0 and f" + {d['flows_added']:,} flows " in line
+        assert d["flows_added"] > 0 and f" + {d['flows_added']:,} flow events " in line
+        # the note counts in the same unit (and says how many arrows that is)
+        assert f"linked by {d['flows_added']:,} flow events ({d['flows_added'] // 2} arrow(s)" in text
         assert f" + {d['collectives_events']:,} in the Collectives process " in line
         # verify counts the same events: the ranks' and the Collectives process's
         verify = json.loads(cli("verify", out, "--json")[1])

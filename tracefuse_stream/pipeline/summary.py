@@ -199,7 +199,7 @@ class MergeSummary:
             read.append(f"{self.skipped:,} skipped")
         written = [f"{self.events_kept:,} kept", f"{self.metadata_out:,} labels"]
         if self.flows_added:
-            written.append(f"{self.flows_added:,} flows")
+            written.append(f"{self.flows_added:,} flow events")
         if self.collectives_events:
             written.append(f"{self.collectives_events:,} in the Collectives process")
         return (
@@ -246,7 +246,7 @@ def _columns(ranks: List[RankSummary]) -> List[Tuple[str, Any, int]]:
         cols.append(("skipped", lambda r: r.skipped, 10))
     cols.append(("labels out", lambda r: r.metadata_out, 11))
     if any(r.flows_added for r in ranks):
-        cols.append(("flows", lambda r: r.flows_added, 8))
+        cols.append(("flow events", lambda r: r.flows_added, 12))
     return cols
 
 
