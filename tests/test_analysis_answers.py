@@ -282,3 +282,18 @@ def test_flows_are_counted_in_one_unit(tmp_path: Path) -> None:
         f"linked by {flow_events:,} flow events ({flow_events // 2} arrow(s), a start and an end event each)"
         in out
     )
+
+
+def test_one_step_chosen_by_steps_is_selected_not_profiled(tmp_path: Path) -> None:
+    """ddp8_straggler profiled steps 2 and 3; --steps 3:3 selects one of them."""
+    p = run_cli("report", RECORDED / "ddp8_straggler", "--steps", "3:3", "-o", tmp_path / "r.html", "-j", "1")
+    assert p.returncode == 0
+    assert p.stderr_text.startswith(
+        f"{tmp_path / 'r.html'}: 8 ranks x 1 steps, one step selected: rank 5 held the others back in the one "
+        "step selected (strong evidence: the others waited 200.194 ms for rank 5, p_chance 0.13, "
+    )
+    assert "profiled" not in p.stderr_text
+    # one step in the recording (a table without --steps): still "profiled"
+    table = intermittent_table(n_steps=1)
+    a = C.analyse(table)
+    assert C.verdict_sentence(table, a.verdict, a.stats).startswith("one step profiled: no rank stands out")

@@ -288,6 +288,8 @@ class CollectiveTable:
     timelines: Dict[int, Any] = field(
         default_factory=dict
     )  # rank -> the why's segments (analyze/timeline.py)
+    #: ``report --steps A:B``: the ProfilerSteps chosen (then one step is "selected", not "profiled")
+    steps_selected: Optional[Tuple[int, int]] = None
 
     @property
     def unmatched_total(self) -> int:

@@ -137,9 +137,14 @@ def _ms(ns: int) -> str:
     return f"{ns / 1e6:.3f}"
 
 
-def _where(v: Verdict, steps: Sequence[Optional[int]]) -> str:
+def _one_step(table: CollectiveTable) -> str:
+    """``one step profiled``, or ``one step selected`` when ``--steps`` chose it among more."""
+    return "one step selected" if getattr(table, "steps_selected", None) is not None else "one step profiled"
+
+
+def _where(v: Verdict, steps: Sequence[Optional[int]], table: CollectiveTable) -> str:
     if v.steps_profiled == 1 and len(v.by_step) == 1:
-        return "the one step profiled"
+        return "the " + _one_step(table)
     if len(steps) == len(v.by_step):
         return f"every step, {len(steps)} of {len(v.by_step)}"
     return "step(s) " + ", ".join(_step(x) for x in steps)
@@ -147,7 +152,7 @@ def _where(v: Verdict, steps: Sequence[Optional[int]]) -> str:
 
 def verdict_sentence(table: CollectiveTable, v: Verdict, stats: Sequence[RankStats]) -> str:
     """The verdict in one sentence, with the strength of the evidence."""
-    one = "one step profiled: " if v.steps_profiled == 1 else ""
+    one = _one_step(table) + ": " if v.steps_profiled == 1 else ""
     if not table.instances:
         return "no collective instance matched across ranks"
     if not v.stragglers:
@@ -162,7 +167,7 @@ def verdict_sentence(table: CollectiveTable, v: Verdict, stats: Sequence[RankSta
     for st in v.stragglers:
         same.setdefault(tuple(st.steps), []).append(st.rank)
     parts = [
-        f"{'rank' if len(rs) == 1 else 'ranks'} {_ranks(sorted(rs))} held the others back in {_where(v, list(steps))}"
+        f"{'rank' if len(rs) == 1 else 'ranks'} {_ranks(sorted(rs))} held the others back in {_where(v, list(steps), table)}"
         for steps, rs in same.items()
     ]
     s0 = v.stragglers[0]
@@ -177,17 +182,19 @@ def verdict_lines(table: CollectiveTable, v: Verdict, stats: Sequence[RankStats]
         return ["straggler: none (no collective instance matched across ranks)"]
     by_rank = {s.rank: s for s in stats}
     if not v.stragglers:
-        return ["straggler: none -- " + verdict_sentence(table, v, stats).replace("one step profiled: ", "")]
+        return [
+            "straggler: none -- " + verdict_sentence(table, v, stats).replace(_one_step(table) + ": ", "")
+        ]
     lines = []
     for i, s in enumerate(v.stragglers):
         lines.append(
             f"{'straggler' if i == 0 else 'also     '}: rank {s.rank} -- the others waited {_ms(s.held_ns)} ms for it "
-            f"(in {_where(v, s.steps)}); last to arrive in {s.last_arrivals} of {s.instances} instances, "
+            f"(in {_where(v, s.steps, table)}); last to arrive in {s.last_arrivals} of {s.instances} instances, "
             f"waited {_ms(by_rank[s.rank].wait_ns)} ms itself; {s.evidence} evidence (p_chance "
             f"{p_text(s.p_chance)}, {s.noise_margin:.1f} x the noise bound)"
         )
     if v.steps_profiled == 1:
-        lines.insert(0, "one step profiled: what follows is that step's, not a pattern over steps")
+        lines.insert(0, f"{_one_step(table)}: what follows is that step's, not a pattern over steps")
     return lines
 
 

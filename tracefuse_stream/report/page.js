@@ -179,7 +179,7 @@ function verdictHtml() {
     text = esc(V.text);
     ev = "evidence: <b>" + esc(V.evidence || "not stated") + "</b>" +
       (num(V.p_chance) ? " (chance of this pattern with nobody slow: p = " + esc(V.p_chance_text || String(V.p_chance)) + ")" : "") +
-      (V.one_step ? " \u00b7 one step profiled" : "");
+      (V.one_step ? (P.steps ? " \u00b7 one step selected" : " \u00b7 one step profiled") : "");
     if (!stragglers.length) cls = "none";
   } else {
     if (!(C.instances || []).length && !steps.length) {
@@ -190,7 +190,7 @@ function verdictHtml() {
       var stepsOf = {};
       stragglers.forEach(function (x) { (x.steps || []).forEach(function (st) { stepsOf[stepKey(st)] = st; }); });
       var ss = Object.keys(stepsOf).map(function (k) { return stepsOf[k]; });
-      var where = steps.length === 1 ? "in the one step profiled" : steps.length > 1 && ss.length === steps.length ? "in every step" :
+      var where = steps.length === 1 ? (P.steps ? "in the one step selected" : "in the one step profiled") : steps.length > 1 && ss.length === steps.length ? "in every step" :
         "in step" + (ss.length === 1 ? " " : "s ") + ss.map(stepLabel).join(", ");
       var hs = [];
       groups.forEach(function (g) {
