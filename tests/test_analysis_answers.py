@@ -297,3 +297,44 @@ def test_one_step_chosen_by_steps_is_selected_not_profiled(tmp_path: Path) -> No
     table = intermittent_table(n_steps=1)
     a = C.analyse(table)
     assert C.verdict_sentence(table, a.verdict, a.stats).startswith("one step profiled: no rank stands out")
+
+
+def test_json_summary_counts_one_cycle_as_one(tmp_path: Path) -> None:
+    rc, out, _ = cli("merge", RECORDED / "ddp4", "-o", tmp_path / "m.json", "--json-summary", "-j", "1")
+    assert rc == 0 and json.loads(out)["cycles"] == 1
+    rc, out, _ = cli(
+        "merge",
+        RECORDED / "ddp2_cycles",
+        "--cycle",
+        "1",
+        "-o",
+        tmp_path / "c.json",
+        "--json-summary",
+        "-j",
+        "1",
+    )
+    assert rc == 0 and json.loads(out)["cycles"] == 1
+    rc, out, _ = cli(
+        "merge",
+        RECORDED / "ddp2_cycles",
+        "--cycle",
+        "all",
+        "-o",
+        tmp_path / "a.json",
+        "--json-summary",
+        "-j",
+        "1",
+    )
+    assert rc == 0 and json.loads(out)["cycles"] == 2
+
+
+def test_verify_of_a_rank_trace_says_it_is_not_a_merged_trace() -> None:
+    raw = sorted((RECORDED / "ddp4").iterdir())[0]
+    rc, out, err = cli("verify", raw)
+    assert (rc, out) == (1, "")
+    assert err.strip() == (
+        f"tracefuse: error: {raw}: not a merged trace: a rank's own profiler trace (it has distributedInfo, "
+        "deviceProperties, trace_id, no tracefuse header); verify checks what tracefuse merge wrote; merge it "
+        f"first (tracefuse merge {raw} -o merged.json.gz), then verify merged.json.gz"
+    )
+    assert "process_unnamed" not in err

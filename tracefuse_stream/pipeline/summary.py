@@ -69,7 +69,9 @@ class MergeSummary:
     verify_reports: List[Any] = field(default_factory=list)
     viewer_memory_bytes: int = 0  # the largest file's estimated trace_processor memory (report/viewer.py)
     notes: List[str] = field(default_factory=list)  # facts worth a line that are no problem
-    cycles: int = 0  # --cycle all: the profiling cycles merged (ranks holds every cycle's ranks)
+    cycles: int = (
+        1  # the profiling cycles merged: 1, or with --cycle all each (ranks holds every cycle's ranks)
+    )
     #: --link-collectives: the events of the "Collectives" process the merge wrote (no
     #: rank's: its slices, labels and why tracks), in ``events_out`` as verify counts them
     collectives_events: int = 0
