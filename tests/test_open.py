@@ -27,6 +27,7 @@ from typing import Dict, List, Optional, Tuple
 from urllib.parse import quote
 
 import pytest
+from conftest import default_sigint
 
 from tracefuse_stream.cli.app import main
 from tracefuse_stream.serve.command import browser_expected, perfetto_link, ssh_tunnel_line
@@ -252,6 +253,7 @@ def _start_cli(args: List[str], env: Dict[str, str]) -> Tuple[subprocess.Popen[s
         text=True,
         env=env,
         cwd=str(REPO),
+        preexec_fn=default_sigint,  # SIGINT delivered even when the suite ignores it
     )
     lines: queue.Queue[str] = queue.Queue()
 
