@@ -134,9 +134,8 @@ def test_jobs_below_one_is_a_usage_error(command: str, jobs: str, tmp_path: Path
     p = run_cli(command, RECORDED / "ddp4", "-j", jobs, "-o" if command != "info" else "--json",
                 *([str(tmp_path / ("o.json" if command == "merge" else "o.html"))] if command != "info" else []))  # fmt: skip
     assert p.returncode == 2
-    assert (
-        f"argument -j/--jobs: invalid worker count: {jobs} (1 or more; leave -j out for the usable cores)"
-        in (p.stderr_text)
+    assert p.stderr_text == (
+        f"tracefuse: error: --jobs must be 1 or more workers (leave -j out for the usable cores), not '{jobs}'\n"
     )
     assert list(tmp_path.iterdir()) == []
 
