@@ -201,6 +201,16 @@ def abs_ns(base: Optional[int], ts: Any) -> int:
     return int(d)
 
 
+def default_sigint() -> None:
+    """``preexec_fn`` of a child that a test interrupts with SIGINT: SIGINT back to its
+    default action, so the child's Python turns it into KeyboardInterrupt even when the
+    suite runs with SIGINT ignored (a shell's background job, ``pytest ... &``, ignores
+    it, and children inherit that)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run_cli(
     *args: Any,
     cwd: Any = None,

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Sequence, Tuple
 
 import pytest
+from conftest import default_sigint
 from tracefuse_testhooks import ENV_LOG, ENV_SIGNAL
 
 import tracefuse_stream.write.codecs as codecs_mod
@@ -325,6 +326,7 @@ def _run_signalled(args: Sequence[Any], spec: str, log: Path) -> Tuple[subproces
         stderr=subprocess.PIPE,
         env=env,
         start_new_session=True,
+        preexec_fn=default_sigint,  # SIGINT delivered even when the suite ignores it
     )
     try:
         _out, err_b = p.communicate(timeout=120)

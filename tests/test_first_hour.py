@@ -315,6 +315,7 @@ def test_readme_first_screen_is_the_job_with_real_output(h, tmp_path, capsys, mo
         in top
     )
     assert "pip install -e '.[test]' && python -m pytest -q" in top
+    assert "(about 5 minutes on 2 cores; more under *Development*)" in top  # how long it takes
     job = text[: text.index("## Everyday use")]
     for command in (
         "tracefuse merge tests/data/recorded/ddp8_straggler -o merged.json.gz",

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import pytest
+from conftest import default_sigint
 
 from tracefuse_synth.run import write_run
 
@@ -99,6 +100,7 @@ def _interrupt(
         stderr=subprocess.PIPE,
         env=_env(),
         start_new_session=True,
+        preexec_fn=default_sigint,  # SIGINT delivered even when the suite ignores it
     )
     try:
         _reading(p.pid, run_dir)

@@ -51,6 +51,7 @@ LAYERS: List[Tuple[str, FrozenSet[str]]] = [
                 "workers",
                 "rankset",
                 "listing",
+                "textout",
                 "gcpause",
             }
         ),

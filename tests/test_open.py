@@ -7,8 +7,10 @@ gets, subprocess waits all have timeouts), and the server under test always has 
 
 from __future__ import annotations
 
+import html
 import os
 import queue
+import re
 import shutil
 import signal
 import socket
@@ -17,6 +19,7 @@ import subprocess
 import sys
 import threading
 import urllib.error
+import urllib.parse
 import urllib.request
 import webbrowser
 from pathlib import Path
@@ -24,6 +27,7 @@ from typing import Dict, List, Optional, Tuple
 from urllib.parse import quote
 
 import pytest
+from conftest import default_sigint
 
 from tracefuse_stream.cli.app import main
 from tracefuse_stream.serve.command import browser_expected, perfetto_link, ssh_tunnel_line
@@ -102,11 +106,20 @@ def gui_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DISPLAY", ":0")
 
 
+RAW_BROWSER_URLS: List[Tuple[str, int, str]] = []  # (what the browser was started with, mode, page)
+
+
 def record_browser_calls(monkeypatch: pytest.MonkeyPatch, result: object = True) -> List[str]:
     """Replaces every webbrowser entry point; returns the list of URLs asked for."""
     calls: List[str] = []
 
     def fake(url: str, *args: object, **kwargs: object) -> bool:
+        # the browser gets a 0600 page that redirects to the link (the token never on a
+        # command line): record the link it sends the browser to
+        if url.startswith("file://"):
+            page = Path(urllib.parse.unquote(urllib.parse.urlparse(url).path))
+            RAW_BROWSER_URLS.append((url, page.stat().st_mode & 0o777, page.read_text()))
+            url = html.unescape(re.search(r'url=([^"]+)"', page.read_text()).group(1))  # type: ignore[union-attr]
         calls.append(url)
         if isinstance(result, BaseException):
             raise result
@@ -240,6 +253,7 @@ def _start_cli(args: List[str], env: Dict[str, str]) -> Tuple[subprocess.Popen[s
         text=True,
         env=env,
         cwd=str(REPO),
+        preexec_fn=default_sigint,  # SIGINT delivered even when the suite ignores it
     )
     lines: queue.Queue[str] = queue.Queue()
 
@@ -343,6 +357,11 @@ def test_browser_opened_with_the_link_only_where_one_is_expected(
         f"https://ui.perfetto.dev/#!/?url=http://127.0.0.1:{port}/{_token_of(calls[0])}/{SAMPLE_GZ.name}"
     ]
     assert calls[0] in out
+    # the browser's command line holds a 0600 page's file:// URL, never the token
+    raw, mode, page = RAW_BROWSER_URLS[-1]
+    assert raw.startswith("file://") and _token_of(calls[0]) not in raw and mode == 0o600
+    assert f'<meta http-equiv="refresh" content="0; url={html.escape(calls[0])}">' in page
+    assert not Path(urllib.parse.unquote(urllib.parse.urlparse(raw).path)).exists()  # removed after serving
 
     calls.clear()  # an SSH session: the ssh line instead of a browser
     monkeypatch.setenv("SSH_CONNECTION", "192.0.2.1 50000 192.0.2.2 22")
@@ -553,3 +572,18 @@ def test_spent_token_answers_410_until_the_port_closes() -> None:
         assert server.claim(object()) == 410
     finally:
         server.server_close()
+
+
+@pytest.mark.parametrize(
+    "name, text", [("report.html", "<!DOCTYPE html><html></html>"), ("x.json", "<html>")]
+)
+def test_an_html_page_is_refused_not_served(
+    tmp_path: Path, name: str, text: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    page = tmp_path / name
+    page.write_text(text)
+    assert main(["open", str(page), "--no-browser", "--port", "0"]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"tracefuse: error: {page}: is an HTML page (tracefuse report writes one), not a trace: Perfetto "
+        "cannot open it; open it in a browser as it is (it fetches nothing), or give open the merged trace"
+    ]

@@ -74,7 +74,8 @@ def test_invalid_choices_are_usage_errors(make, message):
 def test_cli_usage_errors_exit_2_before_reading(h, tmp_path):
     out = tmp_path / "m.json"
     for args, text in (
-        (["-j", "-3"], "--jobs must be 0"),
+        (["-j", "-3"], "--jobs must be 1 or more workers (leave -j out for the usable cores), not '-3'"),
+        (["-j", "0"], "--jobs must be 1 or more workers (leave -j out for the usable cores), not '0'"),
         (["--align", "collectives", "--clock-offsets", str(tmp_path / "o.json")], "alternatives"),
         (["--cycle", "0"], "--cycle must be"),
     ):

@@ -238,6 +238,8 @@ class CollectiveTable:
     p2p_spans: Dict[int, List[Tuple[int, int]]] = field(
         default_factory=dict
     )  # rank -> its gloo send/recv, abs ns
+    #: ``report --steps A:B``: the ProfilerSteps chosen (then one step is "selected", not "profiled")
+    steps_selected: Optional[Tuple[int, int]] = None
 
     @property
     def unmatched_total(self) -> int:

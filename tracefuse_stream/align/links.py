@@ -88,7 +88,11 @@ class LinkPlan:
 
     def notes(self) -> List[str]:
         t = self.table
-        text = f"collective links: {self.instances} instance(s) linked by {self.flows} flow(s)"
+        # one unit with the summary's totals: flow events (an arrow is two: its start and its end)
+        text = (
+            f"collective links: {self.instances} instance(s) linked by {2 * self.flows} flow events "
+            f"({self.flows} arrow(s), a start and an end event each)"
+        )
         skipped = []
         if self.filtered:
             skipped.append(f"{self.filtered} with a slice dropped by the filters or window")

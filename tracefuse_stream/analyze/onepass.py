@@ -60,9 +60,10 @@ def broken_text(e: Any) -> str:
     """What is wrong with a file, without its path (the line names it) and without a
     ``--salvage`` hint (``info`` has no such option)."""
     if isinstance(e, InputError):
-        where = f" (at event #{e.event_index})" if e.event_index is not None else ""
-        where = f" (at byte {e.offset})" if e.offset is not None and not where else where
-        return f"{e.problem}{where}"
+        at = ([f"event #{e.event_index}"] if e.event_index is not None else []) + (
+            [f"byte {e.offset}"] if e.offset is not None else []
+        )
+        return f"{e.problem} (at {', '.join(at)})" if at else e.problem
     return str(e)
 
 

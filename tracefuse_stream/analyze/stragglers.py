@@ -158,7 +158,7 @@ class StepRow:
 @dataclass
 class Straggler:
     rank: int
-    held_ns: int  # summed over the steps
+    held_ns: int  # summed over the steps it stood out in (``steps``): the headline's figure
     steps: List[Optional[int]]  # the steps it stood out in
     last_arrivals: int
     instances: int
@@ -166,6 +166,7 @@ class Straggler:
     margin: float = 0.0  # smallest held / threshold over its steps
     noise_margin: float = 0.0  # smallest held / (NOISE_FACTOR x noise x sqrt(m)) over its steps
     evidence: str = "weak"
+    held_all_ns: int = 0  # summed over every step it took part in
 
 
 @dataclass
@@ -360,12 +361,13 @@ def judge(table: CollectiveTable) -> Verdict:
         if steps:
             mine = [row for row in rows if r in row.held]
             found.append(Straggler(
-                r, sum(row.held[r] for row in mine), [row.step for row in steps],
+                r, sum(row.held[r] for row in steps), [row.step for row in steps],
                 sum(row.last.get(r, 0) for row in mine), sum(row.count[r] for row in mine),
                 margin=min(row.held[r] / max(row.threshold[r], 1) for row in steps),
                 noise_margin=min(row.held[r] / verdict.noise_part_ns() for row in steps),
+                held_all_ns=sum(row.held[r] for row in mine),
             ))  # fmt: skip
-    found.sort(key=lambda s: (-s.held_ns, s.rank))
+    found.sort(key=lambda s: (-s.held_ns, -s.held_all_ns, s.rank))
     named: List[int] = []  # step-down: each rank is tested leaving out the stronger ones named
     for s in found:
         mine = [row for row in rows if s.rank in row.held]
@@ -375,7 +377,7 @@ def judge(table: CollectiveTable) -> Verdict:
         s.evidence = _evidence(s)
         if s.evidence != "weak":
             named.append(s.rank)
-    found.sort(key=lambda s: (-s.held_ns, s.rank))
+    found.sort(key=lambda s: (-s.held_ns, -s.held_all_ns, s.rank))
     verdict.stragglers = [s for s in found if s.evidence != "weak"]
     verdict.candidates = [s for s in found if s.evidence == "weak"]
     if verdict.steps_profiled == 1 and len(verdict.stragglers) > 1:

@@ -13,6 +13,7 @@ import sys
 from typing import List, Optional, Sequence
 
 from tracefuse_stream._version import __version__
+from tracefuse_stream.cli.argtypes import JOBS_HELP, jobs_count
 from tracefuse_stream.cli.report_cmd import add_report_arguments
 from tracefuse_stream.cli.signals import forget_caught_interrupt, terminate_raises
 from tracefuse_stream.cli.verify_cmd import add_verify_arguments
@@ -25,6 +26,7 @@ from tracefuse_stream.errors import (
     cli_wording,
 )
 from tracefuse_stream.serve.command import add_open_arguments
+from tracefuse_stream.textout import terminal
 from tracefuse_stream.write.pipes import quiet_broken_pipe
 
 
@@ -86,9 +88,7 @@ def _add_filter_args(p: argparse.ArgumentParser) -> None:
 
 def _add_run_args(p: argparse.ArgumentParser) -> None:
     """merge: how the merge runs (workers, broken inputs)."""
-    p.add_argument(
-        "-j", "--jobs", type=int, default=0, help="worker processes (default: usable cores; 1 = no workers)"
-    )
+    p.add_argument("-j", "--jobs", type=jobs_count, default=0, help=JOBS_HELP)
     p.add_argument(
         "--salvage", action="store_true", help="merge what can be read from broken inputs instead of failing"
     )
@@ -168,9 +168,7 @@ def _add_info_args(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="collective instances matched across ranks: waits per rank and step, the straggler(s)",
     )
-    p.add_argument(
-        "-j", "--jobs", type=int, default=0, help="worker processes (default: usable cores; 1 = no workers)"
-    )
+    p.add_argument("-j", "--jobs", type=jobs_count, default=0, help=JOBS_HELP)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -192,7 +190,13 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         add(m)
 
-    i = sub.add_parser("info", help="per-rank facts about the inputs (streams them, writes nothing)")
+    i = sub.add_parser(
+        "info",
+        help="per-rank facts about the inputs (streams them, writes nothing)",
+        description="Per-rank facts about the inputs (streams them, writes nothing). With a broken "
+        "input file the readable files are shown, one 'BROKEN file: problem' line per broken file, "
+        "and the exit status is 1.",
+    )
     _add_input_args(i, verb="show")
     _add_info_args(i)
 
@@ -204,7 +208,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_verify_arguments(v)
 
-    r = sub.add_parser("report", help="one self-contained HTML page: ranks x steps heatmap, straggler, why")
+    r = sub.add_parser(
+        "report",
+        help="one self-contained HTML page: ranks x steps heatmap, straggler, why",
+        description="Write the straggler report as one self-contained HTML page. With a broken input "
+        "file (as info) the page of the readable files is still written, one 'BROKEN file: problem' "
+        "line per broken file goes to stderr, and the exit status is 1.",
+    )
     _add_input_args(r, verb="report on")
     add_report_arguments(r)
 
@@ -233,7 +243,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
                 return EXIT_USAGE
             return _run(a)
     except TraceFuseError as e:
-        print(f"tracefuse: error: {e}", file=sys.stderr)
+        print(f"tracefuse: error: {terminal(str(e))}", file=sys.stderr)  # no ESC/CR from a file name
         return e.exit_code
     except KeyboardInterrupt:
         print("tracefuse: error: interrupted (SIGINT); no output written", file=sys.stderr)

@@ -19,6 +19,7 @@ from tracefuse_stream.plan.runcheck import merge_inputs, require_one_run
 from tracefuse_stream.rankset import compress_ranges, parse_rank_spec
 from tracefuse_stream.report.collectives import info_collectives
 from tracefuse_stream.report.info import collect_info
+from tracefuse_stream.textout import terminal
 
 
 def cmd_info(a: argparse.Namespace) -> int:
@@ -64,7 +65,7 @@ def cmd_info(a: argparse.Namespace) -> int:
     if a.json:
         print(json.dumps(out, indent=2, default=str))  # one shape: report/info.py INFO_JSON_KEYS
     else:
-        print("\n".join(text))
+        print(terminal("\n".join(text)))
     return EXIT_INPUT if plans.broken else EXIT_OK
 
 

@@ -15,6 +15,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from tracefuse_stream.cli.argtypes import JOBS_HELP, jobs_count
+
 DEFAULT_OUTPUT = "report.html"
 
 
@@ -35,9 +37,7 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--steps", metavar="A:B", help="report on ProfilerStep#A..#B only (N alone: that one step)"
     )
-    p.add_argument(
-        "-j", "--jobs", type=int, default=0, help="worker processes (default: usable cores; 1 = no workers)"
-    )
+    p.add_argument("-j", "--jobs", type=jobs_count, default=0, help=JOBS_HELP)
     p.add_argument("-q", "--quiet", action="store_true", help="no summary line")
 
 
@@ -48,6 +48,7 @@ def cmd_report(a: argparse.Namespace) -> int:
     from tracefuse_stream.rankset import parse_rank_spec, parse_steps  # lazy: see above
     from tracefuse_stream.report.page import render_page  # lazy: see above
     from tracefuse_stream.report.page_data import command_line, report_data  # lazy: see above
+    from tracefuse_stream.textout import printable  # lazy: see above
     from tracefuse_stream.write.atomic import AtomicOutput, check_output_path  # lazy: see above
 
     steps = parse_steps(a.steps) if a.steps else None
@@ -72,21 +73,21 @@ def cmd_report(a: argparse.Namespace) -> int:
         out.abort()
         raise
     c = data.document["collectives"]
-    if not a.quiet and a.output != "-":
+    if not a.quiet:  # on stderr, also with -o - (stdout holds only the page)
         verdict = (c.get("verdict") or {}).get("text") or (
             f"straggler: rank {c['straggler']}" if c.get("straggler") is not None else "straggler: none"
         )
         if c.get("not_assessed"):  # said first, as on the page
             verdict = f"{c['not_assessed']}; {verdict}"
         print(
-            f"{a.output}: {len(c.get('ranks') or [])} ranks x {len(c.get('by_step') or [])} steps, "
+            f"{'stdout' if a.output == '-' else printable(a.output)}: {len(c.get('ranks') or [])} ranks x {len(c.get('by_step') or [])} steps, "
             f"{verdict} ({len(html) / 1e6:.2f} MB)",
             file=sys.stderr,
         )
     for w in c.get("warnings") or []:  # the input warnings every command prints
         print(f"warning: {w}", file=sys.stderr)
     for path, why in data.broken:
-        print(f"BROKEN {path}: {why}", file=sys.stderr)
+        print(f"BROKEN {printable(path)}: {printable(why)}", file=sys.stderr)
     return EXIT_INPUT if data.broken else EXIT_OK
 
 

@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from tracefuse_stream.rankset import compress_ranges
 from tracefuse_stream.report.viewer import over_limit_warning
+from tracefuse_stream.textout import printable, terminal
 from tracefuse_stream.timeunits import iso_utc
 
 SIZE_WARN_BYTES = 1 << 30
@@ -68,7 +69,9 @@ class MergeSummary:
     verify_reports: List[Any] = field(default_factory=list)
     viewer_memory_bytes: int = 0  # the largest file's estimated trace_processor memory (report/viewer.py)
     notes: List[str] = field(default_factory=list)  # facts worth a line that are no problem
-    cycles: int = 0  # --cycle all: the profiling cycles merged (ranks holds every cycle's ranks)
+    cycles: int = (
+        1  # the profiling cycles merged: 1, or with --cycle all each (ranks holds every cycle's ranks)
+    )
     #: --link-collectives: the events of the "Collectives" process the merge wrote (no
     #: rank's: its slices, labels and why tracks), in ``events_out`` as verify counts them
     collectives_events: int = 0
@@ -162,7 +165,7 @@ class MergeSummary:
                 (f"{r.cycle if r.cycle is not None else '-':>5} " if cyc else "")
                 + f"{r.rank:>6} "
                 + " ".join(f"{get(r):>{w},}" for _, get, w in cols)
-                + f" {m / 1000:>14,.3f}  {r.path}{extra}"
+                + f" {m / 1000:>14,.3f}  {printable(r.path)}{extra}"
             )
         if n_shown < len(self.ranks):
             salvaged = [r.rank for r in self.ranks[n_shown:] if r.salvage]
@@ -175,7 +178,7 @@ class MergeSummary:
             lines.append(f"time window: {window_text(self.window_ns)}")
         lines.append(f"{verb} {self.ranks_text()}: {self.counts_text()}")
         lines.append(
-            f"{self.bytes_in / 1e6:,.1f} MB in ({self.json_bytes_in / 1e6:,.1f} MB of JSON) -> {self.output} "
+            f"{self.bytes_in / 1e6:,.1f} MB in ({self.json_bytes_in / 1e6:,.1f} MB of JSON) -> {printable(self.output)} "
             f"{self.bytes_out / 1e6:,.1f} MB ({self.json_bytes / 1e6:,.1f} MB JSON"
             f"{' estimated' if self.dry_run else ''}) in {self.seconds:.1f} s, "
             f"{self.mb_per_s:,.1f} MB/s of input JSON, {workers_text(self.jobs)}"
@@ -185,16 +188,11 @@ class MergeSummary:
                 f"viewer memory: ~{self.viewer_memory_bytes / 1e6:,.0f} MB in Perfetto (trace_processor, "
                 f"estimated{', largest file' if len(self.outputs) > 1 else ''}; a browser holds 4 GB)"
             )
-        common = {r.shift_ns - m for r, m in zip(self.ranks, moved)}
-        if common != {0}:  # the table's column is relative; say what every rank moved too
-            both = ", ".join(f"{c / 1000:,.3f}" for c in sorted(common))
-            lines.append(
-                f"note: moved us is against the least-moved rank{' of each cycle' if cyc else ''}, whose ts "
-                f"moved by {both} us onto the output base (--json-summary: moved_ns, and shift_ns = the total)"
-            )
         lines += [f"note: {n}" for n in self.notes]
         lines += [f"warning: {w}" for w in self.warnings]
-        return "\n".join(lines)
+        # no note on the shift every rank shares (re-basing onto the output base: months
+        # of us on every merge, noise): --json-summary has it as shift_ns - moved_ns
+        return terminal("\n".join(lines))
 
     def counts_text(self) -> str:
         """The totals as two sums that add up: what was read, what was written."""
@@ -203,7 +201,7 @@ class MergeSummary:
             read.append(f"{self.skipped:,} skipped")
         written = [f"{self.events_kept:,} kept", f"{self.metadata_out:,} labels"]
         if self.flows_added:
-            written.append(f"{self.flows_added:,} flows")
+            written.append(f"{self.flows_added:,} flow events")
         if self.collectives_events:
             written.append(f"{self.collectives_events:,} in the Collectives process")
         return (
@@ -250,7 +248,7 @@ def _columns(ranks: List[RankSummary]) -> List[Tuple[str, Any, int]]:
         cols.append(("skipped", lambda r: r.skipped, 10))
     cols.append(("labels out", lambda r: r.metadata_out, 11))
     if any(r.flows_added for r in ranks):
-        cols.append(("flows", lambda r: r.flows_added, 8))
+        cols.append(("flow events", lambda r: r.flows_added, 12))
     return cols
 
 

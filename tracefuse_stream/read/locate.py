@@ -1,4 +1,5 @@
-"""Name the event, and the field, of a problem the exact reader's parser hides.
+"""Name the event, and the field, of a problem the exact reader's parser hides; and
+the byte of a JSON error (:func:`json_error_offset`).
 
 yajl (ijson's C backend) writes a lone surrogate escape as ``"?"`` and the parse goes
 on: the exact reader only sees, in its raw text, that the file *may* hold one
@@ -13,7 +14,10 @@ import json
 from decimal import Decimal
 from typing import Optional, Tuple
 
+import ijson
+
 from tracefuse_stream.read.salvage import Framer, SalvageReport, tolerant_chunks
+from tracefuse_stream.read.sources import open_trace
 from tracefuse_stream.read.textcheck import lone_surrogate, surrogate_field
 
 
@@ -35,4 +39,45 @@ def find_lone_surrogate(path: str) -> Optional[Tuple[int, str, str]]:
     return None
 
 
-__all__ = ["find_lone_surrogate"]
+LOCATE_CHUNK = 1 << 16
+
+
+def _feed(path: str, upto: Optional[int], then_bytewise: bool) -> Tuple[Optional[int], int]:
+    """Parse ``path``'s decompressed text with ijson (building nothing): ``(start of the
+    chunk the parser failed in, or the failing byte when ``then_bytewise``, None when it
+    did not fail; bytes fed)``. ``upto``: feed that many bytes in chunks, then one byte
+    at a time."""
+    coro = ijson.items_coro(ijson.sendable_list(), "\x00never\x00")
+    reader = open_trace(path)
+    done = 0
+    try:
+        while True:
+            bytewise = then_bytewise and upto is not None and done >= upto
+            n = 1 if bytewise else LOCATE_CHUNK if upto is None else min(LOCATE_CHUNK, max(upto - done, 1))
+            data = reader.read(n)
+            if not data:
+                return None, done
+            try:
+                coro.send(data)
+            except (ijson.JSONError, UnicodeDecodeError):
+                return done, done
+            done += len(data)
+    finally:
+        reader.close()
+
+
+def json_error_offset(path: str) -> Optional[int]:
+    """The decompressed byte offset where ``path`` stops being valid JSON (the byte the
+    parser rejects), or None if it cannot be found (only on the error path: the file is
+    parsed again up to the failing chunk, then that chunk one byte at a time)."""
+    try:
+        chunk_start, _ = _feed(path, None, False)
+        if chunk_start is None:
+            return None
+        at, _ = _feed(path, chunk_start, True)
+        return at
+    except Exception:  # a damaged stream: no offset, never a new error on the error path
+        return None
+
+
+__all__ = ["find_lone_surrogate", "json_error_offset"]

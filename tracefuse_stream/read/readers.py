@@ -26,7 +26,7 @@ from tracefuse_stream.exactjson import dumps_exact, dumps_fast, encode_lines
 from tracefuse_stream.read.batches import EventBatches, NotBatchable, RawRewrite
 from tracefuse_stream.read.depthgate import DepthGate, TooDeepText
 from tracefuse_stream.read.jsonerrors import describe_json_error
-from tracefuse_stream.read.locate import find_lone_surrogate
+from tracefuse_stream.read.locate import find_lone_surrogate, json_error_offset
 from tracefuse_stream.read.salvage import Framer, SalvageReport, tolerant_chunks
 from tracefuse_stream.read.sources import TraceReader
 from tracefuse_stream.read.textcheck import MAX_DEPTH, NestedTooDeep, SurrogateScan, depth, too_deep_message
@@ -207,7 +207,9 @@ class ExactReader(_FileReader):
                     kind=kind,
                     hint=hint,
                     event_index=self.index,
-                    offset=self.reader.offset if kind is ErrorKind.TRUNCATED else None,
+                    offset=self.reader.offset
+                    if kind is ErrorKind.TRUNCATED
+                    else json_error_offset(self.path),
                 ) from None
         if self.need_trailer:
             try:

@@ -33,6 +33,7 @@ from tracefuse_stream.analyze.stragglers import DEFINITIONS, Verdict, rule_text
 from tracefuse_stream.errors import EXIT_INPUT, EXIT_OK
 from tracefuse_stream.rankset import compress_ranges
 from tracefuse_stream.report import per_collective_text, rootcause, why_text
+from tracefuse_stream.textout import p_round, p_text, printable, terminal
 
 INSTANCES_SHOWN = 10
 STEP_COLUMNS = 12  # rank x step table: at most this many step columns (the worst ones beyond)
@@ -90,6 +91,7 @@ def to_json(table: Any) -> Dict[str, Any]:
     a :class:`CollectiveTable` or an :class:`Analysis`."""
     a = _as_analysis(table)
     table, v, stats = a.table, a.verdict, a.stats
+    p = v.stragglers[0].p_chance if v.stragglers else (v.candidates[0].p_chance if v.candidates else None)
     unmatched = [
         {"kind": k, "name": n, "group": g, "reason": why_, "instances": c}
         for (k, n, g, why_), c in sorted(table.unmatched.items(), key=lambda kv: (-kv[1], kv[0]))
@@ -100,15 +102,17 @@ def to_json(table: Any) -> Dict[str, Any]:
         "straggler": v.straggler,
         "stragglers": [{"rank": s.rank, "held_us": _us(s.held_ns), "steps": s.steps,
                         "last_arrivals": s.last_arrivals, "instances": s.instances,
-                        "p_chance": round(s.p_chance, 6), "margin": round(s.margin, 3),
-                        "noise_margin": round(s.noise_margin, 3), "evidence": s.evidence} for s in v.stragglers],
+                        "p_chance": p_round(s.p_chance), "margin": round(s.margin, 3),
+                        "noise_margin": round(s.noise_margin, 3), "evidence": s.evidence,
+                        "held_all_steps_us": _us(s.held_all_ns)} for s in v.stragglers],
         "candidates": [{"rank": s.rank, "held_us": _us(s.held_ns), "steps": s.steps,
-                        "p_chance": round(s.p_chance, 6), "margin": round(s.margin, 3)} for s in v.candidates],
+                        "p_chance": p_round(s.p_chance), "margin": round(s.margin, 3),
+                        "held_all_steps_us": _us(s.held_all_ns)} for s in v.candidates],
         "verdict": {
             "text": verdict_sentence(table, v, stats),
             "evidence": v.stragglers[0].evidence if v.stragglers else "none",
-            "p_chance": round(v.stragglers[0].p_chance, 6) if v.stragglers else
-                        (round(v.candidates[0].p_chance, 6) if v.candidates else None),
+            "p_chance": None if p is None else p_round(p),
+            "p_chance_text": None if p is None else p_text(p),
             "one_step": v.steps_profiled == 1,
             "steps_profiled": v.steps_profiled,
         },
@@ -137,9 +141,14 @@ def _ms(ns: int) -> str:
     return f"{ns / 1e6:.3f}"
 
 
-def _where(v: Verdict, steps: Sequence[Optional[int]]) -> str:
+def _one_step(table: CollectiveTable) -> str:
+    """``one step profiled``, or ``one step selected`` when ``--steps`` chose it among more."""
+    return "one step selected" if getattr(table, "steps_selected", None) is not None else "one step profiled"
+
+
+def _where(v: Verdict, steps: Sequence[Optional[int]], table: CollectiveTable) -> str:
     if v.steps_profiled == 1 and len(v.by_step) == 1:
-        return "the one step profiled"
+        return "the " + _one_step(table)
     if len(steps) == len(v.by_step):
         return f"every step, {len(steps)} of {len(v.by_step)}"
     return "step(s) " + ", ".join(_step(x) for x in steps)
@@ -147,14 +156,14 @@ def _where(v: Verdict, steps: Sequence[Optional[int]]) -> str:
 
 def verdict_sentence(table: CollectiveTable, v: Verdict, stats: Sequence[RankStats]) -> str:
     """The verdict in one sentence, with the strength of the evidence."""
-    one = "one step profiled: " if v.steps_profiled == 1 else ""
+    one = _one_step(table) + ": " if v.steps_profiled == 1 else ""
     if not table.instances:
         return "no collective instance matched across ranks"
     if not v.stragglers:
         if v.candidates:
             c = v.candidates[0]
             return (f"{one}no rank stands out (closest: rank {c.rank}, most waited for in a pattern "
-                    f"with p_chance {c.p_chance:.2g}: as likely as that by chance, no evidence)")  # fmt: skip
+                    f"with p_chance {p_text(c.p_chance)}: as likely as that by chance, no evidence)")  # fmt: skip
         worst = max(stats, key=lambda s: (s.held_ns, -s.rank))
         return (f"{one}no rank stands out (most waited for: rank {worst.rank}, "
                 f"{_ms(worst.held_ns)} ms in total, below the threshold)")  # fmt: skip
@@ -162,12 +171,12 @@ def verdict_sentence(table: CollectiveTable, v: Verdict, stats: Sequence[RankSta
     for st in v.stragglers:
         same.setdefault(tuple(st.steps), []).append(st.rank)
     parts = [
-        f"{'rank' if len(rs) == 1 else 'ranks'} {_ranks(sorted(rs))} held the others back in {_where(v, list(steps))}"
+        f"{'rank' if len(rs) == 1 else 'ranks'} {_ranks(sorted(rs))} held the others back in {_where(v, list(steps), table)}"
         for steps, rs in same.items()
     ]
     s0 = v.stragglers[0]
     return (f"{one}{'; '.join(parts)} ({evidence_text(s0)}: the others waited "
-            f"{_ms(s0.held_ns)} ms for rank {s0.rank}, p_chance {s0.p_chance:.2g}, "
+            f"{_ms(s0.held_ns)} ms for rank {s0.rank}, p_chance {p_text(s0.p_chance)}, "
             f"{s0.noise_margin:.1f} x the noise bound)")  # fmt: skip
 
 
@@ -183,17 +192,19 @@ def verdict_lines(table: CollectiveTable, v: Verdict, stats: Sequence[RankStats]
         return ["straggler: none (no collective instance matched across ranks)"]
     by_rank = {s.rank: s for s in stats}
     if not v.stragglers:
-        return ["straggler: none -- " + verdict_sentence(table, v, stats).replace("one step profiled: ", "")]
+        return [
+            "straggler: none -- " + verdict_sentence(table, v, stats).replace(_one_step(table) + ": ", "")
+        ]
     lines = []
     for i, s in enumerate(v.stragglers):
         lines.append(
             f"{'straggler' if i == 0 else 'also     '}: rank {s.rank} -- the others waited {_ms(s.held_ns)} ms for it "
-            f"(in {_where(v, s.steps)}); last to arrive in {s.last_arrivals} of {s.instances} instances, "
+            f"(in {_where(v, s.steps, table)}); last to arrive in {s.last_arrivals} of {s.instances} instances, "
             f"waited {_ms(by_rank[s.rank].wait_ns)} ms itself; {evidence_text(s)} (p_chance "
-            f"{s.p_chance:.2g}, {s.noise_margin:.1f} x the noise bound)"
+            f"{p_text(s.p_chance)}, {s.noise_margin:.1f} x the noise bound)"
         )
     if v.steps_profiled == 1:
-        lines.insert(0, "one step profiled: what follows is that step's, not a pattern over steps")
+        lines.insert(0, f"{_one_step(table)}: what follows is that step's, not a pattern over steps")
     return lines
 
 
@@ -272,20 +283,22 @@ def format_text(table: Any, inputs: Sequence[str] = (), cycle: Optional[int] = N
         by_spread = sorted(table.instances, key=lambda i: (-i.spread_ns, i.id))
         for inst in by_spread[:INSTANCES_SHOWN]:
             lines.append(
-                f"  #{inst.id} {inst.name} (group {inst.group or '?'}, step {inst.step if inst.step is not None else '-'}, "
+                f"  #{inst.id} {printable(inst.name)} (group {printable(inst.group or '?')}, step {inst.step if inst.step is not None else '-'}, "
                 f"by {inst.match}) on ranks {_ranks(inst.ranks)}: arrivals spread {_ms(inst.spread_ns)} ms, "
                 f"last rank {inst.last_rank}"
             )
     for (kind, name, group, why_), n in sorted(table.unmatched.items(), key=lambda kv: (-kv[1], kv[0])):
-        lines.append(f"unmatched: {n} x {kind} {name} (group {group or '?'}): {why_}")
+        lines.append(
+            f"unmatched: {n} x {printable(kind)} {printable(name)} (group {printable(group or '?')}): {printable(why_)}"
+        )
     if table.point_to_point:
-        ops = ", ".join(f"{n} x {name}" for name, n in sorted(table.point_to_point.items()))
+        ops = ", ".join(f"{n} x {printable(name)}" for name, n in sorted(table.point_to_point.items()))
         lines.append(f"point-to-point: {ops} (not collectives: not matched, no wait counted)")
-    lines += [f"note: {n}" for n in list(table.notes) + a.why_notes]
+    lines += [f"note: {printable(n)}" for n in list(table.notes) + a.why_notes]
     cmd = merge_command(v, inputs, cycle) if inputs else None
     if cmd is not None:
         what = "the straggler" if v.straggler is not None else "its last-arriving rank"
-        lines.append(f"to see the worst step with {what} and a reference rank:\n  {cmd}")
+        lines.append(f"to see the worst step with {what} and a reference rank:\n  {printable(cmd)}")
     return "\n".join(lines)
 
 
@@ -349,7 +362,11 @@ def info_collectives(
     if not as_json:
         first = [(f"cycle {c}: " if several else "") + u for c, u in unassessed.items() if u]
         text = first + [f"warning: {w}" for w in warnings] + list(extra) + collectives_text(tables, inputs)
-        print("\n".join(text + [f"BROKEN {path}: {err}" for path, err in broken]))
+        print(
+            terminal(
+                "\n".join(text + [f"BROKEN {printable(path)}: {printable(err)}" for path, err in broken])
+            )
+        )
         return EXIT_INPUT if broken else EXIT_OK
     latest, by_cycle = collectives_json(tables)
     per = {c: by_cycle[str(c)] for c in tables} if by_cycle is not None else {c: latest for c in tables}

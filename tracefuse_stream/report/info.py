@@ -26,6 +26,7 @@ from tracefuse_stream.plan.extent import RankInfo
 from tracefuse_stream.plan.planner import InputSpec, PlanList, plan_all
 from tracefuse_stream.plan.rankplan import RankPlan
 from tracefuse_stream.plan.starts import earliest_ns
+from tracefuse_stream.textout import printable
 from tracefuse_stream.timeunits import iso_utc
 
 
@@ -43,9 +44,9 @@ def format_info(rows: List[RankInfo], broken: Sequence[Tuple[str, str]] = ()) ->
         lines.append(
             (f"{r.cycle:>5} " if cyc else "")
             + f"{r.rank:>5} {r.rank_from:<15} {r.world_size if r.world_size is not None else '-':>5} "
-            f"{(r.host_name or '-')[:12]:<12} {r.bytes / 1e6:>9.2f} {r.events:>11,} "
+            f"{printable(r.host_name or '-')[:12]:<12} {r.bytes / 1e6:>9.2f} {r.events:>11,} "
             f"{r.base_time_ns if r.base_time_ns is not None else '(none: epoch ts)':>20} "
-            f"{iso_utc(r.first_ns):<28} {span:>10}  {r.path}"
+            f"{iso_utc(r.first_ns):<28} {span:>10}  {printable(r.path)}"
         )
     if rows:
         firsts = [r.first_ns for r in rows if r.first_ns is not None]
@@ -53,7 +54,7 @@ def format_info(rows: List[RankInfo], broken: Sequence[Tuple[str, str]] = ()) ->
             what = "files start" if cyc else "ranks start"
             lines.append(f"{what} within {(max(firsts) - min(firsts)) / 1e6:,.3f} ms of each other")
     for path, err in broken:
-        lines.append(f"BROKEN {path}: {err}")
+        lines.append(f"BROKEN {printable(path)}: {printable(err)}")
     return "\n".join(lines)
 
 

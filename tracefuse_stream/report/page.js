@@ -73,6 +73,20 @@ function colour(v, max) {
   var t = max > 0 ? Math.sqrt(Math.max(0, Math.min(1, v / max))) : 0;
   return PALETTE[Math.round(t * 255)];
 }
+// the top of the colour scale: the data's maximum, but never below a floor tied to the
+// run, so that a quiet run's noise stays pale (never dark red because it is all there
+// is): "held" -- twice the largest threshold a rank had to pass to stand out (a rank at
+// the threshold is orange); "wait" -- a typical whole step (else the busy step, else the
+// threshold's floor). For the per-host sums the floor is multiplied by the largest host.
+function scaleFloor() {
+  var T = C.threshold || {}, f = 0;
+  if (metric === "held") {
+    steps.forEach(function (row) { var m = row.threshold_us || {}; Object.keys(m).forEach(function (k) { if (num(m[k])) f = Math.max(f, m[k]); }); });
+    if (!f && num(T.min_us)) f = T.min_us;
+    return 2 * f;
+  }
+  return num(T.typical_step_us) ? T.typical_step_us : num(T.busy_step_us) ? T.busy_step_us : num(T.min_us) ? 2 * T.min_us : 0;
+}
 function legend(max, label) {
   var w = 220, s = '<div class="legend"><svg width="' + (w + 40) + '" height="30">';
   for (var i = 0; i < 44; i++) {
@@ -81,7 +95,7 @@ function legend(max, label) {
   }
   s += '<text x="0" y="26">0</text><text x="' + (w / 2 - 14) + '" y="26">' + esc(ms(max / 4)) + "</text>";
   s += '<text x="' + (w - 40) + '" y="26">' + esc(ms(max)) + "</text>";
-  s += '</svg><span class="sub">' + esc(label) + " (square-root scale)</span></div>";
+  s += '</svg><span class="sub">' + esc(label) + " (square-root scale; at least " + (metric === "held" ? "twice the largest threshold" : "a typical step") + ": noise stays pale)</span></div>";
   return s;
 }
 
@@ -174,8 +188,8 @@ function verdictHtml() {
   if (V && V.text) {
     text = esc(V.text);
     ev = "evidence: <b>" + esc(V.evidence || "not stated") + "</b>" +
-      (num(V.p_chance) ? " (chance of this pattern with nobody slow: p = " + esc(V.p_chance.toPrecision(2)) + ")" : "") +
-      (V.one_step ? " \u00b7 one step profiled" : "");
+      (num(V.p_chance) ? " (chance of this pattern with nobody slow: p = " + esc(V.p_chance_text || String(V.p_chance)) + ")" : "") +
+      (V.one_step ? (P.steps ? " \u00b7 one step selected" : " \u00b7 one step profiled") : "");
     if (!stragglers.length) cls = "none";
   } else {
     if (!(C.instances || []).length && !steps.length) {
@@ -186,7 +200,7 @@ function verdictHtml() {
       var stepsOf = dict();
       stragglers.forEach(function (x) { (x.steps || []).forEach(function (st) { stepsOf[stepKey(st)] = st; }); });
       var ss = Object.keys(stepsOf).map(function (k) { return stepsOf[k]; });
-      var where = steps.length === 1 ? "in the one step profiled" : steps.length > 1 && ss.length === steps.length ? "in every step" :
+      var where = steps.length === 1 ? (P.steps ? "in the one step selected" : "in the one step profiled") : steps.length > 1 && ss.length === steps.length ? "in every step" :
         "in step" + (ss.length === 1 ? " " : "s ") + ss.map(stepLabel).join(", ");
       var hs = [];
       groups.forEach(function (g) {
@@ -232,6 +246,7 @@ function drawHeat() {
   var max = 0, totals = dict(), tmax = 0;
   steps.forEach(function (row) { ranks.forEach(function (r) { var v = val(row, r); if (num(v)) { max = Math.max(max, v); totals[r] = (totals[r] || 0) + v; } }); });
   ranks.forEach(function (r) { tmax = Math.max(tmax, totals[r] || 0); });
+  max = Math.max(max, scaleFloor());
   var s = [], y = top, lastLab = -100, marks = [], bars = [], barsS = [];  // the totals: two paths, not 2 x n rects
   rowTops = [];
   var k = 1;
@@ -303,6 +318,9 @@ function drawHosts() {
   });
   var max = 0;
   sums.forEach(function (x) { x.per.forEach(function (v) { if (num(v)) max = Math.max(max, v); }); });
+  var biggest = 1;
+  groups.forEach(function (g) { biggest = Math.max(biggest, g.ranks.length); });
+  max = Math.max(max, scaleFloor() * biggest);
   var nh = groups.length, rowH = nh <= 40 ? 13 : nh <= 128 ? 5 : 3;
   var cellW = Math.max(8, Math.min(72, Math.floor(640 / ns))), x0 = 200, top = 22, s = [];
   var k = rowH >= 11 ? 1 : Math.ceil(11 / rowH);

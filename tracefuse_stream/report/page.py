@@ -18,8 +18,11 @@ happened: ``data-error-text`` says which) and ``data-render-ms``.
 
 Size: for 1024 ranks x 10 steps the per-rank maps of ``by_step`` are ~0.6 MB. When the
 embedded JSON would pass :data:`EMBED_BUDGET` bytes, the parts the page does not draw
-are left out, largest first (instances' per-rank times, then the ``breakdown`` of every
-rank and step), and the page says what was left out (``page.trimmed``):
+are left out, largest first (first every string longer than :data:`NAME_CAP` characters
+is cut with a marker -- a 1 MB op name in every step made a 12 MB page --, then instances'
+per-rank times, the ``breakdown`` of every rank and step, the instances, the per-rank
+figures of ``by_step`` the page does not draw, and the lists that grow with distinct
+names past :data:`LIST_CAP`), and the page says what was left out (``page.trimmed``):
 ``info --collectives --json`` always has everything.
 """
 
@@ -35,6 +38,10 @@ from tracefuse_stream.report.page_assets import _CSS, _HEAD, _JS
 
 #: the most bytes of JSON embedded before parts the page does not draw are left out
 EMBED_BUDGET = 4_000_000
+#: past the budget, strings (op, group, host, file names; notes) are cut to this many characters
+NAME_CAP = 200
+#: ... and, last, the lists that grow with distinct names to this many entries
+LIST_CAP = 100
 
 
 def _exact(obj: Any) -> Any:
@@ -81,8 +88,28 @@ def _trim_steps(doc: Dict[str, Any]) -> List[Tuple[str, Any]]:
 
         return f
 
+    def cap_names(c: Dict[str, Any]) -> None:
+        c.update(capped(c))
+
+    def drop_step_keys(c: Dict[str, Any]) -> None:
+        c["by_step"] = [
+            {k: v for k, v in b.items() if k not in ("lateness_us", "busy_us")} for b in c["by_step"]
+        ]
+
+    def cut_lists(c: Dict[str, Any]) -> None:
+        for key in ("per_collective", "notes", "why"):
+            if isinstance(c.get(key), list):
+                c[key] = c[key][:LIST_CAP]
+        u = c.get("unmatched")
+        if isinstance(u, dict) and isinstance(u.get("by_reason"), list):
+            c["unmatched"] = dict(u, by_reason=u["by_reason"][:LIST_CAP])
+
     c = doc.get("collectives") or {}
     steps: List[Tuple[str, Any]] = []
+    if _has_long(c) or _has_long(doc.get("page")):
+        steps.append(
+            (f"text longer than {NAME_CAP} characters (names, notes): cut, marked \u2026", cap_names)
+        )
     if c.get("instances"):
         steps.append(
             ("instances: arrival_ns and end_ns per rank", drop_instance_keys(("arrival_ns", "end_ns")))
@@ -93,7 +120,37 @@ def _trim_steps(doc: Dict[str, Any]) -> List[Tuple[str, Any]]:
     if c.get("instances"):
         steps.append(("instances: wait_us per rank", drop_instance_keys(("arrival_ns", "end_ns", "wait_us"))))
         steps.append(("instances (the list; by_step has their sums)", drop("instances")))
+    if c.get("by_step"):
+        steps.append(("by_step: lateness_us and busy_us per rank", drop_step_keys))
+    steps.append((f"per_collective, unmatched reasons, notes and why after the first {LIST_CAP}", cut_lists))
     return steps
+
+
+def _has_long(obj: Any, cap: int = NAME_CAP) -> bool:
+    """Whether :func:`capped` would cut anything in ``obj``."""
+    if isinstance(obj, str):
+        return len(obj) > cap
+    if isinstance(obj, dict):
+        return any(_has_long(k, cap) or _has_long(v, cap) for k, v in obj.items())
+    if isinstance(obj, (list, tuple)):
+        return any(_has_long(v, cap) for v in obj)
+    return False
+
+
+def cap_text(s: str, cap: int = NAME_CAP) -> str:
+    """``s``, or its first ``cap`` characters and a marker saying how many more there were."""
+    return s if len(s) <= cap else s[:cap] + f"\u2026 [{len(s) - cap:,} more characters]"
+
+
+def capped(obj: Any, cap: int = NAME_CAP) -> Any:
+    """``obj`` with every string (values and keys) longer than ``cap`` cut by :func:`cap_text`."""
+    if isinstance(obj, str):
+        return cap_text(obj, cap)
+    if isinstance(obj, dict):
+        return {(cap_text(k, cap) if isinstance(k, str) else k): capped(v, cap) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [capped(v, cap) for v in obj]
+    return obj
 
 
 def embedded_json(doc: Dict[str, Any], budget: int = EMBED_BUDGET) -> str:
@@ -104,7 +161,7 @@ def embedded_json(doc: Dict[str, Any], budget: int = EMBED_BUDGET) -> str:
         return text
     out = dict(doc)
     out["collectives"] = copy.copy(doc.get("collectives") or {})
-    out["page"] = dict(doc.get("page") or {})
+    out["page"] = capped(dict(doc.get("page") or {}))  # inputs, hosts, commands: names too
     trimmed: List[str] = []
     for what, apply in _trim_steps(doc):
         apply(out["collectives"])
@@ -129,4 +186,4 @@ def render_page(doc: Dict[str, Any]) -> str:
     )
 
 
-__all__ = ["EMBED_BUDGET", "embedded_json", "render_page"]
+__all__ = ["EMBED_BUDGET", "LIST_CAP", "NAME_CAP", "cap_text", "capped", "embedded_json", "render_page"]

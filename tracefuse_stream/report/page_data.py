@@ -59,6 +59,7 @@ def only_steps(table: Any, first: int, last: int) -> Any:
         table,
         instances=[i for i in table.instances if keep(i.step)],
         steps={r: {s: v for s, v in st.items() if keep(s)} for r, st in table.steps.items()},
+        steps_selected=(first, last),
     )
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
+from tracefuse_stream.textout import printable
+
 
 def table_lines(rows_: List[Dict[str, Any]], limit: int = 8) -> List[str]:
     """The short table of the report."""
@@ -18,7 +20,7 @@ def table_lines(rows_: List[Dict[str, Any]], limit: int = 8) -> List[str]:
         fa = r["first_arrivals"]
         top: Optional[str] = max(fa, key=lambda k: (fa[k], -int(k))) if fa else None
         first = "-" if top is None else f"rank {top} ({fa[top]}x)"
-        lines.append(f"  {r['name'][:22]:<22} {r['group_size']:>5} {size:>12} {r['count']:>6} "
+        lines.append(f"  {printable(r['name'])[:22]:<22} {r['group_size']:>5} {size:>12} {r['count']:>6} "
                      f"{r['min_duration_us'] / 1000:>9.3f} {r['start_skew_us'] / 1000:>10.3f} "
                      f"{r['end_skew_us'] / 1000:>9.3f} {bw:>10}  {first}")  # fmt: skip
     if len(rows_) > limit:

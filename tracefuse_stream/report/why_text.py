@@ -9,22 +9,25 @@ from __future__ import annotations
 from typing import Any, Dict, List, Sequence
 
 from tracefuse_stream.analyze.timeline import OUTSIDE_ALL
+from tracefuse_stream.textout import printable
 
 
 def headline(c: Dict[str, Any]) -> str:
-    """``+120.3 ms outside any operator in train_step`` and the like."""
+    """``+120.3 ms outside any operator in train_step`` and the like (names escaped:
+    textout.printable)."""
     ms = c["extra_us"] / 1000.0
+    name = printable(c["name"])
     if c["kind"] == "outside_ops":
         if c["name"] == OUTSIDE_ALL:
             return f"+{ms:.1f} ms outside any operator and annotation"
-        return f"+{ms:.1f} ms outside any operator in {c['name']}"
+        return f"+{ms:.1f} ms outside any operator in {name}"
     if c["kind"] == "entered_late":
-        return f"+{ms:.1f} ms entered the step late ({c['name']})"
+        return f"+{ms:.1f} ms entered the step late ({name})"
     if c["kind"] == "gpu_idle":
-        return f"+{ms:.1f} ms GPU idle on {c['where']} (waiting for launches)"
+        return f"+{ms:.1f} ms GPU idle on {printable(c['where'])} (waiting for launches)"
     what = "in kernel" if c["kind"] == "kernel" else "in"
-    note = f" ({c['note']})" if c.get("note") else ""
-    return f"+{ms:.1f} ms {what} {c['name']}{note}"
+    note = f" ({printable(c['note'])})" if c.get("note") else ""
+    return f"+{ms:.1f} ms {what} {name}{note}"
 
 
 def _counted(c: Dict[str, Any]) -> str:
@@ -48,11 +51,11 @@ def why_lines(why: Sequence[Dict[str, Any]]) -> List[str]:
             else f", {100 * min(w['share'], 1.2):.0f}%{'+' if w['share'] > 1.2 else ''} explained"
         )
         lines.append(f"why rank {w['rank']} is late in step {w['step']}: {w['lateness_us'] / 1000:.1f} ms later "
-                     f"than rank {w['reference_rank']} (the median rank) at {w['collective']}{share}:")  # fmt: skip
+                     f"than rank {w['reference_rank']} (the median rank) at {printable(w['collective'])}{share}:")  # fmt: skip
         shown = [c for c in w["contributors"] if c["extra_us"] >= max(50.0, 0.01 * w["lateness_us"])]
         for c in shown[:5]:
             lines.append(
-                f"  {headline(c)}  [{c['kind']}, {c['where']}; {_counted(c)} {c['count']} vs {c['others_count']}]"
+                f"  {headline(c)}  [{c['kind']}, {printable(c['where'])}; {_counted(c)} {c['count']} vs {c['others_count']}]"
             )
         un = w.get("unexplained_us")
         if un is not None and (w["share"] is None or not 0.8 <= w["share"] <= 1.2):

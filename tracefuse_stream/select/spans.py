@@ -48,7 +48,8 @@ def span_fits(start_ns: int, dur_ns: int, window_ns: Tuple[int, int]) -> bool:
 
 SPAN_DROPPED_NOTE = (
     "Kineto's profiler-span slice ('PyTorch Profiler (N)', process Spans) covers the whole "
-    "recording, beyond the window: dropped, so that the trace spans the window only"
+    "recording, beyond the window: dropped; the other events that cross the window's edges "
+    "are kept whole, so a rank's slices can reach before and after the window"
 )
 
 

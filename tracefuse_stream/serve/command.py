@@ -15,7 +15,7 @@ import argparse
 import os
 import stat
 import sys
-from typing import Mapping, Optional
+from typing import List, Mapping, Optional
 from urllib.parse import quote
 
 from tracefuse_stream.errors import EXIT_INTERRUPTED, EXIT_OK, ErrorKind, InputError
@@ -103,11 +103,32 @@ def browser_expected(env: Mapping[str, str], platform: str = sys.platform) -> bo
     return bool(env.get("DISPLAY") or env.get("WAYLAND_DISPLAY"))
 
 
-def _open_browser(link: str) -> bool:
+def redirect_page(link: str, folder: str) -> str:
+    """A page in ``folder`` (created 0700 by the caller) that sends the browser on to
+    ``link``; its ``file://`` URL. The browser is started with this URL, never with the
+    link: a process's command line is visible to every local user (``ps``), the token
+    must not be; the page itself is readable by this user only (0600)."""
+    import html  # lazy: only when a browser is to be opened
+
+    page = os.path.join(folder, "open-in-perfetto.html")
+    fd = os.open(page, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        q = html.escape(link, quote=True)
+        f.write(
+            '<!DOCTYPE html><meta charset="utf-8"><meta name="referrer" content="no-referrer">'
+            f'<meta http-equiv="refresh" content="0; url={q}"><title>tracefuse open</title>'
+            f'<a href="{q}">Open in Perfetto</a>\n'
+        )
+    from pathlib import Path  # lazy, as above
+
+    return Path(page).as_uri()
+
+
+def _open_browser(link: str, folder: str) -> bool:
     import webbrowser  # only when a browser is to be opened (it loads shlex, subprocess, ...)
 
     try:
-        return bool(webbrowser.open_new_tab(link))
+        return bool(webbrowser.open_new_tab(redirect_page(link, folder)))
     except Exception:  # no usable browser is never an error: the link is printed
         return False
 
@@ -126,9 +147,18 @@ def check_servable(path: str) -> int:
         raise InputError(path, "is not a regular file", kind=ErrorKind.UNREADABLE)
     try:
         with open(path, "rb") as f:
-            f.read(1)
+            start = f.read(64)
     except OSError as e:
         raise InputError(path, f"cannot be read: {e.strerror or e}", kind=ErrorKind.UNREADABLE) from None
+    if path.lower().endswith((".html", ".htm")) or start.lstrip().lower().startswith(
+        (b"<!doctype html", b"<html")
+    ):
+        raise InputError(
+            path,
+            "is an HTML page (tracefuse report writes one), not a trace: Perfetto cannot open it",
+            kind=ErrorKind.NOT_A_TRACE,
+            hint="open it in a browser as it is (it fetches nothing), or give open the merged trace",
+        )
     return st.st_size
 
 
@@ -165,14 +195,24 @@ def cmd_open(a: argparse.Namespace, env: Optional[Mapping[str, str]] = None) -> 
             _say(ssh_tunnel_line(port, env))
         _say("Open in Perfetto:")
         _say(link)
-        if not a.no_browser and browser_expected(env) and not _open_browser(link):
-            _say("(no browser could be started: open the link yourself)")
+        if not a.no_browser and browser_expected(env):
+            import tempfile  # lazy: only when a browser is to be opened
 
+            folders.append(tempfile.mkdtemp(prefix="tracefuse-open-"))  # 0700
+            if not _open_browser(link, folders[-1]):
+                _say("(no browser could be started: open the link yourself)")
+
+    folders: List[str] = []  # the redirect page's folder, removed when serving ends
     try:
         result = serve_until_sent(server, timeout_s=a.timeout, on_ready=announce)
     except KeyboardInterrupt:
         print(f"tracefuse: interrupted; stopped serving {path}", file=sys.stderr, flush=True)
         return EXIT_INTERRUPTED
+    finally:
+        if folders:
+            import shutil  # lazy, as above
+
+            shutil.rmtree(folders[0], ignore_errors=True)
     if result.completed:
         _say(f"Sent {name} ({result.bytes_sent:,} bytes) once; stopped.")
     else:

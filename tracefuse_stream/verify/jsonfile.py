@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 from tracefuse_stream.errors import ErrorKind, InputError
-from tracefuse_stream.read.discover import discover
+from tracefuse_stream.read.discover import discover, is_own_output
+from tracefuse_stream.read.head import scan_head
 from tracefuse_stream.read.sources import PathLike, detect_compression
 from tracefuse_stream.verify.against import check_against
 from tracefuse_stream.verify.events import MergedChecker
@@ -27,6 +28,26 @@ from tracefuse_stream.verify.structure import gzip_members, header_pass
 def against_files(against: Optional[Sequence[Union[str, os.PathLike[str]]]]) -> List[str]:
     """The inputs as a merge finds them: non-trace JSON and earlier merged outputs skipped."""
     return [str(c.path) for c in discover([Path(p) for p in against]).candidates] if against else []
+
+
+#: top-level keys of one rank's Kineto trace that a merged file (ours or TraceLens') never has
+RANK_TRACE_KEYS = ("distributedInfo", "deviceProperties", "trace_id")
+
+
+def require_merged(path: str) -> None:
+    """A rank's own profiler trace is not what ``verify`` checks: say so, instead of
+    failing it on what every raw trace has (unnamed string pids)."""
+    head = scan_head(path)
+    if head.ok and not is_own_output(head.header):
+        keys = [k for k in RANK_TRACE_KEYS if k in head.header]
+        if keys:
+            raise InputError(
+                path,
+                f"not a merged trace: a rank's own profiler trace (it has {', '.join(keys)}, "
+                "no tracefuse header); verify checks what tracefuse merge wrote",
+                kind=ErrorKind.NOT_A_TRACE,
+                hint=f"merge it first (tracefuse merge {path} -o merged.json.gz), then verify merged.json.gz",
+            )
 
 
 def require_file(path: str) -> None:
@@ -51,6 +72,7 @@ def verify_json(
     path = str(path)
     against_paths = list(against_paths)
     require_file(path)
+    require_merged(path)
     v = MergedChecker(path, against_paths, max_examples, sort_chunk_records)
     F = v.F
     res = run_pass(path, v.handle)

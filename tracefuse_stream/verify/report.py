@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import orjson
 
 from tracefuse_stream.rewrite.rules import PID_STRIDE
+from tracefuse_stream.textout import printable, terminal
 
 RankKey = Any  # an int rank, None (unknown) or "unknown" in the final report
 
@@ -122,7 +123,7 @@ class VerifyReport:
         out = io.StringIO()
         mb = t.get("bytes", 0) / 1e6
         out.write(
-            f"tracefuse verify: {self.path}\n"
+            f"tracefuse verify: {printable(self.path)}\n"
             f"  {mb:.1f} MB decompressed, {t.get('events', 0):,} events, "
             f"{self._ranks_text()}, {t.get('seconds', 0):.2f} s "
             f"({t.get('mb_per_s', 0):.1f} MB/s)\n"
@@ -151,7 +152,7 @@ class VerifyReport:
             out.write(f"\nOK: no error-level findings{n_warn}\n")
         else:
             out.write(f"\nFAILED: {len(self.errors)} error-level finding(s)\n")
-        return out.getvalue()
+        return terminal(out.getvalue())  # names from the trace cannot restyle the terminal
 
     def _ranks_text(self) -> str:
         """``4 ranks`` (only the ranks: the rows that are ranks), ``+ the Collectives
