@@ -289,7 +289,7 @@ def test_one_step_chosen_by_steps_is_selected_not_profiled(tmp_path: Path) -> No
     assert p.returncode == 0
     assert p.stderr_text.startswith(
         f"{tmp_path / 'r.html'}: 8 ranks x 1 steps, one step selected: rank 5 held the others back in the one "
-        "step selected (strong evidence: the others waited 200.194 ms for rank 5, p_chance 0.13, "
+        "step selected (strong evidence by size only: the others waited 200.194 ms for rank 5, p_chance 0.13, "
     )
     assert "profiled" not in p.stderr_text
     # one step in the recording (a table without --steps): still "profiled"

@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional
 from tracefuse_stream.align.collectives import CollectiveTable, Instance
 from tracefuse_stream.analyze.stragglers import Verdict
 from tracefuse_stream.rankset import compress_ranges
+from tracefuse_stream.textout import printable
 
 PATH_HOPS = 8  # the text's critical path: at most this many ranks' stretches
 
@@ -28,7 +29,7 @@ def _ms(ns: float) -> str:
 
 def group_text(inst: Instance) -> str:
     """``group 3 (ranks 2-3)``: the process group's name and members."""
-    return f"group {inst.group or '?'} (ranks {compress_ranges(inst.ranks)})"
+    return f"group {printable(inst.group or '?')} (ranks {compress_ranges(inst.ranks)})"
 
 
 def to_json(table: CollectiveTable, v: Verdict) -> Dict[str, Any]:
@@ -122,8 +123,8 @@ def lines(table: CollectiveTable, v: Verdict) -> List[str]:
         origin = f"; the cascade starts at rank {d.origin}" if d.origin != d.by_rank else ""
         steps = ", ".join(f"#{x.step}" for x in sorted(ds, key=lambda x: x.step or 0)[:6])
         out.append(
-            f"delayed: rank {r} is late at {late.name} #{late.id} ({group_text(late)}) because it waited "
-            f"{_ms(d.wait_ns)} ms for rank {d.by_rank} at {waited.name} #{waited.id} ({group_text(waited)}) "
+            f"delayed: rank {r} is late at {printable(late.name)} #{late.id} ({group_text(late)}) because it waited "
+            f"{_ms(d.wait_ns)} ms for rank {d.by_rank} at {printable(waited.name)} #{waited.id} ({group_text(waited)}) "
             f"in step {d.step}{origin}; not a straggler (step(s) {steps})"
         )
     first = min((row.step for row in v.by_step if row.step is not None), default=None)
@@ -151,7 +152,7 @@ def path_line(step: Optional[int], g: Any) -> str:
             hops.append([s.rank, 0, 0, s.name])
         hops[-1][1 if s.kind == "own" else 2] += s.dur_ns
         hops[-1][3] = s.name
-    parts = [f"rank {r} own {_ms(own)} ms" + (f", communication {_ms(comm)} ms" if comm else "") + f" -> {name}"
+    parts = [f"rank {r} own {_ms(own)} ms" + (f", communication {_ms(comm)} ms" if comm else "") + f" -> {printable(name)}"
              for r, own, comm, name in hops[:PATH_HOPS]]  # fmt: skip
     more = f" (+{len(hops) - PATH_HOPS} more)" if len(hops) > PATH_HOPS else ""
     return f"critical path of step {step} ({_ms(g.end_ns - g.start_ns)} ms): " + " | ".join(parts) + more
