@@ -11,6 +11,7 @@ import gzip
 import io
 import json
 import os
+import random
 import re
 import subprocess
 import sys
@@ -799,3 +800,13 @@ H = SimpleNamespace(
 def h() -> SimpleNamespace:
     """The helpers above, as one object (tests do not import conftest)."""
     return H
+
+
+def fuzz_seed(pinned: int) -> int:
+    """A fuzz test's seed: ``TRACEFUSE_FUZZ_SEED`` replays one, ``CI`` pins ``pinned``,
+    else a fresh random one (each test prints it)."""
+    if os.environ.get("TRACEFUSE_FUZZ_SEED"):
+        return int(os.environ["TRACEFUSE_FUZZ_SEED"])
+    if os.environ.get("CI"):
+        return pinned
+    return random.SystemRandom().randrange(1 << 32)

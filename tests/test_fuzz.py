@@ -44,6 +44,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import pytest
 import zstandard
+from conftest import fuzz_seed
 
 from tracefuse_stream.cli.app import main as cli_main
 
@@ -55,15 +56,7 @@ CASES = 200  # in-process cases: ~12 s on 2 idle cores (~60 ms a case)
 SUBPROCESS_CASES = 3
 
 
-def _seed() -> int:
-    if os.environ.get("TRACEFUSE_FUZZ_SEED"):
-        return int(os.environ["TRACEFUSE_FUZZ_SEED"])
-    if os.environ.get("CI"):
-        return PINNED_SEED
-    return random.SystemRandom().randrange(1 << 32)
-
-
-SEED = _seed()
+SEED = fuzz_seed(PINNED_SEED)
 
 
 # --------------------------------------------------------------------------- sources

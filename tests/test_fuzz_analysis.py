@@ -21,13 +21,13 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
 import random
 import re
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 import pytest
+from conftest import fuzz_seed
 from hostile import trace_bytes
 
 import tracefuse_stream
@@ -40,15 +40,7 @@ PINNED_SEED = 20270339  # under CI
 CASES = 40  # ~50 ms a case on both paths
 
 
-def _seed() -> int:
-    if os.environ.get("TRACEFUSE_FUZZ_SEED"):
-        return int(os.environ["TRACEFUSE_FUZZ_SEED"])
-    if os.environ.get("CI"):
-        return PINNED_SEED
-    return random.SystemRandom().randrange(1 << 32)
-
-
-SEED = _seed()
+SEED = fuzz_seed(PINNED_SEED)
 DATA_RE = re.compile(r'<script type="application/json" id="tracefuse-report">(.*?)</script>', re.S)
 _TIMES = re.compile(r"\d+\.\d+ s \([\d.]+ MB/s\)|\d+\.\d+ s\b")
 

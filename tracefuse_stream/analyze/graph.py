@@ -55,31 +55,10 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from tracefuse_stream.align.collectives import CollectiveTable, Instance
+from tracefuse_stream.analyze.medians import median, median_without
 
 Node = Tuple[str, int, int]  # ("S" | "A" | "D" | "E", rank, instance id or -1)
 START = -2  # a cut's key (rank, START): how much earlier the rank starts the step
-
-
-def _median(values: Sequence[int]) -> int:
-    n = len(values)
-    if not n:
-        return 0
-    s = sorted(values)
-    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) // 2
-
-
-def median_without(ordered: Sequence[int], value: int) -> int:
-    """The median of sorted ``ordered`` with one occurrence of ``value`` left out
-    (O(log n): asked for every rank of an instance)."""
-    j = bisect.bisect_left(ordered, value)
-    m = len(ordered) - 1
-    if m <= 0:
-        return 0
-
-    def at(k: int) -> int:
-        return ordered[k] if k < j else ordered[k + 1]
-
-    return at(m // 2) if m % 2 else (at(m // 2 - 1) + at(m // 2)) // 2
 
 
 @dataclass
@@ -294,8 +273,8 @@ def _late_skews(skew: Dict[int, int], insts: Sequence[Instance], floor_ns: int) 
     bound = max(floor_ns, 2 * (ends[len(ends) // 2] if ends else 0))
     values = list(skew.values())
     if len(values) >= 3:
-        m = _median(values)
-        bound = max(bound, m + int(4 * 1.4826 * _median([abs(v - m) for v in values])))
+        m = median(values)
+        bound = max(bound, m + int(4 * 1.4826 * median([abs(v - m) for v in values])))
     return {r: v for r, v in skew.items() if v > bound}
 
 
@@ -386,12 +365,12 @@ def extra_cut(g: StepGraph, rank: int) -> Dict[Tuple[int, int], int]:
     for i in g.order.get(rank, []):
         others = [own[(q, i)] for q in by_id[i].entries if q != rank]
         if others:
-            cut[(rank, i)] = max(0, own[(rank, i)] - _median(others))
+            cut[(rank, i)] = max(0, own[(rank, i)] - median(others))
     if g.late_skew.get(rank, 0) > 0:  # it entered the step late: it starts on time
         cut[(rank, START)] = g.late_skew[rank]
     tails = [own[(q, -1)] for q in g.order if q != rank]
     if tails and (rank, -1) in own:
-        cut[(rank, -1)] = max(0, own[(rank, -1)] - _median(tails))
+        cut[(rank, -1)] = max(0, own[(rank, -1)] - median(tails))
     return cut
 
 
@@ -409,7 +388,7 @@ def held_through(g: StepGraph, rank: int) -> int:
     cascade: the median over them of how much earlier each would end its step without
     ``rank``'s extra own work (:func:`extra_cut`)."""
     now, fixed = retime_ends(g), retime_ends(g, extra_cut(g, rank))
-    return _median([now[q] - fixed[q] for q in now if q != rank])
+    return median([now[q] - fixed[q] for q in now if q != rank])
 
 
 def held_in_p2p(g: StepGraph, rank: int) -> int:
@@ -419,7 +398,7 @@ def held_in_p2p(g: StepGraph, rank: int) -> int:
     lateness stands out, and capped by it (the caller)."""
     blocked = {q: _blocked(g.p2p.get(q, ()), g.start[q], g.end[q]) for q in g.order}
     others = [blocked[q] for q in blocked if q != rank]
-    return max(0, _median(others) - blocked.get(rank, 0)) if others else 0
+    return max(0, median(others) - blocked.get(rank, 0)) if others else 0
 
 
 def delays(g: StepGraph, late: Dict[int, Tuple[int, int]]) -> List[Delay]:
@@ -459,8 +438,11 @@ __all__ = [
     "delays",
     "extra_cut",
     "gaps",
+    "held_in_p2p",
     "held_through",
+    "own_spreads",
     "retime",
     "retime_ends",
     "saves_ns",
+    "settle",
 ]

@@ -10,14 +10,7 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from tracefuse_stream.align.collectives import Instance
-
-
-def _median(values: Sequence[int]) -> int:
-    n = len(values)
-    if not n:
-        return 0
-    s = sorted(values)
-    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) // 2
+from tracefuse_stream.analyze.medians import median
 
 
 def noise_ns(instances: Sequence[Instance], own_spreads: Optional[Sequence[int]] = None) -> int:
@@ -32,7 +25,7 @@ def noise_ns(instances: Sequence[Instance], own_spreads: Optional[Sequence[int]]
     the ranks' own times, waiting left out: in a cascade most ranks arrive late only
     because they waited, and their arrivals would make noise of the delay itself."""
     early = (
-        _early_spread(instances) if own_spreads is None else (_median(own_spreads) if own_spreads else None)
+        _early_spread(instances) if own_spreads is None else (median(own_spreads) if own_spreads else None)
     )
     mad = _deviation_mad(instances)
     return mad if early is None else max(early, mad)
@@ -44,7 +37,7 @@ def _early_spread(instances: Sequence[Instance]) -> Optional[int]:
         a = sorted(e.start_ns for e in inst.entries.values())
         if len(a) > 2:
             spreads.append(a[(len(a) + 1) // 2 - 1] - a[0])
-    return _median(spreads) if spreads else None
+    return median(spreads) if spreads else None
 
 
 def _deviation_mad(instances: Sequence[Instance]) -> int:
@@ -53,14 +46,14 @@ def _deviation_mad(instances: Sequence[Instance]) -> int:
     for inst in sorted(instances, key=lambda i: i.first_arrival_ns):
         k = kth.get((inst.group, inst.step), 0)
         kth[(inst.group, inst.step)] = k + 1
-        mid = _median([e.start_ns for e in inst.entries.values()])
+        mid = median([e.start_ns for e in inst.entries.values()])
         for r, e in inst.entries.items():
             dev.setdefault((r, inst.group, k), []).append(e.start_ns - mid)
     mads = []
     for values in dev.values():
-        m = _median(values)
-        mads.append(_median([abs(v - m) for v in values]))
-    return _median(mads)
+        m = median(values)
+        mads.append(median([abs(v - m) for v in values]))
+    return median(mads)
 
 
 __all__ = ["noise_ns"]

@@ -20,18 +20,13 @@ from collections import Counter
 from typing import Any, Dict, List, Tuple
 
 from tracefuse_stream.align.collectives import CollectiveTable
+from tracefuse_stream.analyze.medians import median
 
 DTYPE_BYTES = {
     "float": 4, "float32": 4, "half": 2, "float16": 2, "bfloat16": 2, "double": 8, "float64": 8,
     "int": 4, "int32": 4, "long": 8, "int64": 8, "short": 2, "int16": 2, "char": 1, "int8": 1,
     "byte": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
 }  # fmt: skip
-
-
-def _median(values: List[int]) -> int:
-    s = sorted(values)
-    n = len(s)
-    return 0 if not n else (s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) // 2)
 
 
 def bus_factor(name: str, n: int) -> float:
@@ -70,13 +65,13 @@ def rows(table: CollectiveTable) -> List[Dict[str, Any]]:
         esize = DTYPE_BYTES.get(str(dtype).lower()) if dtype is not None else None
         elems = max((v for v in (nin, nout) if type(v) is int), default=None)
         nbytes = elems * esize if elems is not None and esize is not None else None
-        t = _median(durs)
+        t = median(durs)
         algbw = nbytes / t if nbytes is not None and t > 0 else None  # bytes/ns = GB/s
         out.append({
             "name": kind, "group_size": n, "dtype": dtype, "nelems": elems, "bytes": nbytes,
             "count": len(insts), "min_duration_us": round(t / 1000, 3),
-            "start_skew_us": round(_median([i.spread_ns for i in insts]) / 1000, 3),
-            "end_skew_us": round(_median([_end_skew(i) for i in insts]) / 1000, 3),
+            "start_skew_us": round(median([i.spread_ns for i in insts]) / 1000, 3),
+            "end_skew_us": round(median([_end_skew(i) for i in insts]) / 1000, 3),
             "algbw_gbps": None if algbw is None else round(algbw, 3),
             "busbw_gbps": None if algbw is None else round(algbw * bus_factor(kind, n), 3),
             "first_arrivals": {str(r): c for r, c in sorted(first.items())},

@@ -50,13 +50,13 @@ the straggler and a rank that waits for it is the verdict of the whole run.
 
 from __future__ import annotations
 
-import bisect
 import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from tracefuse_stream.align.collectives import CollectiveTable, Instance
 from tracefuse_stream.analyze import graph as G
+from tracefuse_stream.analyze.medians import median, median_without
 from tracefuse_stream.analyze.noise import noise_ns
 from tracefuse_stream.analyze.rootcause import root_cause
 
@@ -76,16 +76,8 @@ def held_ns(inst: Instance) -> Dict[int, int]:
     out = {}
     for r, a in arrivals.items():
         others = sorted(v for q, v in arrivals.items() if q != r)
-        out[r] = max(0, a - _median(others)) if others else 0
+        out[r] = max(0, a - median(others)) if others else 0
     return out
-
-
-def _median(values: Sequence[int]) -> int:
-    n = len(values)
-    if not n:
-        return 0
-    s = sorted(values)
-    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) // 2
 
 
 def union_ns(intervals: Iterable[Tuple[int, int]], lo: Optional[int] = None, hi: Optional[int] = None) -> int:
@@ -245,7 +237,7 @@ def _fill_row(table: CollectiveTable, row: StepRow, insts: Sequence[Instance], g
         rel = {q: e.start_ns - (spans[q][0] or 0) for q, e in inst.entries.items()}
         ordered = sorted(rel.values())
         for r, v in rel.items():
-            late = max(0, v - _median_without(ordered, v))
+            late = max(0, v - median_without(ordered, v))
             if late > row.lateness[r] or row.late_at[r] < 0:
                 row.lateness[r], row.late_at[r] = late, inst.id
     row.graph = g
@@ -263,25 +255,12 @@ def _fill_row(table: CollectiveTable, row: StepRow, insts: Sequence[Instance], g
             lo, hi = spans[q]
             pairs = ((i.entries[q].start_ns, i.entries[r].start_ns) for i in mine[r] if q in i.entries)
             waits.append(union_ns(pairs, lo, hi))
-        med = _median(waits) if waits else 0
+        med = median(waits) if waits else 0
         row.held_raw[r] = min(med, row.lateness[r])
         own = row.own.get(r, 0)
         if own > max(med, floor_ns):  # others held up through other groups (a cascade) or in send/recv
             med = max(med, G.held_through(g, r), G.held_in_p2p(g, r))
         row.held[r] = min(med, own)  # waiting for others is never lateness
-
-
-def _median_without(ordered: Sequence[int], value: int) -> int:
-    """The median of sorted ``ordered`` with one occurrence of ``value`` left out (O(log n))."""
-    j = bisect.bisect_left(ordered, value)
-    m = len(ordered) - 1
-    if m <= 0:
-        return 0
-
-    def at(k: int) -> int:
-        return ordered[k] if k < j else ordered[k + 1]
-
-    return at(m // 2) if m % 2 else (at(m // 2 - 1) + at(m // 2)) // 2
 
 
 def _by_step(table: CollectiveTable) -> Dict[Optional[int], List[Instance]]:
@@ -308,22 +287,22 @@ def _step_rows(table: CollectiveTable, graphs: Dict[Optional[int], G.StepGraph])
             row.worst_instance = None
         if step is not None:
             durs = [s[step][1] - s[step][0] for s in table.steps.values() if step in s]
-            row.duration_ns = _median(durs) if durs else None
+            row.duration_ns = median(durs) if durs else None
         rows.append(row)
     return rows
 
 
 def _busy_step(rows: Sequence[StepRow]) -> Optional[int]:
     busy = [b for row in rows if row.step is not None for b in row.busy.values()]
-    return _median(busy) if busy else None
+    return median(busy) if busy else None
 
 
 def _spread(values: Sequence[int]) -> int:
     """The scaled median absolute deviation of ``values`` (0 for fewer than 3)."""
     if len(values) < 3:
         return 0
-    m = _median(values)
-    return int(MAD_SCALE * _median([abs(v - m) for v in values]))
+    m = median(values)
+    return int(MAD_SCALE * median([abs(v - m) for v in values]))
 
 
 def binomial_tail(n: int, k: int, p: float) -> float:
@@ -343,12 +322,12 @@ def judge(table: CollectiveTable) -> Verdict:
         G.settle(sg, max(int(NOISE_FACTOR * noise), MIN_THRESHOLD_NS))
     rows = _step_rows(table, graphs)
     durs = [r.duration_ns for r in rows if r.duration_ns is not None]
-    verdict = Verdict(rows, [], noise, _busy_step(rows), _median(durs) if durs else None)
+    verdict = Verdict(rows, [], noise, _busy_step(rows), median(durs) if durs else None)
     passes: Dict[int, List[StepRow]] = {}
     for row in rows:
         for r, h in row.held.items():
             others = [v for q, v in row.held.items() if q != r]
-            outlier = (_median(others) + int(NOISE_FACTOR * _spread(others))) if others else 0
+            outlier = (median(others) + int(NOISE_FACTOR * _spread(others))) if others else 0
             row.threshold[r] = max(verdict.base_threshold_ns(), outlier)
             if h > row.threshold[r]:
                 passes.setdefault(r, []).append(row)
@@ -415,7 +394,7 @@ def _group_sizes(table: CollectiveTable) -> Dict[int, int]:
     for inst in table.instances:
         for r in inst.entries:
             sizes.setdefault(r, []).append(len(inst.entries))
-    return {r: _median(v) for r, v in sizes.items()}
+    return {r: median(v) for r, v in sizes.items()}
 
 
 def held_by_rank(table: CollectiveTable, verdict: Optional[Verdict] = None) -> Dict[int, int]:

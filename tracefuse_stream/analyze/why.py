@@ -24,7 +24,7 @@ such pass per file (:func:`segments_of`).
 
 from __future__ import annotations
 
-from typing import Any, Dict, Hashable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Hashable, List, Optional, Sequence, Set, Tuple
 
 from tracefuse_stream.align.collectives import CollectiveTable
 from tracefuse_stream.analyze.stragglers import Verdict
@@ -50,17 +50,16 @@ def _rel(table: CollectiveTable, plan: RankPlan, abs_ns: int) -> int:
     return abs_ns - int(plan.base_time_ns or 0) - int(plan.align_offset_ns or 0)
 
 
-def why_instance(verdict: Verdict, row: Any, rank: int) -> int:
+def why_instance(row: Any, rank: int, suspects: Set[int]) -> int:
     """The instance a straggler's why is about (:meth:`StepRow.why_at`), unless none of
     its other members can be the reference (all named stragglers or delayed ranks: a
     pair group whose other member only waited): then the step's instance, among those
     with such a member, where the rank arrives latest against them (from each one's step
-    start); -1: none."""
+    start; ``suspects``: the step's named stragglers and delayed ranks); -1: none."""
     at = row.why_at(rank)
     g = row.graph
     if at < 0 or g is None or at not in g.by_id:
         return at
-    suspects = _suspects(verdict)[0].get(row.step, set())
     if any(q not in suspects for q in g.by_id[at].entries if q != rank):
         return at
     best, best_late = at, None
@@ -80,13 +79,14 @@ def wanted(verdict: Verdict, every_rank: bool = True) -> Dict[Optional[int], Lis
     """step -> the instance ids to break down there: the step's worst instance (for
     the every-rank ``breakdown``) and each named straggler's latest one (the why)."""
     named = {s.rank for s in verdict.stragglers}
+    suspects = _suspects(verdict)[0]
     out: Dict[Optional[int], List[int]] = {}
     for row in verdict.by_step:
         if row.step is None:
             continue
         ids = [] if row.worst_instance is None or not every_rank else [row.worst_instance]
         for r in sorted(named & set(row.stragglers)):
-            i = why_instance(verdict, row, r)
+            i = why_instance(row, r, suspects.get(row.step, set()))
             if i >= 0 and i not in ids:
                 ids.append(i)
         out[row.step] = ids
@@ -160,13 +160,15 @@ def _contributors(
     return rows
 
 
-def _suspects(verdict: Verdict) -> Tuple[Dict[int, set], Dict[Optional[int], Dict[int, int]]]:
+def _suspects(verdict: Verdict) -> Tuple[Dict[int, Set[int]], Dict[Optional[int], Dict[int, int]]]:
     """(step -> its named stragglers and delayed ranks: never a why's reference; step ->
     rank -> the step-start skew that counts as lateness)."""
-    suspects: Dict[int, set] = {}
-    for row in verdict.by_step:
-        if row.step is not None:
-            suspects[row.step] = set(row.stragglers) | {d.rank for d in verdict.delayed if d.step == row.step}
+    suspects: Dict[int, Set[int]] = {
+        row.step: set(row.stragglers) for row in verdict.by_step if row.step is not None
+    }
+    for d in verdict.delayed:
+        if d.step is not None:
+            suspects.setdefault(d.step, set()).add(d.rank)
     skew_of = {row.step: row.graph.late_skew for row in verdict.by_step if row.graph is not None}
     return suspects, skew_of
 
@@ -298,7 +300,7 @@ def compare(
         for row in verdict.by_step:
             if row.step is None or row.step not in s.steps:
                 continue
-            inst_id = why_instance(verdict, row, s.rank)
+            inst_id = why_instance(row, s.rank, suspects.get(row.step, set()))
             if inst_id >= 0:
                 e = entry(s.rank, row.step, inst_id, TOP)
                 if e is not None:

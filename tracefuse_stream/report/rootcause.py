@@ -35,6 +35,7 @@ def group_text(inst: Instance) -> str:
 def to_json(table: CollectiveTable, v: Verdict) -> Dict[str, Any]:
     """``delayed``, ``step_skew``, ``critical_path`` and ``what_if`` (docs/collectives.md)."""
     by_id = {i.id: i for i in table.instances}
+    lengths = _step_lengths(v)
     delayed = []
     for d in v.delayed:
         late, waited = by_id[d.late_at], by_id[d.waited_at]
@@ -61,12 +62,12 @@ def to_json(table: CollectiveTable, v: Verdict) -> Dict[str, Any]:
                          for s in g.path],
         })  # fmt: skip
     what_if = [
-        {"rank": r, "step": step, "saves_us": _us(ns), "step_us": _step_us(v, step)}
+        {"rank": r, "step": step, "saves_us": _us(ns), "step_us": lengths.get(step)}
         for (r, step), ns in sorted(v.saves.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0))
     ]
     together: List[Dict[str, Any]] = [
         {"ranks": sorted(row.stragglers), "step": row.step, "saves_us": _us(v.saves_all[row.step]),
-         "step_us": _step_us(v, row.step)}
+         "step_us": lengths.get(row.step)}
         for row in v.by_step
         if row.step in v.saves_all
     ]  # fmt: skip
@@ -74,17 +75,18 @@ def to_json(table: CollectiveTable, v: Verdict) -> Dict[str, Any]:
             "what_if_together": together}  # fmt: skip
 
 
-def _step_us(v: Verdict, step: Optional[int]) -> Optional[float]:
-    for row in v.by_step:
-        if row.step == step and row.graph is not None:
-            return _us(row.graph.end_ns - row.graph.start_ns)
-    return None
+def _step_lengths(v: Verdict) -> Dict[Optional[int], float]:
+    """step -> its length on the graph (its earliest start to its last end), µs."""
+    return {
+        row.step: _us(row.graph.end_ns - row.graph.start_ns) for row in v.by_step if row.graph is not None
+    }
 
 
 def lines(table: CollectiveTable, v: Verdict) -> List[str]:
     """The human report's lines: what fixing each straggler saves, who is only delayed
     (and by whom), who entered a step late, and the worst step's critical path."""
     by_id = {i.id: i for i in table.instances}
+    lengths = _step_lengths(v)
     out: List[str] = []
     for s in v.stragglers:
         saves = [(step, ns) for (r, step), ns in v.saves.items() if r == s.rank]
@@ -107,7 +109,7 @@ def lines(table: CollectiveTable, v: Verdict) -> List[str]:
             out.append(f"what if: fixing rank {s.rank} alone would save ~{_ms(ns)} ms: rank(s) "
                        f"{compress_ranges(others) or '-'} would still hold the same collectives{also}")  # fmt: skip
             continue
-        total = _step_us(v, step)
+        total = lengths.get(step)
         of = f" of the {total / 1000:.1f} ms step" if total else ""
         out.append(
             f"what if: fixing rank {s.rank} would save ~{_ms(ns)} ms{of} in step {step}"
