@@ -8,7 +8,7 @@ import json
 import os
 import random
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from tracefuse_synth.common import (
     _US,
@@ -95,7 +95,7 @@ def write_rank_trace(
         trace_name = f"/tmp/tmp{random.Random(f'{seed}:name:{rank}').getrandbits(40):010x}.json"
 
     model = _Model(layers)
-    win_start = _window_start(seed, rank, start_ns, shift)
+    win_start = _window_start(seed, rank, world_size, start_ns, shift)
 
     tmp = path.with_name(path.name + ".tracefuse-tmp")
     sink = _Sink(tmp, compress, compresslevel)
@@ -122,11 +122,40 @@ def write_rank_trace(
     return _summary(g, path, rank, n)
 
 
-def _window_start(seed: int, rank: int, start_ns: int, shift: int) -> int:
+def _window_offsets(seed: int, world_size: int) -> List[int]:
+    """Every rank's window offset (ns after the run's common start, under 300 us), each
+    distinct: separate processes never start their profilers at the same nanosecond, and
+    the run check (tracefuse_stream/plan/runcheck.py) takes two ranks that do, with the
+    same events, for one recording copied under two rank numbers. A rank drawing a
+    lower rank's offset moves on by 1 ns (the draws of a 1,024-rank world collide by
+    chance: 300,000 values); the others keep their draws."""
+    cached = _OFFSETS.get((seed, world_size))
+    if cached is not None:
+        return cached
+    taken: Set[int] = set()
+    out = []
+    for r in range(world_size):
+        off = int(300 * _US * random.Random(f"{seed}:window:{r}").random())
+        while off in taken:
+            off += 1
+        taken.add(off)
+        out.append(off)
+    _OFFSETS.clear()  # one world at a time per process: bounded
+    _OFFSETS[(seed, world_size)] = out
+    return out
+
+
+_OFFSETS: Dict[Tuple[int, int], List[int]] = {}
+
+
+def _window_start(seed: int, rank: int, world_size: int, start_ns: int, shift: int) -> int:
     """Where this rank's profiling window starts (rank ts ns): up to 300 us after the
     run's common start, as profilers on different processes start apart."""
-    rank_rng = random.Random(f"{seed}:window:{rank}")
-    win_start = start_ns + int(300 * _US * rank_rng.random()) + shift
+    if 0 <= rank < world_size:
+        off = _window_offsets(seed, world_size)[rank]
+    else:
+        off = int(300 * _US * random.Random(f"{seed}:window:{rank}").random())
+    win_start = start_ns + off + shift
     if win_start < 0:
         raise ValueError("events would have a negative ts: start_ns is before base_time_ns")
     return win_start

@@ -24,11 +24,12 @@ such pass per file (:func:`segments_of`).
 
 from __future__ import annotations
 
+import bisect
 from typing import Any, Dict, Hashable, List, Optional, Sequence, Set, Tuple
 
 from tracefuse_stream.align.collectives import CollectiveTable
 from tracefuse_stream.analyze.stragglers import Verdict
-from tracefuse_stream.analyze.timeline import Breakdown, Segments, breakdown
+from tracefuse_stream.analyze.timeline import Breakdown, Key, Segments, breakdown
 from tracefuse_stream.plan.rankplan import RankPlan
 
 TOP = 8  # contributors listed per (rank, step) in ``why``
@@ -127,15 +128,57 @@ def breakdowns(
     return out
 
 
-def _median_rank(values: Dict[int, int]) -> Optional[int]:
-    if not values:
-        return None
-    order = sorted(values, key=lambda r: (values[r], r))
-    return order[(len(order) - 1) // 2]
+def _kth_without(ordered: Sequence[Any], value: Any, k: int) -> Any:
+    """Item ``k`` of sorted ``ordered`` with one occurrence of ``value`` left out
+    (O(log n): the others' figure for every rank of an instance from one sort)."""
+    j = bisect.bisect_left(ordered, value)
+    return ordered[k] if k < j else ordered[k + 1]
+
+
+class _Reference:
+    """One instance's members at one step, sorted once: each rank's reference (the
+    median rank of the other members, named stragglers and delayed ranks left out while
+    any other member remains) and the others' lower median of any part, each in
+    O(log n) per rank (issue 38: a step's every-rank breakdown was quadratic in ranks)."""
+
+    def __init__(self, members: Dict[int, Breakdown], suspects: Set[int], view: Any) -> None:
+        self.members = members
+        self.view = view
+        self.all = sorted((b.stretch_ns, q) for q, b in members.items())
+        self.clean = sorted((b.stretch_ns, q) for q, b in members.items() if q not in suspects)
+        self.suspects = suspects
+        self._parts: Dict[Tuple[bool, Key], List[int]] = {}
+
+    def rank(self, r: int) -> Optional[int]:
+        """The reference rank of ``r`` (None: ``r`` has no other member)."""
+        mine = (self.members[r].stretch_ns, r)
+        pool = self.clean
+        n = len(pool) - (0 if r in self.suspects else 1)
+        if n <= 0:
+            pool, n = self.all, len(self.all) - 1
+        if n <= 0:
+            return None
+        k = (n - 1) // 2
+        if r in self.suspects and pool is self.clean:
+            return int(pool[k][1])
+        return int(_kth_without(pool, mine, k)[1])
+
+    def others_median(self, r: int, gpu: bool, key: Key) -> int:
+        """The lower median of ``key``'s time over the other members (0 where absent)."""
+        vals = self._parts.get((gpu, key))
+        if vals is None:
+            vals = self._parts[(gpu, key)] = sorted(
+                p.ns if (p := self.view(b, gpu).parts.get(key)) is not None else 0
+                for b in self.members.values()
+            )
+        if len(vals) <= 1:
+            return 0
+        mine = self.view(self.members[r], gpu).parts.get(key)
+        return int(_kth_without(vals, mine.ns if mine is not None else 0, (len(vals) - 2) // 2))
 
 
 def _contributors(
-    mine: Breakdown, ref: Breakdown, others: Sequence[Breakdown], top: int
+    mine: Breakdown, ref: Breakdown, others_median: Any, top: int
 ) -> List[Dict[str, Any]]:
     mp, rp = mine.parts, ref.parts
     ranked = [(-(p.ns - (rp[k].ns if k in rp else 0)), k) for k, p in mp.items()]
@@ -145,14 +188,13 @@ def _contributors(
     for neg, key in ranked[:top]:
         extra = -neg
         a, b = mp.get(key), rp.get(key)
-        vals = sorted(o.parts[key].ns if key in o.parts else 0 for o in others)
         kind, name = key
         where = (mine.stream if kind in ("kernel", "gpu_idle") else mine.main_thread) or "?"
         row: Dict[str, Any] = {
             "kind": kind, "name": name, "where": where, "extra_us": _us(extra),
             "count": a.count if a else 0, "others_count": b.count if b else 0,
             "rank_us": _us(a.ns if a else 0), "others_us": _us(b.ns if b else 0),
-            "others_median_us": _us(vals[(len(vals) - 1) // 2]) if vals else 0.0,
+            "others_median_us": _us(others_median(key)),
             "piece_ns": list(a.piece) if a else None, "span_ns": list(a.span) if a else None,
         }  # fmt: skip
         row["note"] = _note(row)
@@ -181,23 +223,33 @@ def _with_skew(contributors: List[Dict[str, Any]], skew_ns: int, where: str) -> 
     return sorted([_entered_late(skew_ns, where)] + contributors, key=lambda c: -c["extra_us"])
 
 
-def entered_where(verdict: Verdict, rank: int, step: Optional[int], skew_ns: int) -> str:
-    """Where a late entry into ``step`` comes from: before the profiled window (its first
+class _EnteredWhere:
+    """Where a late entry into a step comes from: before the profiled window (its first
     step), or the previous step's tail: the rank's own work after its last collective
-    there, against the other ranks' median (analyze/graph.py's tail gaps)."""
-    steps = [x for x in verdict.by_step if x.step is not None]
-    prev = next((x for x in steps if x.step is not None and step is not None and x.step == step - 1), None)
-    if not steps or steps[0].step == step:
-        return "before the profiled window"
-    g = prev.graph if prev is not None else None
-    if prev is None or g is None or (rank, -1) not in g.offset:
-        return "before the step (its previous step is not profiled)"
-    tails = sorted(max(0, g.offset[(q, -1)]) for q in g.order if q != rank)
-    extra = max(0, g.offset[(rank, -1)]) - (tails[len(tails) // 2] if tails else 0)
-    if 2 * extra < skew_ns:
-        return f"between steps (its step {prev.step} ended on time: not in a profiled step)"
-    return (f"before the step: after its last collective of step {prev.step} it worked "
-            f"{extra / 1e6:.1f} ms more than the others' median")  # fmt: skip
+    there, against the other ranks' median (analyze/graph.py's tail gaps). The steps
+    and each step's sorted tails are looked up once, not per rank."""
+
+    def __init__(self, verdict: Verdict) -> None:
+        self.steps = [x for x in verdict.by_step if x.step is not None]
+        self.by_step = {x.step: x for x in self.steps}
+        self._tails: Dict[int, List[int]] = {}
+
+    def text(self, rank: int, step: Optional[int], skew_ns: int) -> str:
+        if not self.steps or self.steps[0].step == step:
+            return "before the profiled window"
+        prev = self.by_step.get(step - 1) if step is not None else None
+        g = prev.graph if prev is not None else None
+        if prev is None or prev.step is None or g is None or (rank, -1) not in g.offset:
+            return "before the step (its previous step is not profiled)"
+        tails = self._tails.get(prev.step)
+        if tails is None:
+            tails = self._tails[prev.step] = sorted(max(0, g.offset[(q, -1)]) for q in g.order)
+        mine = max(0, g.offset[(rank, -1)])
+        extra = mine - (_kth_without(tails, mine, (len(tails) - 1) // 2) if len(tails) > 1 else 0)
+        if 2 * extra < skew_ns:
+            return f"between steps (its step {prev.step} ended on time: not in a profiled step)"
+        return (f"before the step: after its last collective of step {prev.step} it worked "
+                f"{extra / 1e6:.1f} ms more than the others' median")  # fmt: skip
 
 
 def _entered_late(skew_ns: int, name: str) -> Dict[str, Any]:
@@ -253,32 +305,37 @@ def compare(
         return v
 
     suspects, skew_of = _suspects(verdict)
+    own_of = {x.step: x.own for x in verdict.by_step}
+    refs: Dict[Tuple[int, int], _Reference] = {}
+    entered = _EnteredWhere(verdict)
+
+    def reference(step: int, inst_id: int) -> _Reference:
+        at = refs.get((step, inst_id))
+        if at is None:
+            members = {q: bds[(q, (step, inst_id))] for q in by_id[inst_id].entries if (q, (step, inst_id)) in bds}
+            at = refs[(step, inst_id)] = _Reference(members, suspects.get(step, set()), view)
+        return at
 
     def entry(r: int, step: int, inst_id: int, top: int) -> Optional[Dict[str, Any]]:
         inst = by_id[inst_id]
         mine = bds.get((r, (step, inst_id)))
         if mine is None:
             return None
-        others = {
-            q: bds[(q, (step, inst_id))] for q in inst.entries if q != r and (q, (step, inst_id)) in bds
-        }
-        clean = {q: b for q, b in others.items() if q not in suspects.get(step, set())}
-        ref_rank = _median_rank({q: b.stretch_ns for q, b in (clean or others).items()})
+        at = reference(step, inst_id)
+        ref_rank = at.rank(r)
         if ref_rank is None:
             return None
-        ref = others[ref_rank]
+        ref = at.members[ref_rank]
         gpu = inst.match != "gloo order"
-        cpu_c = _contributors(
-            view(mine, False), view(ref, False), [view(b, False) for b in others.values()], top
-        )
+        cpu_c = _contributors(view(mine, False), view(ref, False), lambda k: at.others_median(r, False, k), top)
         gpu_c = (
-            _contributors(view(mine, True), view(ref, True), [view(b, True) for b in others.values()], top)
+            _contributors(view(mine, True), view(ref, True), lambda k: at.others_median(r, True, k), top)
             if gpu
             else []
         )
         primary_gpu = gpu and any(k[0] in ("kernel", "gpu_idle") for k in mine.parts)
         skew = skew_of.get(step, {}).get(r, 0)
-        where = entered_where(verdict, r, step, skew) if skew > 0 else ""
+        where = entered.text(r, step, skew) if skew > 0 else ""
         primary = _with_skew(gpu_c if primary_gpu else cpu_c, skew, where)
         lateness = mine.stretch_ns - ref.stretch_ns + skew
         explained = round(sum(c["extra_us"] for c in primary), 3)
@@ -289,7 +346,7 @@ def compare(
             "unexplained_us": round(_us(lateness) - explained, 3),
             "reference_rank": ref_rank, "stretch_us": _us(mine.stretch_ns), "reference_stretch_us": _us(ref.stretch_ns),
             "entered_late_us": _us(skew),
-            "own_lateness_us": _us(next((x.own.get(r, 0) for x in verdict.by_step if x.step == step), 0)),
+            "own_lateness_us": _us(own_of.get(step, {}).get(r, 0)),
             "view": "gpu" if primary_gpu else "cpu",
             "contributors": primary,  # the primary view only, most extra first, summing to explained_us
             "cpu_side": cpu_c if primary_gpu else [],  # on GPU traces: the CPU side that launched them
