@@ -79,6 +79,17 @@ CASES = [
         + "]}",
         None,
     ),  # fmt: skip
+    # the msgspec fast path (read/head.py) must read a header as the ijson walk does:
+    # the word traceEvents in a value or a nested key first, repeated keys, exponents,
+    # escapes, integers past 64 bits; a header longer than the fast path reads (1 MiB)
+    (
+        '{"a": "\\"traceEvents\\": [", "b": {"traceEvents": [1]}, "a": -0.0, "e": [1e3, 2E-2, -0],'
+        ' "u": "\\u00e9\\ud83d\\ude00", "n": 123456789012345678901234567890, "traceEvents": ['
+        + X.replace("TS", "13.5") + "]}",
+        None,
+    ),  # fmt: skip
+    ('{"big": "' + "b" * 1_200_000 + '", "traceEvents": [' + X.replace("TS", "14") + "]}", None),
+    ('{"bad": NaN, "traceEvents": [' + X.replace("TS", "15") + "]}", None),  # not JSON: the walk judges
 ]
 
 
@@ -126,7 +137,7 @@ def test_crafted_starts(codec: str, tmp_path: Path) -> None:
         assert head.why_not == why_not, (text, head)
         _check_against_the_stages(path)
         known += head.first_known
-    assert known == 12  # the cases with a clean start and event array
+    assert known == 14  # the cases with a clean start and event array
 
 
 def test_heads_of_real_and_recorded_traces() -> None:

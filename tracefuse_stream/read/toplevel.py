@@ -154,6 +154,7 @@ class StartReader:
         self._first = first  # the first chunk from its first non-white byte
         self.at = self.skipped + len(chunk) - len(first)  # offset of that byte
         self.looks_like_json = first[:1] in (b"{", b"[")
+        self.starts_object = first[:1] == b"{"
 
     def problem(self, path: PathLike) -> Optional[InputError]:
         """The exact error for an empty file, a byte-order mark or a start that is not
@@ -276,7 +277,7 @@ def read_header(path: PathLike) -> Tuple[str, Dict[str, Any], bool]:
         reader.close()
 
 
-_EVENTS_OPEN = re.compile(rb'"traceEvents"\s*:\s*\[')
+EVENTS_OPEN = re.compile(rb'"traceEvents"\s*:\s*\[')
 
 
 def keys_before_at(text: Any, at: int, exact: bool = True) -> Optional[Dict[str, Any]]:
@@ -295,7 +296,7 @@ def keys_before(head: Optional[bytes], exact: bool = False) -> Optional[Dict[str
     array's opening bracket); None when they cannot be parsed."""
     if head is None:
         return None
-    for m in _EVENTS_OPEN.finditer(head):
+    for m in EVENTS_OPEN.finditer(head):
         pre = keys_before_at(head, m.start(), exact)
         if pre is not None:
             return pre
