@@ -58,6 +58,7 @@ from tracefuse_stream.align.collectives import CollectiveTable, Instance
 from tracefuse_stream.analyze import graph as G
 from tracefuse_stream.analyze.medians import median, median_without
 from tracefuse_stream.analyze.noise import noise_ns
+from tracefuse_stream.analyze.others import Members, OthersOutlier
 from tracefuse_stream.analyze.rootcause import root_cause
 
 NOISE_FACTOR = 4.0
@@ -242,14 +243,13 @@ def _fill_row(table: CollectiveTable, row: StepRow, insts: Sequence[Instance], g
                 row.lateness[r], row.late_at[r] = late, inst.id
     row.graph = g
     floor_ns = g.floor_ns
+    members = Members(HELD_SAMPLE)
     row.own, row.own_at, row.skew = g.own_late, g.own_late_at, g.skew
     for r in ranks:
         row.held[r] = row.held_raw[r] = 0
         if row.lateness[r] <= 0 and row.own.get(r, 0) <= 0:
             continue  # held is at most the lateness
-        others = sorted({q for i in mine[r] for q in i.entries if q != r})
-        if len(others) > HELD_SAMPLE:
-            others = [others[(j * len(others)) // HELD_SAMPLE] for j in range(HELD_SAMPLE)]
+        others = members.sample(r, mine[r])
         waits = []
         for q in others:
             lo, hi = spans[q]
@@ -297,14 +297,6 @@ def _busy_step(rows: Sequence[StepRow]) -> Optional[int]:
     return median(busy) if busy else None
 
 
-def _spread(values: Sequence[int]) -> int:
-    """The scaled median absolute deviation of ``values`` (0 for fewer than 3)."""
-    if len(values) < 3:
-        return 0
-    m = median(values)
-    return int(MAD_SCALE * median([abs(v - m) for v in values]))
-
-
 def binomial_tail(n: int, k: int, p: float) -> float:
     """P(X >= k) for X ~ Binomial(n, p)."""
     if k <= 0:
@@ -325,10 +317,9 @@ def judge(table: CollectiveTable) -> Verdict:
     verdict = Verdict(rows, [], noise, _busy_step(rows), median(durs) if durs else None)
     passes: Dict[int, List[StepRow]] = {}
     for row in rows:
+        outliers = OthersOutlier(list(row.held.values()), NOISE_FACTOR, MAD_SCALE)
         for r, h in row.held.items():
-            others = [v for q, v in row.held.items() if q != r]
-            outlier = (median(others) + int(NOISE_FACTOR * _spread(others))) if others else 0
-            row.threshold[r] = max(verdict.base_threshold_ns(), outlier)
+            row.threshold[r] = max(verdict.base_threshold_ns(), outliers.of(h))
             if h > row.threshold[r]:
                 passes.setdefault(r, []).append(row)
     group_size = _group_sizes(table)

@@ -177,9 +177,7 @@ class _Reference:
         return int(_kth_without(vals, mine.ns if mine is not None else 0, (len(vals) - 2) // 2))
 
 
-def _contributors(
-    mine: Breakdown, ref: Breakdown, others_median: Any, top: int
-) -> List[Dict[str, Any]]:
+def _contributors(mine: Breakdown, ref: Breakdown, others_median: Any, top: int) -> List[Dict[str, Any]]:
     mp, rp = mine.parts, ref.parts
     ranked = [(-(p.ns - (rp[k].ns if k in rp else 0)), k) for k, p in mp.items()]
     ranked = [x for x in ranked if x[0] < 0]  # only the rank's extras (a part only the reference has: none)
@@ -312,7 +310,9 @@ def compare(
     def reference(step: int, inst_id: int) -> _Reference:
         at = refs.get((step, inst_id))
         if at is None:
-            members = {q: bds[(q, (step, inst_id))] for q in by_id[inst_id].entries if (q, (step, inst_id)) in bds}
+            members = {
+                q: bds[(q, (step, inst_id))] for q in by_id[inst_id].entries if (q, (step, inst_id)) in bds
+            }
             at = refs[(step, inst_id)] = _Reference(members, suspects.get(step, set()), view)
         return at
 
@@ -327,7 +327,9 @@ def compare(
             return None
         ref = at.members[ref_rank]
         gpu = inst.match != "gloo order"
-        cpu_c = _contributors(view(mine, False), view(ref, False), lambda k: at.others_median(r, False, k), top)
+        cpu_c = _contributors(
+            view(mine, False), view(ref, False), lambda k: at.others_median(r, False, k), top
+        )
         gpu_c = (
             _contributors(view(mine, True), view(ref, True), lambda k: at.others_median(r, True, k), top)
             if gpu
@@ -352,16 +354,7 @@ def compare(
             "cpu_side": cpu_c if primary_gpu else [],  # on GPU traces: the CPU side that launched them
         }  # fmt: skip
 
-    why = []
-    for s in verdict.stragglers:
-        for row in verdict.by_step:
-            if row.step is None or row.step not in s.steps:
-                continue
-            inst_id = why_instance(row, s.rank, suspects.get(row.step, set()))
-            if inst_id >= 0:
-                e = entry(s.rank, row.step, inst_id, TOP)
-                if e is not None:
-                    why.append(e)
+    why = _why_entries(verdict, suspects, entry)
     breakdown: List[Dict[str, Any]] = []
     for row in verdict.by_step if every_rank else ():
         if row.step is None or row.worst_instance is None:
@@ -374,6 +367,21 @@ def compare(
                     c.pop("span_ns", None)
                 breakdown.append(e)
     return why, breakdown
+
+
+def _why_entries(verdict: Verdict, suspects: Dict[int, Set[int]], entry: Any) -> List[Dict[str, Any]]:
+    """One why entry per named straggler and step it stands out in."""
+    why = []
+    for s in verdict.stragglers:
+        for row in verdict.by_step:
+            if row.step is None or row.step not in s.steps:
+                continue
+            inst_id = why_instance(row, s.rank, suspects.get(row.step, set()))
+            if inst_id >= 0:
+                e = entry(s.rank, row.step, inst_id, TOP)
+                if e is not None:
+                    why.append(e)
+    return why
 
 
 def _view(bd: Breakdown, gpu: bool) -> Breakdown:

@@ -26,6 +26,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 import ijson
 
 from tracefuse_stream.errors import TraceFuseError
+from tracefuse_stream.exactjson import dumps_fast
 from tracefuse_stream.read.depthgate import DepthGate
 from tracefuse_stream.read.sources import TraceReader
 from tracefuse_stream.read.toplevel import (
@@ -214,6 +215,33 @@ def _fast_object_head(checked: StartReader, compression: str) -> Tuple[Optional[
     return None, buf
 
 
+#: a header value whose exact JSON is at least this long is kept once per distinct
+#: value (:func:`_share`)
+SHARE_BYTES = 4 << 10
+SHARE_MAX = 256  # distinct long values kept at once (bounded: a run has a few)
+_SHARED: Dict[bytes, Any] = {}
+
+
+def _share(head: Head) -> Head:
+    """The head with its long values (Kineto's ``deviceProperties``, a big
+    ``distributedInfo``) replaced by the one copy of an equal value another file of the
+    run already has: the planner keeps every rank's header for the whole command, and
+    ~190 KB of ``deviceProperties`` decoded is ~400 KB of Python objects a rank (200 MB
+    at 512 ranks, the most of ``info``'s memory). Equal means the same exact JSON
+    (msgspec's encoding of the exact values). The values are read, never changed."""
+    for k, v in head.header.items():
+        if type(v) is dict or type(v) is list:
+            try:
+                text = dumps_fast(v)
+            except (TypeError, ValueError, OverflowError):
+                continue
+            if len(text) >= SHARE_BYTES:
+                if len(_SHARED) >= SHARE_MAX and text not in _SHARED:
+                    _SHARED.clear()
+                head.header[k] = _SHARED.setdefault(text, v)
+    return head
+
+
 def scan_head(path: PathLike) -> Head:
     """One parse of the start of ``path`` (see the module docstring); never raises for
     the file's content: what it cannot judge comes back unknown, also past
@@ -229,13 +257,13 @@ def scan_head(path: PathLike) -> Head:
         if checked.starts_object:
             head, seen = _fast_object_head(checked, reader.compression)
             if head is not None:
-                return head
+                return _share(head)
             start = _Replay(seen, checked)
         gated = DepthGate(_Budgeted(start, HEAD_BUDGET))
         events: Events = ijson.parse(gated, use_float=False, buf_size=IJSON_BUF)
         _prefix, first_ev, _value0 = next(events)
         if first_ev == "start_map" and checked.looks_like_json:
-            return _object_head(events, reader.compression)
+            return _share(_object_head(events, reader.compression))
         if first_ev == "start_array" and checked.looks_like_json:
             return _array_head(events, reader.compression)
         if first_ev in ("start_map", "start_array"):
