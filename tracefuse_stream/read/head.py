@@ -217,28 +217,45 @@ def _fast_object_head(checked: StartReader, compression: str) -> Tuple[Optional[
 
 #: a header value whose exact JSON is at least this long is kept once per distinct
 #: value (:func:`_share`)
-SHARE_BYTES = 4 << 10
-SHARE_MAX = 256  # distinct long values kept at once (bounded: a run has a few)
+SHARE_BYTES = 1 << 10
+SHARE_DEPTH = 3  # ... looked for down to this depth (distributedInfo.pg_config is at 2)
+SHARE_MAX = 1024  # distinct long values kept at once (bounded: a run has a few)
 _SHARED: Dict[bytes, Any] = {}
 
 
+def _shared(v: Any, depth: int) -> Any:
+    """``v``, or the one kept copy of an equal value; in a dict that differs (each rank's
+    ``distributedInfo`` has its own ``rank``), its long values in turn."""
+    if type(v) is not dict and type(v) is not list:
+        return v
+    try:
+        text = dumps_fast(v)
+    except (TypeError, ValueError, OverflowError):
+        return v
+    if len(text) < SHARE_BYTES:
+        return v
+    hit = _SHARED.get(text)
+    if hit is not None:
+        return hit
+    if type(v) is dict and depth < SHARE_DEPTH:
+        for k, x in v.items():
+            v[k] = _shared(x, depth + 1)
+    if len(_SHARED) >= SHARE_MAX:
+        _SHARED.clear()
+    _SHARED[text] = v
+    return v
+
+
 def _share(head: Head) -> Head:
-    """The head with its long values (Kineto's ``deviceProperties``, a big
-    ``distributedInfo``) replaced by the one copy of an equal value another file of the
-    run already has: the planner keeps every rank's header for the whole command, and
-    ~190 KB of ``deviceProperties`` decoded is ~400 KB of Python objects a rank (200 MB
-    at 512 ranks, the most of ``info``'s memory). Equal means the same exact JSON
-    (msgspec's encoding of the exact values). The values are read, never changed."""
+    """The head with its long values (Kineto's ``deviceProperties``, the process
+    groups' member lists in ``distributedInfo.pg_config``) replaced by the one copy of
+    an equal value another file of the run already has: the planner keeps every rank's
+    header for the whole command, and ~190 KB of ``deviceProperties`` decoded is ~400
+    KB of Python objects a rank (200 MB at 512 ranks, the most of ``info``'s memory);
+    every rank lists every group's members, O(ranks) a rank. Equal means the same exact
+    JSON (msgspec's encoding of the exact values). The values are read, never changed."""
     for k, v in head.header.items():
-        if type(v) is dict or type(v) is list:
-            try:
-                text = dumps_fast(v)
-            except (TypeError, ValueError, OverflowError):
-                continue
-            if len(text) >= SHARE_BYTES:
-                if len(_SHARED) >= SHARE_MAX and text not in _SHARED:
-                    _SHARED.clear()
-                head.header[k] = _SHARED.setdefault(text, v)
+        head.header[k] = _shared(v, 1)
     return head
 
 
