@@ -299,17 +299,23 @@ class Segments:
     step_thread: Dict[int, bytes]
     labels: Dict[bytes, str]  # thread / device key -> "thread 7" / "GPU 0"
     gpu_dev: Dict[Tuple[Any, int], bytes]  # (stream tid, start ns) of a GPU collective -> device
-    _last: Optional[Tuple[bytes, array[int]]] = field(default=None, repr=False, compare=False)
 
     def rows_of(self, packed: bytes) -> array[int]:
-        """A unit's rows, decompressed (the last one kept: a rank's stretches are
-        broken down one after another)."""
-        if self._last is not None and self._last[0] is packed:
-            return self._last[1]
+        """A unit's rows, decompressed (the last two kept, for the whole process: a
+        rank's stretches are broken down one after another, on its thread and GPU)."""
+        for i, (k, flat) in enumerate(_UNPACKED):
+            if k is packed:
+                if i:
+                    _UNPACKED.insert(0, _UNPACKED.pop(i))
+                return flat
         flat = array("q")
         flat.frombytes(zlib.decompress(packed))
-        self._last = (packed, flat)
+        _UNPACKED.insert(0, (packed, flat))
+        del _UNPACKED[2:]
         return flat
+
+
+_UNPACKED: List[Tuple[bytes, array[int]]] = []  # (packed, its rows): the last two decompressed
 
 
 class TimelineFeed:

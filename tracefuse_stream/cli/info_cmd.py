@@ -9,7 +9,7 @@ a command's module when that command runs).
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 from typing import Any, Dict, List
 
 from tracefuse_stream.align.clock import estimate_offsets, format_alignment_table
@@ -19,6 +19,7 @@ from tracefuse_stream.plan.runcheck import merge_inputs, require_one_run
 from tracefuse_stream.rankset import compress_ranges, parse_rank_spec
 from tracefuse_stream.report.collectives import info_collectives
 from tracefuse_stream.report.info import collect_info
+from tracefuse_stream.report.json_stream import write_json
 from tracefuse_stream.textout import terminal
 
 
@@ -63,7 +64,7 @@ def cmd_info(a: argparse.Namespace) -> int:
             checks=checks,
         )
     if a.json:
-        print(json.dumps(out, indent=2, default=str))  # one shape: report/info.py INFO_JSON_KEYS
+        write_json(out, sys.stdout)  # one shape: report/info.py INFO_JSON_KEYS
     else:
         print(terminal("\n".join(text)))
     return EXIT_INPUT if plans.broken else EXIT_OK

@@ -13,6 +13,7 @@ stable: fields are only ever added.
 from __future__ import annotations
 
 import shlex
+import sys
 from collections import Counter
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -33,6 +34,7 @@ from tracefuse_stream.analyze.stragglers import DEFINITIONS, Verdict, rule_text
 from tracefuse_stream.errors import EXIT_INPUT, EXIT_OK
 from tracefuse_stream.rankset import compress_ranges
 from tracefuse_stream.report import per_collective_text, rootcause, why_text
+from tracefuse_stream.report.json_stream import write_json
 from tracefuse_stream.textout import p_round, p_text, printable, terminal
 
 INSTANCES_SHOWN = 10
@@ -350,8 +352,6 @@ def info_collectives(
     (plan/runcheck.py): a cycle the analysis could not assess says so first
     (analyze/assessment.py), in the text and as ``not_assessed`` in the JSON.
     """
-    import json
-
     tables = collect_analyses(plans, scans, jobs, every_rank=as_json)  # the text shows no breakdown
     broken = list(getattr(plans, "broken", []))
     several = len(tables) > 1
@@ -383,7 +383,7 @@ def info_collectives(
             out["cycles"] = by_cycle
         if broken:
             out["broken"] = [{"path": str(path), "broken": str(err)} for path, err in broken]
-    print(json.dumps(out, indent=2, default=str))
+    write_json(out, sys.stdout)  # as it is encoded: never the whole text at once
     return EXIT_INPUT if broken else EXIT_OK
 
 
