@@ -9,7 +9,7 @@ without touching the pages.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from tracefuse_stream.align.collectives import (
     CollectiveTable,
@@ -98,7 +98,8 @@ class Analysis:
     verdict: Verdict
     stats: List[RankStats]
     why: List[Dict[str, Any]] = field(default_factory=list)
-    breakdown: List[Dict[str, Any]] = field(default_factory=list)
+    # every rank and step, computed one step at a time each time it is iterated
+    breakdown: Iterable[Dict[str, Any]] = field(default_factory=list)
     why_notes: List[str] = field(default_factory=list)
 
 
@@ -123,9 +124,8 @@ def analyse(
                 segs[k] = s
                 if err:
                     a.why_notes.append(f"rank {mine[k].rank}: why not read: {err}")
-        a.why, a.breakdown = why.compare(
-            table, v, mine, why.breakdowns(table, v, mine, segs, every_rank), every_rank
-        )
+        ex = why.Explain(table, v, mine, segs)
+        a.why, a.breakdown = ex.why, why.EveryRank(ex if every_rank else None)
     return a
 
 

@@ -25,7 +25,7 @@ such pass per file (:func:`segments_of`).
 from __future__ import annotations
 
 import bisect
-from typing import Any, Dict, Hashable, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 from tracefuse_stream.align.collectives import CollectiveTable
 from tracefuse_stream.analyze.stragglers import Verdict
@@ -34,7 +34,6 @@ from tracefuse_stream.plan.rankplan import RankPlan
 
 TOP = 8  # contributors listed per (rank, step) in ``why``
 TOP_BREAKDOWN = 5  # ... and in ``breakdown`` (every rank and step)
-Results = Tuple[Dict[Hashable, Breakdown], Optional[str]]
 
 
 def segments_of(plan: RankPlan) -> Tuple[Optional[Segments], Optional[str]]:
@@ -94,37 +93,32 @@ def wanted(verdict: Verdict, every_rank: bool = True) -> Dict[Optional[int], Lis
     return out
 
 
-def breakdowns(
+def step_breakdowns(
     table: CollectiveTable,
-    verdict: Verdict,
+    by_id: Dict[int, Any],
+    step: int,
+    ids: Sequence[int],
     plans: Sequence[RankPlan],
     segments: Sequence[Optional[Segments]],
-    every_rank: bool = True,
-) -> List[Dict[Hashable, Breakdown]]:
-    """Per plan (same order): (step, instance id) -> the breakdown of its stretch, from
-    the step's start to the rank's arrival there, summed from the pass's segments."""
-    by_id = {i.id: i for i in table.instances}
-    todo = wanted(verdict, every_rank)  # without every_rank: the stragglers' instances only
-    out: List[Dict[Hashable, Breakdown]] = []
+) -> Dict[Tuple[int, int], Breakdown]:
+    """(rank, instance id) -> the breakdown of its stretch in ``step``, from the step's
+    start to the rank's arrival at each instance of ``ids``, summed from the pass's
+    segments: one step at a time, so only one step's breakdowns are ever held."""
+    out: Dict[Tuple[int, int], Breakdown] = {}
     for p, segs in zip(plans, segments):
-        res: Dict[Hashable, Breakdown] = {}
-        out.append(res)
-        if segs is None:
+        span = table.steps.get(p.rank, {}).get(step)
+        if segs is None or span is None:
             continue
-        for step, ids in todo.items():
-            span = table.steps.get(p.rank, {}).get(step) if step is not None else None
-            if span is None or step is None:
+        for i in ids:
+            e = by_id[i].entries.get(p.rank)
+            if e is None:
                 continue
-            for i in ids:
-                e = by_id[i].entries.get(p.rank)
-                if e is None:
-                    continue
-                tid = e.event.tid
-                ok = isinstance(tid, (int, str)) and not isinstance(tid, bool)  # a stream id, hashable
-                gpu = tid if e.event.kind == "gpu" and ok else None
-                bd = breakdown(segs, step, _rel(table, p, span[0]), _rel(table, p, e.start_ns), gpu)
-                if bd is not None:
-                    res[(step, i)] = bd
+            tid = e.event.tid
+            ok = isinstance(tid, (int, str)) and not isinstance(tid, bool)  # a stream id, hashable
+            gpu = tid if e.event.kind == "gpu" and ok else None
+            bd = breakdown(segs, step, _rel(table, p, span[0]), _rel(table, p, e.start_ns), gpu)
+            if bd is not None:
+                out[(p.rank, i)] = bd
     return out
 
 
@@ -277,51 +271,106 @@ def _us(ns: int) -> float:
     return round(ns / 1000.0, 3)
 
 
-def compare(
-    table: CollectiveTable,
-    verdict: Verdict,
-    plans: Sequence[RankPlan],
-    results: Sequence[Dict[Hashable, Breakdown]],
-    every_rank: bool = True,
-) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
-    """(``why``: one entry per named straggler and step it stands out in, ``breakdown``:
-    one entry per rank and step, at the step's worst instance; empty without
-    ``every_rank``)."""
-    by_id = {i.id: i for i in table.instances}
-    rank_of = {i: p.rank for i, p in enumerate(plans)}
-    bds: Dict[Tuple[int, Hashable], Breakdown] = {}
-    for i, res in enumerate(results):
-        for key, bd in res.items():
-            bds[(rank_of[i], key)] = bd
+class Explain:
+    """The why of each named straggler and the breakdown of every rank and step, each
+    step's breakdowns computed, compared and dropped in turn (issue 38: every rank's
+    breakdowns at once took ~0.3 MB a rank). :attr:`why` is a list; iterating
+    :meth:`every_rank` computes the breakdown entries then, one step at a time (the
+    ``--json`` writer takes them as they come, report/json_stream.py)."""
 
-    views: Dict[Tuple[int, bool], Breakdown] = {}
+    def __init__(
+        self,
+        table: CollectiveTable,
+        verdict: Verdict,
+        plans: Sequence[RankPlan],
+        segments: Sequence[Optional[Segments]],
+    ) -> None:
+        self.table, self.verdict, self.plans, self.segments = table, verdict, plans, segments
+        self.by_id = {i.id: i for i in table.instances}
+        self.suspects, self.skew_of = _suspects(verdict)
+        self.own_of = {x.step: x.own for x in verdict.by_step}
+        self.entered = _EnteredWhere(verdict)
+        self.why = self._why()
 
-    def view(bd: Breakdown, gpu: bool) -> Breakdown:
-        v = views.get((id(bd), gpu))
+    def _why(self) -> List[Dict[str, Any]]:
+        at: Dict[int, List[Tuple[Tuple[int, int], int, int]]] = {}  # step -> (order, rank, instance)
+        for n, s in enumerate(self.verdict.stragglers):
+            for k, row in enumerate(self.verdict.by_step):
+                if row.step is None or row.step not in s.steps:
+                    continue
+                inst_id = why_instance(row, s.rank, self.suspects.get(row.step, set()))
+                if inst_id >= 0:
+                    at.setdefault(row.step, []).append(((n, k), s.rank, inst_id))
+        out: List[Tuple[Tuple[int, int], Dict[str, Any]]] = []
+        for step, todo in at.items():
+            step_ = _Step(self, step, sorted({i for _o, _r, i in todo}))
+            for order, rank, inst_id in todo:
+                e = step_.entry(rank, inst_id, TOP)
+                if e is not None:
+                    out.append((order, e))
+        return [e for _o, e in sorted(out, key=lambda x: x[0])]
+
+    def every_rank(self) -> Iterator[Dict[str, Any]]:
+        """One entry per rank and step, at the step's worst instance."""
+        for row in self.verdict.by_step:
+            if row.step is None or row.worst_instance is None:
+                continue
+            step_ = _Step(self, row.step, [row.worst_instance])
+            for r in sorted(self.by_id[row.worst_instance].entries):
+                e = step_.entry(r, row.worst_instance, TOP_BREAKDOWN)
+                if e is not None:
+                    for c in e["contributors"] + e["cpu_side"]:
+                        c.pop("piece_ns", None)
+                        c.pop("span_ns", None)
+                    yield e
+
+
+class EveryRank:
+    """Every rank's breakdown, computed each time it is iterated (one step at a time)."""
+
+    def __init__(self, explain: Optional[Explain]) -> None:
+        self._explain = explain
+
+    def __iter__(self) -> Iterator[Dict[str, Any]]:
+        return self._explain.every_rank() if self._explain is not None else iter(())
+
+    def __bool__(self) -> bool:
+        return self._explain is not None and any(
+            row.step is not None and row.worst_instance is not None for row in self._explain.verdict.by_step
+        )
+
+
+class _Step:
+    """One step's breakdowns at some instances, the references and views of them."""
+
+    def __init__(self, ex: Explain, step: int, ids: Sequence[int]) -> None:
+        self.ex, self.step = ex, step
+        self.bds = step_breakdowns(ex.table, ex.by_id, step, ids, ex.plans, ex.segments)
+        self.views: Dict[Tuple[int, bool], Breakdown] = {}  # id() of this step's breakdowns: alive with it
+        self.refs: Dict[int, _Reference] = {}
+
+    def view(self, bd: Breakdown, gpu: bool) -> Breakdown:
+        v = self.views.get((id(bd), gpu))
         if v is None:
-            v = views[(id(bd), gpu)] = _view(bd, gpu)
+            v = self.views[(id(bd), gpu)] = _view(bd, gpu)
         return v
 
-    suspects, skew_of = _suspects(verdict)
-    own_of = {x.step: x.own for x in verdict.by_step}
-    refs: Dict[Tuple[int, int], _Reference] = {}
-    entered = _EnteredWhere(verdict)
-
-    def reference(step: int, inst_id: int) -> _Reference:
-        at = refs.get((step, inst_id))
+    def reference(self, inst_id: int) -> _Reference:
+        at = self.refs.get(inst_id)
         if at is None:
             members = {
-                q: bds[(q, (step, inst_id))] for q in by_id[inst_id].entries if (q, (step, inst_id)) in bds
+                q: self.bds[(q, inst_id)] for q in self.ex.by_id[inst_id].entries if (q, inst_id) in self.bds
             }
-            at = refs[(step, inst_id)] = _Reference(members, suspects.get(step, set()), view)
+            at = self.refs[inst_id] = _Reference(members, self.ex.suspects.get(self.step, set()), self.view)
         return at
 
-    def entry(r: int, step: int, inst_id: int, top: int) -> Optional[Dict[str, Any]]:
-        inst = by_id[inst_id]
-        mine = bds.get((r, (step, inst_id)))
+    def entry(self, r: int, inst_id: int, top: int) -> Optional[Dict[str, Any]]:
+        ex, step, view = self.ex, self.step, self.view
+        inst = ex.by_id[inst_id]
+        mine = self.bds.get((r, inst_id))
         if mine is None:
             return None
-        at = reference(step, inst_id)
+        at = self.reference(inst_id)
         ref_rank = at.rank(r)
         if ref_rank is None:
             return None
@@ -336,8 +385,8 @@ def compare(
             else []
         )
         primary_gpu = gpu and any(k[0] in ("kernel", "gpu_idle") for k in mine.parts)
-        skew = skew_of.get(step, {}).get(r, 0)
-        where = entered.text(r, step, skew) if skew > 0 else ""
+        skew = ex.skew_of.get(step, {}).get(r, 0)
+        where = ex.entered.text(r, step, skew) if skew > 0 else ""
         primary = _with_skew(gpu_c if primary_gpu else cpu_c, skew, where)
         lateness = mine.stretch_ns - ref.stretch_ns + skew
         explained = round(sum(c["extra_us"] for c in primary), 3)
@@ -348,40 +397,11 @@ def compare(
             "unexplained_us": round(_us(lateness) - explained, 3),
             "reference_rank": ref_rank, "stretch_us": _us(mine.stretch_ns), "reference_stretch_us": _us(ref.stretch_ns),
             "entered_late_us": _us(skew),
-            "own_lateness_us": _us(own_of.get(step, {}).get(r, 0)),
+            "own_lateness_us": _us(ex.own_of.get(step, {}).get(r, 0)),
             "view": "gpu" if primary_gpu else "cpu",
             "contributors": primary,  # the primary view only, most extra first, summing to explained_us
             "cpu_side": cpu_c if primary_gpu else [],  # on GPU traces: the CPU side that launched them
         }  # fmt: skip
-
-    why = _why_entries(verdict, suspects, entry)
-    breakdown: List[Dict[str, Any]] = []
-    for row in verdict.by_step if every_rank else ():
-        if row.step is None or row.worst_instance is None:
-            continue
-        for r in sorted(by_id[row.worst_instance].entries):
-            e = entry(r, row.step, row.worst_instance, TOP_BREAKDOWN)
-            if e is not None:
-                for c in e["contributors"] + e["cpu_side"]:
-                    c.pop("piece_ns", None)
-                    c.pop("span_ns", None)
-                breakdown.append(e)
-    return why, breakdown
-
-
-def _why_entries(verdict: Verdict, suspects: Dict[int, Set[int]], entry: Any) -> List[Dict[str, Any]]:
-    """One why entry per named straggler and step it stands out in."""
-    why = []
-    for s in verdict.stragglers:
-        for row in verdict.by_step:
-            if row.step is None or row.step not in s.steps:
-                continue
-            inst_id = why_instance(row, s.rank, suspects.get(row.step, set()))
-            if inst_id >= 0:
-                e = entry(s.rank, row.step, inst_id, TOP)
-                if e is not None:
-                    why.append(e)
-    return why
 
 
 def _view(bd: Breakdown, gpu: bool) -> Breakdown:
@@ -391,4 +411,4 @@ def _view(bd: Breakdown, gpu: bool) -> Breakdown:
     )
 
 
-__all__ = ["TOP", "breakdowns", "compare", "segments_of", "wanted"]
+__all__ = ["TOP", "EveryRank", "Explain", "segments_of", "step_breakdowns", "wanted"]

@@ -34,7 +34,7 @@ from tracefuse_stream.analyze.stragglers import DEFINITIONS, Verdict, rule_text
 from tracefuse_stream.errors import EXIT_INPUT, EXIT_OK
 from tracefuse_stream.rankset import compress_ranges
 from tracefuse_stream.report import per_collective_text, rootcause, why_text
-from tracefuse_stream.report.json_stream import write_json
+from tracefuse_stream.report.json_stream import LazyArray, write_json
 from tracefuse_stream.textout import p_round, p_text, printable, terminal
 
 INSTANCES_SHOWN = 10
@@ -88,9 +88,11 @@ def _as_analysis(x: Any) -> Analysis:
     return x if isinstance(x, Analysis) else analyse(x)
 
 
-def to_json(table: Any) -> Dict[str, Any]:
+def to_json(table: Any, stream: bool = False) -> Dict[str, Any]:
     """``{"collectives": {...}}`` for ``--json`` (schema: docs/collectives.md); ``table``:
-    a :class:`CollectiveTable` or an :class:`Analysis`."""
+    a :class:`CollectiveTable` or an :class:`Analysis`. ``stream``: ``breakdown`` is a
+    :class:`~tracefuse_stream.report.json_stream.LazyArray` that computes every rank's
+    entries one step at a time as it is written, not a list."""
     a = _as_analysis(table)
     table, v, stats = a.table, a.verdict, a.stats
     p = v.stragglers[0].p_chance if v.stragglers else (v.candidates[0].p_chance if v.candidates else None)
@@ -128,7 +130,7 @@ def to_json(table: Any) -> Dict[str, Any]:
             "min_us": _us(S.MIN_THRESHOLD_NS), "rule": rule_text(v),
         },
         "why": a.why,
-        "breakdown": a.breakdown,
+        "breakdown": LazyArray(lambda: a.breakdown) if stream else list(a.breakdown),
         "per_collective": per_collective.rows(table),
         "hosts": {str(r): h for r, h in sorted(table.hosts.items())},
         "unmatched": {"total": table.unmatched_total, "by_reason": unmatched},
@@ -309,14 +311,14 @@ def _ranks(ranks: Sequence[int]) -> str:
 
 
 def collectives_json(
-    tables: Dict[Optional[int], Any],
+    tables: Dict[Optional[int], Any], stream: bool = False
 ) -> Tuple[Dict[str, Any], Optional[Dict[str, Any]]]:
     """(``collectives``, ``collectives_by_cycle`` or None) for per-cycle tables:
-    ``collectives`` is the latest cycle's."""
+    ``collectives`` is the latest cycle's (``stream``: :func:`to_json`'s)."""
     if len(tables) <= 1:
         table = next(iter(tables.values())) if tables else CollectiveTable([], [], Counter(), [])
-        return to_json(table)["collectives"], None
-    per = {str(c): to_json(t)["collectives"] for c, t in tables.items()}
+        return to_json(table, stream)["collectives"], None
+    per = {str(c): to_json(t, stream)["collectives"] for c, t in tables.items()}
     return per[str(max(c for c in tables if c is not None))], per
 
 
@@ -368,7 +370,7 @@ def info_collectives(
             )
         )
         return EXIT_INPUT if broken else EXIT_OK
-    latest, by_cycle = collectives_json(tables)
+    latest, by_cycle = collectives_json(tables, stream=True)
     per = {c: by_cycle[str(c)] for c in tables} if by_cycle is not None else {c: latest for c in tables}
     latest["warnings"] = list(warnings)
     latest["not_assessed"] = not_assessed(CollectiveTable([], [], Counter(), []))  # replaced below if a table

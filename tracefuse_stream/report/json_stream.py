@@ -18,10 +18,22 @@ from __future__ import annotations
 
 import math
 from json.encoder import encode_basestring_ascii
-from typing import Any, Callable, Iterator, List, TextIO
+from typing import Any, Callable, Iterable, Iterator, List, TextIO
 
 INDENT = "  "
 CHUNK = 1 << 16  # characters handed to the output at once
+
+
+class LazyArray:
+    """A JSON array whose items ``make()`` produces afresh each time it is written (one
+    object can sit in two places of a document: ``collectives`` and its cycle in
+    ``collectives_by_cycle``)."""
+
+    def __init__(self, make: Callable[[], Iterable[Any]]) -> None:
+        self.make = make
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.make())
 
 
 def _float(x: float) -> str:
@@ -61,7 +73,7 @@ def iter_json(o: Any, level: int = 0, default: Callable[[Any], Any] = str) -> It
         yield _float(o)
     elif isinstance(o, dict):
         yield from _object(o, level, default)
-    elif isinstance(o, (list, tuple)) or _is_iterator(o):
+    elif isinstance(o, (list, tuple, LazyArray)) or _is_iterator(o):
         yield from _array(o, level, default)
     else:
         yield from iter_json(default(o), level, default)
@@ -109,4 +121,4 @@ def write_json(o: Any, out: TextIO, default: Callable[[Any], Any] = str) -> None
     out.write("".join(batch))
 
 
-__all__ = ["iter_json", "write_json"]
+__all__ = ["LazyArray", "iter_json", "write_json"]
