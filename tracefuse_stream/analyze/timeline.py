@@ -363,7 +363,8 @@ class TimelineFeed:
         """Partition at ``steps``' starts and ``arrivals`` (file-relative ns) the step
         threads and the GPUs of ``gpu_arrivals`` ((stream tid, start ns) of the GPU
         collectives); free the events."""
-        cuts = sorted({lo for lo, _hi in steps.values()} | set(arrivals))
+        # step ends too: a whole step is then a sum of segments (analyze/diff_figures.py)
+        cuts = sorted({lo for lo, _hi in steps.values()} | {hi for _lo, hi in steps.values()} | set(arrivals))
         threads = sorted({v[2] for v in self._steps.values()})
         want = set(gpu_arrivals)
         gpu_dev = {k: d for k, d in self._gpu_dev.items() if k in want}
@@ -472,6 +473,28 @@ def breakdown(segments: Segments, step: int, lo: int, hi: int, gpu_tid: Any = No
     return bd
 
 
+def step_parts(segments: Segments, step: int, lo: int, hi: int) -> Optional[Dict[Key, Part]]:
+    """The whole span [lo, hi] of ``step``: its main thread's parts and those of every GPU
+    the pass partitioned, summed over the GPUs (a run-vs-run diff compares whole steps,
+    not stretches up to a collective); None when the pass did not cut there."""
+    bd = breakdown(segments, step, lo, hi)
+    if bd is None:
+        return None
+    parts = dict(bd.parts)
+    cuts = segments.cuts
+    i, j = bisect.bisect_left(cuts, lo), bisect.bisect_left(cuts, max(lo, hi))
+    for dev in sorted(segments.gpu):
+        starts, flat = segments.gpu[dev]
+        one = Breakdown(hi - lo)
+        _combine(_rows(flat, starts[i], starts[j]), segments.names, one)
+        for key, part in one.parts.items():
+            old = parts.get(key)
+            parts[key] = (
+                part if old is None else Part(old.ns + part.ns, old.count + part.count, old.piece, old.span)
+            )
+    return parts
+
+
 __all__ = [
     "Breakdown",
     "GPU_CATS",
@@ -483,6 +506,7 @@ __all__ = [
     "TimelineFeed",
     "breakdown",
     "new_timeline",
+    "step_parts",
     "unpack_rows",
     "value_key",
 ]

@@ -1,0 +1,94 @@
+"""One run's per-rank, per-step figures: what ``tracefuse diff`` compares.
+
+Why: a diff must compare like with like, from the same pass and the same aggregates
+``info --collectives`` builds (no second engine): info's single pass keeps each rank's
+timeline partitioned at its step starts and ends (analyze/timeline.py), so a whole
+step's operators (self time and calls), time outside operators (by annotation), GPU
+kernels and GPU idle time are a sum of segments; the step time is the step's span; the
+collective wait of a rank in a step is the straggler analysis' (analyze/stragglers.py).
+
+Every figure is a ``(kind, name)`` with a value (ns) and a count per rank and step: a
+new figure (the per-step GPU compute / communication / exposed communication / idle of
+the step-breakdown analysis) plugs in with :meth:`RunFigures.add`, and the diff, its
+test, its classes and its report take it as they take the others.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from tracefuse_stream.align.collectives import RankScan
+from tracefuse_stream.analyze.analysis import Analysis
+from tracefuse_stream.analyze.timeline import step_parts
+
+Key = Tuple[str, str]  # (kind, name)
+STEP_KEY: Key = ("step", "step time")
+WAIT_KEY: Key = ("wait", "collectives")
+#: kinds that partition the step's main thread: their changes add up to the step time's
+PARTITION_KINDS = ("op", "outside_ops")
+#: where each kind is measured (the JSON's ``where``)
+WHERE = {
+    "step": "step",
+    "op": "main thread",
+    "outside_ops": "main thread",
+    "kernel": "GPU",
+    "gpu_idle": "GPU",
+    "wait": "collectives",
+}
+
+
+@dataclass
+class RunFigures:
+    """``values[(kind, name)][rank][step] = (ns, count)``; ``steps[rank]``: the steps
+    the rank recorded; the run's straggler verdict beside them."""
+
+    ranks: List[int]
+    steps: Dict[int, List[int]]
+    values: Dict[Key, Dict[int, Dict[int, Tuple[int, int]]]] = field(default_factory=dict)
+    world_size: Optional[int] = None
+    verdict: str = ""
+    stragglers: List[int] = field(default_factory=list)
+
+    def add(self, kind: str, name: str, rank: int, step: int, ns: int, count: int = 0) -> None:
+        """One figure of one rank in one step (added to what is there)."""
+        per = self.values.setdefault((kind, name), {}).setdefault(rank, {})
+        old = per.get(step, (0, 0))
+        per[step] = (old[0] + ns, old[1] + count)
+
+    def series(self, key: Key, rank: int, steps: Sequence[int]) -> Tuple[List[int], List[int]]:
+        """(ns per step, count per step) of ``key`` on ``rank`` over ``steps`` (0 where absent)."""
+        per = self.values.get(key, {}).get(rank, {})
+        got = [per.get(s, (0, 0)) for s in steps]
+        return [g[0] for g in got], [g[1] for g in got]
+
+
+def run_figures(
+    ranks: Sequence[int],
+    scans: Sequence[RankScan],
+    analysis: Optional[Analysis],
+    world_size: Optional[int] = None,
+    verdict: str = "",
+) -> RunFigures:
+    """The figures of one run (one cycle): ``scans`` in the order of ``ranks``, from
+    info's single pass with its timelines; ``analysis``: the same cycle's (waits and
+    stragglers)."""
+    out = RunFigures(sorted(ranks), {}, world_size=world_size, verdict=verdict)
+    for rank, scan in zip(ranks, scans):
+        out.steps[rank] = sorted(scan.steps)
+        for step, (lo, hi) in sorted(scan.steps.items()):
+            out.add(*STEP_KEY, rank, step, hi - lo, 1)
+            parts = step_parts(scan.timeline, step, lo, hi) if scan.timeline is not None else None
+            for (kind, name), part in sorted((parts or {}).items()):
+                out.add(kind, name, rank, step, part.ns, part.count)
+    if analysis is not None:
+        out.stragglers = [s.rank for s in analysis.verdict.stragglers]
+        for row in analysis.verdict.by_step:
+            if row.step is None:
+                continue
+            for rank, ns in row.wait.items():
+                out.add(*WAIT_KEY, rank, row.step, ns, 0)
+    return out
+
+
+__all__ = ["Key", "PARTITION_KINDS", "RunFigures", "STEP_KEY", "WAIT_KEY", "WHERE", "run_figures"]
