@@ -64,16 +64,17 @@ def match_ranks(
     """The ranks to compare: both runs' (``ranks_given``: what ``--ranks`` left of each)."""
     if sizes[0] is not None and sizes[1] is not None and sizes[0] != sizes[1] and not ranks_given:
         both = sorted(set(base) & set(new))
-        hint = f" (--ranks {compress_ranges(both)}: the ranks both have)" if both else ""
+        hint = f" --ranks {compress_ranges(both)} (the ranks both have)" if both else " --ranks"
         raise UsageError(
             f"the runs have different world sizes: BASE {sizes[0]} ranks, NEW {sizes[1]}; "
-            f"compare the same ranks of each with --ranks{hint}"
+            f"compare the same ranks of each:{hint}"
         )
     common = sorted(set(base) & set(new))
     if not common:
         raise UsageError(
             f"no common rank: BASE has ranks {compress_ranges(sorted(base)) or 'none'}, NEW has "
-            f"{compress_ranges(sorted(new)) or 'none'}; --ranks chooses ranks both runs have"
+            f"{compress_ranges(sorted(new)) or 'none'}; give each run's files of the same ranks, or "
+            "--rank-from order to number each run's files by their position"
         )
     return common
 
