@@ -53,6 +53,12 @@ def test_the_same_job_again_is_no_significant_change() -> None:
     assert d["steps"] == {"align": "number", "pairs": [[2, 2], [3, 3], [4, 4]]}
 
 
+@pytest.mark.parametrize("pair", [("ddp4_case_f", "ddp4_case_f_again"), ("ddp2_case_f", "ddp2_case_f_again")])
+def test_the_older_repeated_jobs_are_no_significant_change(pair: Any) -> None:
+    d = tracefuse_stream.diff(str(REC / pair[0]), str(REC / pair[1]))
+    assert (d["significant"], d["changes"], d["step_time"]["significant"]) == (False, [], False)
+
+
 def test_larger_matmuls_on_every_rank_are_uniform_longer_calls() -> None:
     d = _diff("b")
     top = d["changes"][0]
@@ -194,9 +200,16 @@ def test_the_t_tail_and_the_figure_test_by_hand() -> None:
     # no noise: a change is certain, no change is none
     assert figure_test({0: [0, 0]}, {0: [5, 5]}).ranks[0].p_value == 0.0
     assert figure_test({0: [5, 5]}, {0: [5, 5]}).ranks[0].p_value == 1.0
-    # every rank together passes where each alone does not
+    # every rank together: the steps are the units. Noise shared by every rank (a slow
+    # step on all) counts once: the test of 8 ranks is that of one rank's steps
     base = {r: [10.0, 12.0, 11.0] for r in range(8)}
     new = {r: [12.5, 14.5, 13.5] for r in range(8)}
     ft = figure_test(base, new)
-    assert all(t.p_value > 0.001 for t in ft.ranks.values()) and ft.all_p < 0.001
+    assert (
+        ft.all_p == pytest.approx(t_two_sided(2.5 / math.sqrt(2 / 3), 4)) == pytest.approx(0.0376, abs=1e-4)
+    )
+    # ... while each rank's own noise averages out over the ranks
+    turn = [[10.0, 12.0, 11.0], [12.0, 11.0, 10.0], [11.0, 10.0, 12.0]]
+    ft = figure_test({r: turn[r] for r in range(3)}, {r: [x + 2.5 for x in turn[r]] for r in range(3)})
+    assert all(t.p_value > 0.001 for t in ft.ranks.values()) and ft.all_p == 0.0
     assert uniform([3.0] * 8, ft.noise_ns) and not uniform([3.0, 30.0], 0.1) and not uniform([3.0, -3.0], 0.1)

@@ -27,7 +27,7 @@ from typing import Dict, List, Optional, Sequence
 
 from tracefuse_stream.analyze.diff_figures import PARTITION_KINDS, STEP_KEY, WAIT_KEY, WHERE, Key, RunFigures
 from tracefuse_stream.analyze.diff_match import Matched
-from tracefuse_stream.analyze.diff_stats import ALPHA, FigureTest, figure_test, uniform
+from tracefuse_stream.analyze.diff_stats import ALPHA, ALPHA_ALL, FigureTest, figure_test, uniform
 
 #: a change smaller than this on a rank is never listed, whatever its p-value ...
 MIN_CHANGE_NS = 50_000
@@ -143,7 +143,7 @@ def _everywhere(ft: FigureTest, every: List[int], floor: float) -> List[int]:
     """``every`` rank when the test of all ranks together passes and each rank changed
     the same way by at least ``floor``; else none."""
     ds = [ft.ranks[r].delta_ns for r in every]
-    if len(every) < 2 or ft.all_p >= ALPHA or not all(abs(d) >= floor for d in ds):
+    if len(every) < 2 or ft.all_p >= ALPHA_ALL or not all(abs(d) >= floor for d in ds):
         return []
     return list(every) if all(d > 0 for d in ds) or all(d < 0 for d in ds) else []
 
@@ -177,12 +177,13 @@ def _step_time(base: RunFigures, new: RunFigures, m: Matched, floor: float) -> S
     n = max(len(ft.ranks), 1)
     b = sum(t.base_ns for t in ft.ranks.values()) / n
     nw = sum(t.new_ns for t in ft.ranks.values()) / n
-    p = max((t.p_value for t in ft.ranks.values()), default=1.0)
+    p = ft.all_p if len(ft.ranks) > 1 else max((t.p_value for t in ft.ranks.values()), default=1.0)
     heat = {
         r: [new.series(STEP_KEY, r, [ns])[0][0] - base.series(STEP_KEY, r, [bs])[0][0] for bs, ns in m.pairs]
         for r in m.ranks
     }
-    return StepTime(b, nw, p, p < ALPHA and abs(nw - b) >= floor, rows, heat)
+    alpha = ALPHA_ALL if len(ft.ranks) > 1 else ALPHA
+    return StepTime(b, nw, p, p < alpha and abs(nw - b) >= floor, rows, heat)
 
 
 def _mark_waiting(changes: List[Change], waits: FigureTest) -> None:

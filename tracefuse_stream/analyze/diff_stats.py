@@ -12,11 +12,13 @@ The rule (docs/diff.md, "Real vs noise"):
 * a rank's change is the difference of its two means, tested with Student's t on that
   pooled noise (two-sided); its size is the difference of its two **medians** over the
   steps (what the report shows);
-* every rank together: the mean of the ranks' changes, tested on the same noise (the
-  ranks' noises taken as independent), so a change on every rank too small to pass on
-  each alone passes together;
+* every rank together: each step's mean over the ranks, the two runs' step means
+  compared by Student's t (``nb + nn - 2`` degrees of freedom): the steps are the
+  independent units, not the ranks (a slow step is slow on every rank of a
+  synchronous job: counting ranks as samples made two recordings of one job differ);
 * the **rank-to-rank spread** then says where: "all" when the test of every rank
-  together passes and every rank changed the same way, by at least the floor (the
+  together gives p < ALPHA_ALL and every rank changed the same way, by at least the
+  floor (the
   change is uniform when every rank's size is within half of the ranks' median size
   and of 3 noise units of it), else the ranks that pass alone (rank-local).
 
@@ -35,6 +37,9 @@ from typing import Dict, List, Sequence
 #: a rank's change is significant when its p-value is below this (about 0.2 false
 #: positives among 200 figures x ranks of two runs of the same job)
 ALPHA = 0.001
+#: the test of every rank together: fewer degrees of freedom (the steps, not the ranks
+#: x steps), and every rank must also have changed the same way by the floor
+ALPHA_ALL = 0.01
 
 
 def _betacf(a: float, b: float, x: float) -> float:
@@ -125,22 +130,32 @@ def figure_test(base: Dict[int, Sequence[float]], new: Dict[int, Sequence[float]
                 dof += len(xs) - 1
     sigma = math.sqrt(ss / dof) if dof else 0.0
     out: Dict[int, RankTest] = {}
-    deltas, var = [], 0.0
     for r in sorted(base):
         xs, ys = list(base[r]), list(new.get(r) or [])
         if not xs or not ys:
             continue
         d = _mean(ys) - _mean(xs)
-        v = 1.0 / len(xs) + 1.0 / len(ys)
-        deltas.append(d)
-        var += v
-        out[r] = RankTest(float(median(xs)), float(median(ys)), _p(d, sigma * math.sqrt(v), dof))
-    # every rank together: the mean of the ranks' changes, its noise the ranks' own over
-    # their count (ranks' noises independent): a change on every rank too small to stand
-    # out on each alone stands out together
-    n = len(deltas)
-    all_p = _p(sum(deltas) / n, sigma * math.sqrt(var) / n, dof) if n else 1.0
-    return FigureTest(out, sigma, dof, all_p)
+        se = sigma * math.sqrt(1.0 / len(xs) + 1.0 / len(ys))
+        out[r] = RankTest(float(median(xs)), float(median(ys)), _p(d, se, dof))
+    return FigureTest(out, sigma, dof, _steps_p([base[r] for r in out], [new[r] for r in out]))
+
+
+def _steps_p(base: List[Sequence[float]], new: List[Sequence[float]]) -> float:
+    """Every rank together, the steps the units: each step's mean over the ranks, the two
+    runs' step means compared by Student's t (pooled, ``nb + nn - 2`` degrees of
+    freedom). The ranks of a synchronous job are not independent (a slow step is slow
+    on every rank, all wait for the slowest), so their values are averaged, not counted
+    as more samples."""
+    if not base or not new:
+        return 1.0
+    bm = [_mean(col) for col in zip(*base)]
+    nm = [_mean(col) for col in zip(*new)]
+    dof = len(bm) + len(nm) - 2
+    if dof <= 0:
+        return 1.0
+    ss = sum((x - _mean(bm)) ** 2 for x in bm) + sum((y - _mean(nm)) ** 2 for y in nm)
+    se = math.sqrt(ss / dof) * math.sqrt(1.0 / len(bm) + 1.0 / len(nm))
+    return _p(_mean(nm) - _mean(bm), se, dof)
 
 
 def _p(d: float, se: float, dof: int) -> float:
@@ -159,4 +174,13 @@ def uniform(deltas: List[float], noise_ns: float) -> bool:
     return all(abs(d - mid) <= allow for d in deltas) and all((d > 0) == (mid > 0) for d in deltas)
 
 
-__all__ = ["ALPHA", "FigureTest", "RankTest", "incomplete_beta", "figure_test", "t_two_sided", "uniform"]
+__all__ = [
+    "ALPHA",
+    "ALPHA_ALL",
+    "FigureTest",
+    "RankTest",
+    "incomplete_beta",
+    "figure_test",
+    "t_two_sided",
+    "uniform",
+]

@@ -12,14 +12,15 @@ from __future__ import annotations
 from typing import Any, Dict, Sequence
 
 from tracefuse_stream.analyze.diff import COUNTED_KINDS, MIN_CHANGE_NS, STEP_FRACTION, Change, Diff
-from tracefuse_stream.analyze.diff_stats import ALPHA
+from tracefuse_stream.analyze.diff_stats import ALPHA, ALPHA_ALL
 from tracefuse_stream.textout import p_round
 
 RULE = (
-    f"a figure changed on a rank when Student's t of its per-step means (on the step-to-step noise "
-    f"pooled over every rank and both runs) gives p < {ALPHA:g} and its median changed by at least "
-    f"max({MIN_CHANGE_NS / 1000:g} us, {STEP_FRACTION:.0%} of BASE's median step time); "
-    "'all' when every compared rank passes"
+    f"a figure changed on every rank ('all') when Student's t of its per-step means over the ranks "
+    f"(the steps the units) gives p < {ALPHA_ALL:g} and every rank's median changed the same way by at "
+    f"least the floor, max({MIN_CHANGE_NS / 1000:g} us, {STEP_FRACTION:.0%} of BASE's median step time); "
+    f"else on the ranks where Student's t of the rank's per-step means (on the step-to-step noise pooled "
+    f"over every rank and both runs) gives p < {ALPHA:g} and its median changed by the floor"
 )
 
 
@@ -102,7 +103,13 @@ def to_json(
             "came": [r for r in d.new.stragglers if r not in d.base.stragglers],
             "went": [r for r in d.base.stragglers if r not in d.new.stragglers],
         },
-        "test": {"rule": RULE, "alpha": ALPHA, "floor_us": _us(d.floor_ns), "figures_tested": d.figures},
+        "test": {
+            "rule": RULE,
+            "alpha": ALPHA,
+            "alpha_all": ALPHA_ALL,
+            "floor_us": _us(d.floor_ns),
+            "figures_tested": d.figures,
+        },
         "notes": list(d.notes),
     }
 

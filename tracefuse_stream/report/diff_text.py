@@ -82,8 +82,9 @@ def render(report: Dict[str, Any]) -> str:
         )
     else:
         lines.append(
-            f"changes above the noise (p < {report['test']['alpha']:g} on each rank listed and at least "
-            f"{_ms(report['test']['floor_us'])} ms/step), most time first:"
+            f"changes above the noise (p < {report['test']['alpha_all']:g} on all ranks together, else "
+            f"{report['test']['alpha']:g} on each rank listed; at least {_ms(report['test']['floor_us'])} "
+            "ms/step on each), most time first:"
         )
         lines += [change_line(c, every) for c in changes] or ["  (no single figure; the step time only)"]
         if st["delta_us"]:
