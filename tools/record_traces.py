@@ -114,6 +114,18 @@ ddp4_two_b      4 ranks, DDP on world, work_s=0.05; rank 1 sleeps 0.12 s more be
                 (~40 ms), every step. Ground truth: two independent slow ranks, rank 1
                 (~120 ms, outside any op) and rank 3 (~40 ms, in aten::linalg_qr).
 
+Issue-37 sets (pinned, defaults, active=3): run-vs-run pairs for ``tracefuse diff``.
+All run one job (_RUN_A: a 256-wide MLP of 3 Linear layers, batch 512, work_s=0.05
+before backward, DDP on world); each but the first changes one thing, and the names say
+nothing of what:
+
+ddp4_runs_a        the job.
+ddp4_runs_a_again  the same job, recorded again.
+ddp4_runs_b        every rank: hidden width 512 (every matmul larger).
+ddp4_runs_c        rank 2: 20 x torch.linalg.svd(128 x 128) after forward, every step.
+ddp4_runs_d        every rank: 0.06 s at the start of every step, in no op.
+ddp4_runs_e        every rank: batch 256.
+
 --check also prints the timeline tables of tests/data/recorded/README.md (timeline()).
 
 While recording, each worker prints the OS thread ids of the ``pt_gloo_runloop``

@@ -14,9 +14,9 @@ each classified:
 
 and, for operators and kernels, ``how``: ``more calls`` / ``fewer calls`` (the count
 per step changed by 10% or more) or ``longer calls`` / ``shorter calls`` (same count).
-The step-time change is explained by the changes of the figures that partition the
-step's main thread (operators' self time, time outside operators): each one's share
-of the mean step-time change over the ranks, the rest "unexplained".
+A significant step-time change is explained by the changes of the figures that
+partition the step's main thread (operators' self time, time outside operators): each
+one's share of the mean step-time change over the ranks, the rest "unexplained".
 """
 
 from __future__ import annotations
@@ -213,7 +213,7 @@ def compare(base: RunFigures, new: RunFigures, m: Matched) -> Diff:
     # another rank's change, which is listed (a wait is never longer than its cause)
     changes.sort(key=lambda c: (c.waiting, -abs(c.delta_ns), c.kind, c.name))
     st = _step_time(base, new, m, floor)
-    for c in changes:
+    for c in changes if st.significant else ():  # no step-time change: nothing to explain
         if c.kind in PARTITION_KINDS:
             st.explained_ns += c.step_part_ns
             c.share = c.step_part_ns / st.delta_ns if st.delta_ns else None

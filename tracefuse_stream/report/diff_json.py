@@ -84,8 +84,8 @@ def to_json(
             "p_value": p_round(st.p_value),
             "significant": st.significant,
             "noise_us": _us(d.noise_ns),
-            "explained_us": _us(st.explained_ns),
-            "unexplained_us": _us(st.delta_ns - st.explained_ns),
+            "explained_us": _us(st.explained_ns) if st.significant else None,
+            "unexplained_us": _us(st.delta_ns - st.explained_ns) if st.significant else None,
             "per_rank": {
                 str(r): {
                     "base_us": _us(v["base_ns"]),

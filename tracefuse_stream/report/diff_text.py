@@ -87,7 +87,9 @@ def render(report: Dict[str, Any]) -> str:
             "ms/step on each), most time first:"
         )
         lines += [change_line(c, every) for c in changes] or ["  (no single figure; the step time only)"]
-        if st["delta_us"]:
+        if not st["significant"]:
+            lines.append("the step time did not change significantly: nothing to explain")
+        if st["significant"] and st["delta_us"]:
             share = st["explained_us"] / st["delta_us"]
             lines.append(
                 f"explained: {share:.0%} of the step-time change ({_ms(st['explained_us'], True)} of "
