@@ -151,6 +151,19 @@ def _add_split_and_report_args(p: argparse.ArgumentParser) -> None:
         help="flow arrows joining each collective instance across ranks in order of arrival, "
         "with each slice's wait and the last rank in its args",
     )
+    p.add_argument(
+        "--against",
+        nargs="+",
+        metavar="BASE",
+        help="a base run (directories or files): its --steps N step merged beside this run's, BASE's rank r "
+        "as rank OFFSET+r (OFFSET: 10, 100, ... above every rank), its clock shifted so both steps start together",
+    )
+    p.add_argument(
+        "--base-step",
+        type=int,
+        metavar="M",
+        help="with --against: BASE's step to show (default: the --steps N)",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no summary")
     p.add_argument("--json-summary", action="store_true", help="summary as JSON on stdout (stderr with -o -)")
 
