@@ -67,7 +67,12 @@ def render(report: Dict[str, Any]) -> str:
     st = report["step_time"]
     every = len(report["ranks"])
     pairs = report["steps"]["pairs"]
-    steps = ", ".join(f"{b}" if b == n else f"{b}->{n}" for b, n in pairs)
+    if all(b == n for b, n in pairs):
+        steps = compress_ranges([b for b, _n in pairs])
+    else:
+        steps = ", ".join(f"{b}->{n}" for b, n in pairs[:12]) + (
+            f", ... ({len(pairs)} pairs)" if len(pairs) > 12 else ""
+        )
     lines = [
         f"diff: ranks {compress_ranges(report['ranks'])}, steps {steps} "
         f"(matched by {report['steps']['align']}; medians over the steps)",
