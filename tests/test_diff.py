@@ -19,6 +19,7 @@ import pytest
 
 import tracefuse_stream
 from tracefuse_stream.align.collectives import RankScan
+from tracefuse_stream.analyze.diff_figures import kernel_category
 from tracefuse_stream.analyze.diff_stats import figure_test, t_two_sided, uniform
 from tracefuse_stream.analyze.onepass import scan_file
 from tracefuse_stream.analyze.timeline import step_parts
@@ -219,3 +220,20 @@ def test_the_t_tail_and_the_figure_test_by_hand() -> None:
     ft = figure_test({r: turn[r] for r in range(3)}, {r: [x + 2.5 for x in turn[r]] for r in range(3)})
     assert all(t.p_value > 0.001 for t in ft.ranks.values()) and ft.all_p == 0.0
     assert uniform([3.0] * 8, ft.noise_ns) and not uniform([3.0, 30.0], 0.1) and not uniform([3.0, -3.0], 0.1)
+
+
+def test_kernel_categories_by_name() -> None:
+    names = {
+        "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)": "communication",
+        "Memcpy HtoD (Pageable -> Device)": "memcpy",
+        "Memset (Device)": "memset",
+        "_ZN19cutlass_cudnn_train6KernelINS_4conv6kernel23ImplicitGemmConvolution": "convolution",
+        "sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw": "convolution",
+        "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x64_16x4_nn_align4>(...)": "GEMM",
+        "ampere_sgemm_32x128_nt": "GEMM",
+        "flash_fwd_kernel": "attention",
+        "void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, int, 128, true, 1, true>": "normalization",
+        "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>": "elementwise / reduction",
+        "void cudnn::ops::nchwToNhwcKernel<float, float, float, false, true>": "other",
+    }
+    assert {n: kernel_category(n) for n in names} == names

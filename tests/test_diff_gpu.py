@@ -5,7 +5,8 @@ their own rank, world size and trace id; each rank's events moved by a few µs s
 the copies are not one recording under two ranks). NEW: the same, with every cutlass
 GEMM kernel (``s1688gemm`` in its name) 3 times as long on every rank, every later event of
 the rank moved by the time added before it (the trace stays consistent). The diff must
-name a GEMM kernel first, on all ranks, uniform, longer calls, about 3x.
+name the GEMM kernels first (their category, then the largest ones), on all ranks,
+uniform, longer calls, about 3x.
 """
 
 from __future__ import annotations
@@ -54,12 +55,22 @@ def test_gemm_kernels_longer_on_every_rank(tmp_path: Path, fixture_path: Path) -
     causes = [c for c in d["changes"] if not c["waiting"]]
     top: Optional[Dict[str, Any]] = causes[0] if causes else None
     assert top is not None, d["changes"]
-    assert top["kind"] == "kernel" and GEMM in top["name"] and top["where"] == "GPU"
+    # by category first: every GEMM kernel of the step together (all of them 3x)
+    assert (top["kind"], top["name"], top["where"]) == ("kernel_category", "GEMM", "GPU")
     assert (top["ranks"], top["class"], top["how"]) == ("all", "uniform", "longer calls")
     assert top["count_base"] == top["count_new"] and top["ratio"] == pytest.approx(3.0, abs=0.1)
+    kernel = causes[1]
+    assert (
+        kernel["kind"] == "kernel"
+        and GEMM in kernel["name"]
+        and kernel["ratio"] == pytest.approx(3.0, abs=0.01)
+    )
+    assert (kernel["ranks"], kernel["class"], kernel["how"]) == ("all", "uniform", "longer calls")
     gemm = [c for c in d["changes"] if c["kind"] == "kernel" and GEMM in c["name"]]
-    assert gemm and all(c["ranks"] == "all" and c["delta_us"] > 0 for c in gemm)
+    assert len(gemm) == 3 and all(c["ranks"] == "all" and c["delta_us"] > 0 for c in gemm)
+    assert sum(c["delta_us"] for c in gemm) < top["delta_us"]  # the smaller GEMMs: below the floor alone
     assert not [c for c in d["changes"] if c["kind"] == "kernel" and GEMM not in c["name"]]
+    assert [c["name"] for c in d["changes"] if c["kind"] == "kernel_category"] == ["GEMM"]
     assert d["step_time"]["delta_us"] > 0 and d["step_time"]["significant"]
 
 

@@ -35,7 +35,7 @@ MIN_CHANGE_NS = 50_000
 STEP_FRACTION = 0.01
 #: a count per step that moved by this fraction (or at least 1 call) is "more calls"
 COUNT_FRACTION = 0.1
-COUNTED_KINDS = ("op", "kernel")
+COUNTED_KINDS = ("op", "kernel", "kernel_category")
 
 
 @dataclass

@@ -15,6 +15,7 @@ test, its classes and its report take it as they take the others.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -33,9 +34,32 @@ WHERE = {
     "op": "main thread",
     "outside_ops": "main thread",
     "kernel": "GPU",
+    "kernel_category": "GPU",
     "gpu_idle": "GPU",
     "wait": "collectives",
 }
+
+
+#: GPU kernel categories by name, first match wins (convolutions before GEMMs: cuDNN's
+#: implicit-GEMM convolutions say "gemm" too)
+CATEGORIES: Tuple[Tuple[str, re.Pattern[str]], ...] = tuple(
+    (cat, re.compile(rx, re.I))
+    for cat, rx in (
+        ("communication", r"nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|sendrecv|alltoall"),
+        ("memcpy", r"memcpy"),
+        ("memset", r"memset"),
+        ("convolution", r"conv|implicit_?gemm|dgrad|wgrad|fprop|winograd|cudnn::cnn"),
+        ("attention", r"flash|fmha|attention|sdpa"),
+        ("GEMM", r"gemm|gemv|matmul|cublas|cutlass"),
+        ("normalization", r"norm|bn_fw|bn_bw"),
+        ("elementwise / reduction", r"elementwise|reduce|reduction|softmax"),
+    )
+)
+
+
+def kernel_category(name: str) -> str:
+    """The category of a GPU kernel (or memcpy / memset) by its name; ``other``: none."""
+    return next((cat for cat, rx in CATEGORIES if rx.search(name)), "other")
 
 
 @dataclass
@@ -81,6 +105,8 @@ def run_figures(
             parts = step_parts(scan.timeline, step, lo, hi) if scan.timeline is not None else None
             for (kind, name), part in sorted((parts or {}).items()):
                 out.add(kind, name, rank, step, part.ns, part.count)
+                if kind == "kernel":  # by category too: "GEMM +3.1 ms" over many kernel names
+                    out.add("kernel_category", kernel_category(name), rank, step, part.ns, part.count)
     if analysis is not None:
         out.stragglers = [s.rank for s in analysis.verdict.stragglers]
         for row in analysis.verdict.by_step:
@@ -91,4 +117,14 @@ def run_figures(
     return out
 
 
-__all__ = ["Key", "PARTITION_KINDS", "RunFigures", "STEP_KEY", "WAIT_KEY", "WHERE", "run_figures"]
+__all__ = [
+    "CATEGORIES",
+    "Key",
+    "PARTITION_KINDS",
+    "RunFigures",
+    "STEP_KEY",
+    "WAIT_KEY",
+    "WHERE",
+    "kernel_category",
+    "run_figures",
+]

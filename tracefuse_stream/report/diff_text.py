@@ -18,6 +18,7 @@ KIND_WORDS = {
     "op": "op",
     "outside_ops": "outside ops",
     "kernel": "kernel",
+    "kernel_category": "kernel category",
     "gpu_idle": "GPU idle",
     "wait": "collective wait",
 }
@@ -29,7 +30,7 @@ def _ms(us: float, sign: bool = False) -> str:
 
 def _where(c: Dict[str, Any], every: int) -> str:
     if c["ranks"] == "all":
-        return f"on all {every} ranks"
+        return "on both ranks" if every == 2 else f"on all {every} ranks"
     ranks = c["ranks"]
     return f"rank {ranks[0]} only" if len(ranks) == 1 else f"ranks {compress_ranges(ranks)} only"
 
