@@ -237,3 +237,19 @@ def test_kernel_categories_by_name() -> None:
         "void cudnn::ops::nchwToNhwcKernel<float, float, float, false, true>": "other",
     }
     assert {n: kernel_category(n) for n in names} == names
+
+
+def test_two_cycles_of_one_folder_by_position() -> None:
+    cycles = str(REC / "ddp2_cycles")  # cycle 1: ProfilerStep#2-3, cycle 2: #6-7
+    with pytest.raises(
+        UsageError, match=r"no common steps: BASE has ProfilerStep#2-3, NEW has ProfilerStep#6-7"
+    ):
+        tracefuse_stream.diff(cycles, cycles, base_cycle=1, new_cycle=2)
+    d = tracefuse_stream.diff(cycles, cycles, base_cycle=1, new_cycle=2, align_steps="position")
+    assert d["steps"] == {"align": "position", "pairs": [[2, 6], [3, 7]]} and d["ranks"] == [0, 1]
+
+
+def test_steps_that_are_not_there_say_what_is(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["diff", A, _run("b"), "--steps", "9", "-j", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "every rank of BASE recorded ProfilerStep#2-4, of NEW ProfilerStep#2-4); --steps" in err

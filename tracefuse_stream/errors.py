@@ -69,6 +69,8 @@ _PYTHON_WORDS = (
     ("--align-steps position", 'align_steps="position"'),
     ("--align-steps", "align_steps"),
     ("--base-steps", "base_steps"),
+    ("--base-cycle", "base_cycle"),
+    ("--new-cycle", "new_cycle"),
     ("--new-steps", "new_steps"),
     ("--rank-from", "rank_from"),
     ("--cycle", "cycle"),

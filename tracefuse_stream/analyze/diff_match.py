@@ -79,16 +79,22 @@ def match_ranks(
     return common
 
 
-def match_steps(base: Sequence[int], new: Sequence[int], align: str) -> List[Tuple[int, int]]:
-    """(base step, new step) pairs: by number (both have it) or by position."""
+def match_steps(
+    base: Sequence[int],
+    new: Sequence[int],
+    align: str,
+    recorded: Tuple[Sequence[int], Sequence[int]] = ((), ()),
+) -> List[Tuple[int, int]]:
+    """(base step, new step) pairs: by number (both have it) or by position; ``recorded``:
+    each run's steps before ``--steps`` (for the message when none is left)."""
     if align not in ALIGN_CHOICES:
         raise UsageError(f"--align-steps {align!r}: expected one of {', '.join(ALIGN_CHOICES)}")
     if not base or not new:
         which = "BASE" if not base else "NEW"
         raise UsageError(
-            f"no steps to compare: {which} has no ProfilerStep its ranks all recorded in the "
-            f"chosen range (BASE: {_steps_text(base)}, NEW: {_steps_text(new)}); "
-            "--steps / --base-steps / --new-steps choose other steps"
+            f"no steps to compare: {which} has no ProfilerStep that all its ranks recorded in the "
+            f"chosen range (every rank of BASE recorded {_steps_text(recorded[0])}, of NEW "
+            f"{_steps_text(recorded[1])}); --steps / --base-steps / --new-steps choose other steps"
         )
     if align == "position":
         return list(zip(sorted(base), sorted(new)))

@@ -46,6 +46,12 @@ def add_diff_arguments(p: argparse.ArgumentParser) -> None:
         metavar="N|latest",
         help="profiling cycle of each run when a directory holds several (default: latest)",
     )
+    p.add_argument(
+        "--base-cycle", metavar="N|latest", help="the profiling cycle of BASE_RUN (instead of --cycle)"
+    )
+    p.add_argument(
+        "--new-cycle", metavar="N|latest", help="the profiling cycle of NEW_RUN (instead of --cycle)"
+    )
     p.add_argument("-j", "--jobs", type=jobs_count, default=0, help=JOBS_HELP)
     p.add_argument("--json", action="store_true", help="the diff as JSON (schema: docs/diff.md)")
 
@@ -69,6 +75,8 @@ def cmd_diff(a: argparse.Namespace) -> int:
         align_steps=a.align_steps,
         cycle=a.cycle,
         jobs=a.jobs,
+        base_cycle=a.base_cycle,
+        new_cycle=a.new_cycle,
     )
     if a.json:
         print(json.dumps(report, indent=2))

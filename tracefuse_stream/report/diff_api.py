@@ -99,7 +99,8 @@ def match(
     ranks = match_ranks(base.ranks, new.ranks, (base.world_size, new.world_size), ranks_given)
     b = run_steps(base.steps, ranks, _window(base_steps or steps))
     n = run_steps(new.steps, ranks, _window(new_steps or steps))
-    return Matched(ranks, match_steps(b, n, align_steps), align_steps)
+    recorded = (run_steps(base.steps, ranks, None), run_steps(new.steps, ranks, None))
+    return Matched(ranks, match_steps(b, n, align_steps, recorded), align_steps)
 
 
 def run_diff(
@@ -114,11 +115,15 @@ def run_diff(
     align_steps: str = "number",
     cycle: Any = None,
     jobs: int = 1,
+    base_cycle: Any = None,
+    new_cycle: Any = None,
 ) -> Tuple[Diff, Run, Run]:
     """Both runs read and compared (the command line's and :func:`diff`'s work)."""
     wanted = _ranks(ranks)
-    b = load_run(base, ranks=wanted, rank_from=rank_from, cycle=cycle, jobs=jobs, label="BASE")
-    n = load_run(new, ranks=wanted, rank_from=rank_from, cycle=cycle, jobs=jobs, label="NEW")
+    bc = cycle if base_cycle is None else base_cycle
+    nc = cycle if new_cycle is None else new_cycle
+    b = load_run(base, ranks=wanted, rank_from=rank_from, cycle=bc, jobs=jobs, label="BASE")
+    n = load_run(new, ranks=wanted, rank_from=rank_from, cycle=nc, jobs=jobs, label="NEW")
     m = match(
         b.figures, n.figures, ranks_given=wanted is not None,
         steps=steps, base_steps=base_steps, new_steps=new_steps, align_steps=align_steps,
@@ -138,6 +143,8 @@ def diff(
     align_steps: str = "number",
     cycle: Any = None,
     jobs: int = 1,
+    base_cycle: Any = None,
+    new_cycle: Any = None,
 ) -> Dict[str, Any]:
     """What changed from run ``base`` to run ``new``, on which ranks, and whether it is
     real: the object ``tracefuse diff --json`` prints (schema: docs/diff.md).
@@ -146,7 +153,8 @@ def diff(
     subset of both (``"0-3"`` or a list; needed when the world sizes differ);
     ``steps`` (``"A:B"``) for both runs, ``base_steps`` / ``new_steps`` for one;
     ``align_steps``: ``"number"`` (the same ``ProfilerStep#N``) or ``"position"``;
-    ``cycle``: the profiling cycle of each run (default: the latest). Runs that cannot
+    ``cycle``: the profiling cycle of each run (default: the latest; ``base_cycle`` /
+    ``new_cycle``: of one run, e.g. two cycles of one folder). Runs that cannot
     be matched raise :class:`~tracefuse_stream.errors.UsageError` naming what differs
     and the option that resolves it; an unreadable file an
     :class:`~tracefuse_stream.errors.InputError` naming it.
@@ -154,6 +162,7 @@ def diff(
     d, b, n = run_diff(
         base, new, ranks=ranks, rank_from=rank_from, steps=steps, base_steps=base_steps,
         new_steps=new_steps, align_steps=align_steps, cycle=cycle, jobs=jobs,
+        base_cycle=base_cycle, new_cycle=new_cycle,
     )  # fmt: skip
     return to_json(d, b.paths, n.paths, b.warnings, n.warnings)
 
