@@ -253,3 +253,12 @@ def test_steps_that_are_not_there_say_what_is(capsys: pytest.CaptureFixture[str]
     assert main(["diff", A, _run("b"), "--steps", "9", "-j", "1"]) == 2
     err = capsys.readouterr().err
     assert "every rank of BASE recorded ProfilerStep#2-4, of NEW ProfilerStep#2-4); --steps" in err
+
+
+def test_one_step_a_run_tests_nothing_and_says_so() -> None:
+    d = tracefuse_stream.diff(A, _run("c"), steps="3")
+    assert d["steps"]["pairs"] == [[3, 3]]
+    assert (d["significant"], d["changes"], d["step_time"]["p_value"]) == (False, [], 1.0)
+    assert d["notes"] and d["notes"][0].startswith(
+        "one step per run: the step-to-step noise cannot be measured"
+    )

@@ -153,8 +153,10 @@ def _change(base: RunFigures, new: RunFigures, key: Key, m: Matched, floor: floa
     ft = _test(base, new, key, m)
     every = [r for r in m.ranks if r in ft.ranks]
     sig = _everywhere(ft, every, floor)
+    p = ft.all_p
     if not sig:
         sig = [r for r in every if ft.ranks[r].p_value < ALPHA and abs(ft.ranks[r].delta_ns) >= floor]
+        p = max((ft.ranks[r].p_value for r in sig), default=1.0)
     if not sig:
         return None
     cb, cn = _counts(base, key, every, m.base_steps), _counts(new, key, every, m.new_steps)
@@ -164,8 +166,8 @@ def _change(base: RunFigures, new: RunFigures, key: Key, m: Matched, floor: floa
     nw = sum(ft.ranks[r].new_ns for r in sig) / n
     c_b, c_n = sum(cb[r] for r in sig) / n, sum(cn[r] for r in sig) / n
     return Change(
-        key[0], key[1], sig, set(sig) == set(every), b, nw, c_b, c_n,
-        ft.all_p if sig == every and len(every) > 1 else max(ft.ranks[r].p_value for r in sig), cls, _how(key[0], cls, c_b, c_n, b, nw),
+        key[0], key[1], sig, set(sig) == set(every), b, nw, c_b, c_n, p, cls,
+        _how(key[0], cls, c_b, c_n, b, nw),
         {r: ft.ranks[r].delta_ns for r in every},
         sum(ft.ranks[r].delta_ns for r in sig) / len(m.ranks),
     )  # fmt: skip
@@ -218,7 +220,13 @@ def compare(base: RunFigures, new: RunFigures, m: Matched) -> Diff:
             st.explained_ns += c.step_part_ns
             c.share = c.step_part_ns / st.delta_ns if st.delta_ns else None
     noise = _test(base, new, STEP_KEY, m).noise_ns
-    return Diff(m, st, changes, floor, noise, len(keys) + 1, base, new)
+    d = Diff(m, st, changes, floor, noise, len(keys) + 1, base, new)
+    if len(m.pairs) < 2:
+        d.notes.append(
+            "one step per run: the step-to-step noise cannot be measured, so nothing can be "
+            "tested; compare more steps"
+        )
+    return d
 
 
 __all__ = ["COUNTED_KINDS", "Change", "Diff", "MIN_CHANGE_NS", "STEP_FRACTION", "StepTime", "compare"]

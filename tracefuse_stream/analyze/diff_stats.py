@@ -136,7 +136,8 @@ def figure_test(base: Dict[int, Sequence[float]], new: Dict[int, Sequence[float]
             continue
         d = _mean(ys) - _mean(xs)
         se = sigma * math.sqrt(1.0 / len(xs) + 1.0 / len(ys))
-        out[r] = RankTest(float(median(xs)), float(median(ys)), _p(d, se, dof))
+        p = _p(d, se, dof) if dof else 1.0  # one step a run: the noise is unknown, nothing tested
+        out[r] = RankTest(float(median(xs)), float(median(ys)), p)
     return FigureTest(out, sigma, dof, _steps_p([base[r] for r in out], [new[r] for r in out]))
 
 

@@ -102,6 +102,7 @@ def render(report: Dict[str, Any]) -> str:
                 f"{_ms(st['delta_us'], True)} ms/step, mean over the ranks); unexplained "
                 f"{_ms(st['unexplained_us'], True)} ms"
             )
+    lines += [f"note: {printable(n)}" for n in report.get("notes") or []]
     lines += _straggler_lines(report["stragglers"])
     for label in ("base", "new"):
         lines += [f"warning ({label.upper()}): {printable(w)}" for w in report[label]["warnings"]]
