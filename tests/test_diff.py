@@ -19,10 +19,9 @@ import pytest
 
 import tracefuse_stream
 from tracefuse_stream.align.collectives import RankScan
-from tracefuse_stream.analyze.diff_figures import kernel_category
+from tracefuse_stream.analyze.diff_figures import kernel_category, step_parts
 from tracefuse_stream.analyze.diff_stats import figure_test, t_two_sided, uniform
 from tracefuse_stream.analyze.onepass import scan_file
-from tracefuse_stream.analyze.timeline import step_parts
 from tracefuse_stream.cli.app import main
 from tracefuse_stream.errors import UsageError
 from tracefuse_stream.plan.planner import plan_all

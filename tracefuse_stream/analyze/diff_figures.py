@@ -21,7 +21,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from tracefuse_stream.align.collectives import RankScan
 from tracefuse_stream.analyze.analysis import Analysis
-from tracefuse_stream.analyze.timeline import step_parts
+from tracefuse_stream.analyze.timeline import Part, Segments, breakdown, unit_parts
 
 Key = Tuple[str, str]  # (kind, name)
 STEP_KEY: Key = ("step", "step time")
@@ -60,6 +60,21 @@ CATEGORIES: Tuple[Tuple[str, re.Pattern[str]], ...] = tuple(
 def kernel_category(name: str) -> str:
     """The category of a GPU kernel (or memcpy / memset) by its name; ``other``: none."""
     return next((cat for cat, rx in CATEGORIES if rx.search(name)), "other")
+
+
+def step_parts(segments: Segments, step: int, lo: int, hi: int) -> Optional[Dict[Key, Part]]:
+    """The whole span [lo, hi] of ``step``: its main thread's parts and those of every GPU
+    the pass partitioned, summed over the GPUs (a run-vs-run diff compares whole steps,
+    not stretches up to a collective); None when the pass did not cut there."""
+    bd = breakdown(segments, step, lo, hi)
+    if bd is None:
+        return None
+    parts = dict(bd.parts)
+    for dev in sorted(segments.gpu):
+        for key, part in unit_parts(segments, segments.gpu[dev], lo, hi).items():
+            old = parts.get(key)
+            parts[key] = part if old is None else Part(old.ns + part.ns, old.count + part.count)
+    return parts
 
 
 @dataclass

@@ -473,26 +473,12 @@ def breakdown(segments: Segments, step: int, lo: int, hi: int, gpu_tid: Any = No
     return bd
 
 
-def step_parts(segments: Segments, step: int, lo: int, hi: int) -> Optional[Dict[Key, Part]]:
-    """The whole span [lo, hi] of ``step``: its main thread's parts and those of every GPU
-    the pass partitioned, summed over the GPUs (a run-vs-run diff compares whole steps,
-    not stretches up to a collective); None when the pass did not cut there."""
-    bd = breakdown(segments, step, lo, hi)
-    if bd is None:
-        return None
-    parts = dict(bd.parts)
-    cuts = segments.cuts
-    i, j = bisect.bisect_left(cuts, lo), bisect.bisect_left(cuts, max(lo, hi))
-    for dev in sorted(segments.gpu):
-        starts, flat = segments.gpu[dev]
-        one = Breakdown(hi - lo)
-        _combine(_rows(flat, starts[i], starts[j]), segments.names, one)
-        for key, part in one.parts.items():
-            old = parts.get(key)
-            parts[key] = (
-                part if old is None else Part(old.ns + part.ns, old.count + part.count, old.piece, old.span)
-            )
-    return parts
+def unit_parts(segments: Segments, unit: Tuple[List[int], bytes], lo: int, hi: int) -> Dict[Key, Part]:
+    """One unit's (``segments.cpu`` / ``.gpu`` value) parts over [lo, hi], both cuts."""
+    i, j = bisect.bisect_left(segments.cuts, lo), bisect.bisect_left(segments.cuts, hi)
+    bd = Breakdown(hi - lo)
+    _combine(_rows(segments.rows_of(unit[1]), unit[0][i], unit[0][j]), segments.names, bd)
+    return bd.parts
 
 
 __all__ = [
@@ -506,7 +492,7 @@ __all__ = [
     "TimelineFeed",
     "breakdown",
     "new_timeline",
-    "step_parts",
+    "unit_parts",
     "unpack_rows",
     "value_key",
 ]
