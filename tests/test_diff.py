@@ -182,9 +182,10 @@ def test_a_whole_step_is_the_sum_of_its_parts() -> None:
     plan = next(p for p in plan_all([A]) if p.rank == 2)
     scan = scan_file(plan, ("collectives",)).scan
     assert isinstance(scan, RankScan) and sorted(scan.steps) == [2, 3, 4]
+    every = step_parts(scan.timeline, scan.steps)
+    assert sorted(every) == [2, 3, 4]
     for step, (lo, hi) in scan.steps.items():
-        parts = step_parts(scan.timeline, step, lo, hi)
-        assert parts is not None
+        parts = every[step]
         main_thread = sum(p.ns for (k, _n), p in parts.items() if k in ("op", "outside_ops"))
         assert main_thread == hi - lo
         assert parts[("op", "aten::addmm")].count == 3 and parts[("op", "aten::mm")].count == 5

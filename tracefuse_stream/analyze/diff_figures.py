@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from tracefuse_stream.align.collectives import RankScan
@@ -57,24 +58,32 @@ CATEGORIES: Tuple[Tuple[str, re.Pattern[str]], ...] = tuple(
 )
 
 
+@lru_cache(maxsize=4096)
 def kernel_category(name: str) -> str:
-    """The category of a GPU kernel (or memcpy / memset) by its name; ``other``: none."""
+    """The category of a GPU kernel (or memcpy / memset) by its name; ``other``: none
+    (cached: a run has few kernel names, met once per rank and step, and C++ kernel
+    names run to kilobytes)."""
     return next((cat for cat, rx in CATEGORIES if rx.search(name)), "other")
 
 
-def step_parts(segments: Segments, step: int, lo: int, hi: int) -> Optional[Dict[Key, Part]]:
-    """The whole span [lo, hi] of ``step``: its main thread's parts and those of every GPU
-    the pass partitioned, summed over the GPUs (a run-vs-run diff compares whole steps,
-    not stretches up to a collective); None when the pass did not cut there."""
-    bd = breakdown(segments, step, lo, hi)
-    if bd is None:
-        return None
-    parts = dict(bd.parts)
+def step_parts(segments: Segments, steps: Dict[int, Tuple[int, int]]) -> Dict[int, Dict[Key, Part]]:
+    """Each step's whole span (``steps``: step -> (lo, hi), file-relative ns): its main
+    thread's parts and those of every GPU the pass partitioned, summed over the GPUs (a
+    run-vs-run diff compares whole steps, not stretches up to a collective); a step the
+    pass did not cut at is left out. Unit by unit, steps inside: each unit's rows are
+    decompressed once (Segments.rows_of keeps the last)."""
+    out: Dict[int, Dict[Key, Part]] = {}
+    for step, (lo, hi) in sorted(steps.items(), key=lambda kv: (segments.step_thread.get(kv[0], b""), kv[0])):
+        bd = breakdown(segments, step, lo, hi)
+        if bd is not None:
+            out[step] = dict(bd.parts)
     for dev in sorted(segments.gpu):
-        for key, part in unit_parts(segments, segments.gpu[dev], lo, hi).items():
-            old = parts.get(key)
-            parts[key] = part if old is None else Part(old.ns + part.ns, old.count + part.count)
-    return parts
+        for step, parts in out.items():
+            lo, hi = steps[step]
+            for key, part in unit_parts(segments, segments.gpu[dev], lo, hi).items():
+                old = parts.get(key)
+                parts[key] = part if old is None else Part(old.ns + part.ns, old.count + part.count)
+    return out
 
 
 @dataclass
@@ -115,10 +124,10 @@ def run_figures(
     out = RunFigures(sorted(ranks), {}, world_size=world_size, verdict=verdict)
     for rank, scan in zip(ranks, scans):
         out.steps[rank] = sorted(scan.steps)
+        every = step_parts(scan.timeline, scan.steps) if scan.timeline is not None else {}
         for step, (lo, hi) in sorted(scan.steps.items()):
             out.add(*STEP_KEY, rank, step, hi - lo, 1)
-            parts = step_parts(scan.timeline, step, lo, hi) if scan.timeline is not None else None
-            for (kind, name), part in sorted((parts or {}).items()):
+            for (kind, name), part in sorted(every.get(step, {}).items()):
                 out.add(kind, name, rank, step, part.ns, part.count)
                 if kind == "kernel":  # by category too: "GEMM +3.1 ms" over many kernel names
                     out.add("kernel_category", kernel_category(name), rank, step, part.ns, part.count)
