@@ -18,7 +18,7 @@ from typing import Dict, FrozenSet, List, Optional, Tuple
 import pytest
 
 README = Path(__file__).resolve().parent.parent / "README.md"
-COMMANDS = ("merge", "info", "verify", "open", "report")
+COMMANDS = ("merge", "info", "verify", "open", "report", "diff")
 
 #: one option entry of --help: its flags and its choices (None: no fixed choices)
 Option = Tuple[FrozenSet[str], Optional[FrozenSet[str]]]

@@ -114,6 +114,18 @@ ddp4_two_b      4 ranks, DDP on world, work_s=0.05; rank 1 sleeps 0.12 s more be
                 (~40 ms), every step. Ground truth: two independent slow ranks, rank 1
                 (~120 ms, outside any op) and rank 3 (~40 ms, in aten::linalg_qr).
 
+Issue-37 sets (pinned, defaults, active=3): run-vs-run pairs for ``tracefuse diff``.
+All run one job (_RUN_A: a 256-wide MLP of 3 Linear layers, batch 512, work_s=0.05
+before backward, DDP on world); each but the first changes one thing, and the names say
+nothing of what:
+
+ddp4_runs_a        the job.
+ddp4_runs_a_again  the same job, recorded again.
+ddp4_runs_b        every rank: hidden width 512 (every matmul larger).
+ddp4_runs_c        rank 2: 20 x torch.linalg.svd(128 x 128) after forward, every step.
+ddp4_runs_d        every rank: 0.06 s at the start of every step, in no op.
+ddp4_runs_e        every rank: batch 256.
+
 --check also prints the timeline tables of tests/data/recorded/README.md (timeline()).
 
 While recording, each worker prints the OS thread ids of the ``pt_gloo_runloop``
@@ -266,6 +278,9 @@ class TraceSet:
         return ("world",)
 
 
+# the job of the issue-37 pairs (ddp4_runs_*): what each run changes goes on top
+_RUN_A: dict = {"d_in": 256, "d_hidden": 256, "d_out": 256, "layers": 2, "batch": 512}
+
 SETS: dict[str, TraceSet] = {
     s.name: s
     for s in [
@@ -391,6 +406,30 @@ SETS: dict[str, TraceSet] = {
             sleeps=((1, 0.12),),
             rank_ops=((3, "qr", 90, 128),),
         ),
+        # --- issue 37: run-vs-run pairs (pinned, defaults, active=3; the names say
+        # nothing of what differs; README.md says what each run does). All: a 256-wide
+        # MLP (3 Linear layers), batch 512, work_s=0.05 before backward, DDP on world.
+        TraceSet("ddp4_runs_a", 4, active=3, pin=True, work_s=0.05, **_RUN_A),
+        # the same job recorded again
+        TraceSet("ddp4_runs_a_again", 4, active=3, pin=True, work_s=0.05, **_RUN_A),
+        # every rank: hidden width 512 (the matmuls of every layer larger)
+        TraceSet("ddp4_runs_b", 4, active=3, pin=True, work_s=0.05, **{**_RUN_A, "d_hidden": 512}),
+        # rank 2: 20 x torch.linalg.svd(128 x 128) after forward, every step
+        TraceSet(
+            "ddp4_runs_c", 4, active=3, pin=True, work_s=0.05, rank_ops=((2, "svd", 20, 128),), **_RUN_A
+        ),
+        # every rank: 0.06 s at the start of every step (before data prep and forward)
+        TraceSet(
+            "ddp4_runs_d",
+            4,
+            active=3,
+            pin=True,
+            work_s=0.05,
+            pauses=tuple((r, "start", 0.06) for r in range(4)),
+            **_RUN_A,
+        ),
+        # every rank: batch 256 (half the job's)
+        TraceSet("ddp4_runs_e", 4, active=3, pin=True, work_s=0.05, **{**_RUN_A, "batch": 256}),
     ]
 }
 
@@ -478,10 +517,7 @@ def run_worker(ts: TraceSet, rank: int, outdir: Path) -> None:
                 if pause:
                     time.sleep(pause)
                 loss = loss_fn(ddp(x), y)
-            for r, op, calls, n in ts.rank_ops:
-                if r == rank and op == "qr":
-                    for _ in range(calls):
-                        torch.linalg.qr(mats[n])
+            _rank_ops(ts, rank, mats)
             pause = ts.before_backward_s(rank, step)
             if pause:
                 time.sleep(pause)
@@ -496,6 +532,19 @@ def run_worker(ts: TraceSet, rank: int, outdir: Path) -> None:
             prof.step()
     dist.barrier()
     dist.destroy_process_group()
+
+
+def _rank_ops(ts: TraceSet, rank: int, mats: dict) -> None:
+    """The extra ops of ``ts.rank_ops`` this rank runs after forward: ``qr`` is
+    torch.linalg.qr, ``svd`` torch.linalg.svd, of the fixed n x n matrix."""
+    import torch
+
+    for r, op, calls, n in ts.rank_ops:
+        if r != rank:
+            continue
+        fn = {"qr": torch.linalg.qr, "svd": torch.linalg.svd}[op]
+        for _ in range(calls):
+            fn(mats[n])
 
 
 def _profiler(ts: TraceSet, outdir: Path):
@@ -596,10 +645,7 @@ def _run_kind(ts: TraceSet, rank: int, outdir: Path, known: set[int]) -> None:
                 for g in mine.values():  # in the order of ts.groups
                     metric = loss.detach().reshape(1).clone()
                     dist.all_reduce(metric, group=g)
-            for r, op, calls, n in ts.rank_ops:
-                if r == rank and op == "qr":
-                    for _ in range(calls):
-                        torch.linalg.qr(mats[n])
+            _rank_ops(ts, rank, mats)
             pause = ts.before_backward_s(rank, step)
             if pause:
                 time.sleep(pause)

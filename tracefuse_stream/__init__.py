@@ -22,6 +22,9 @@ The public API, all importable from here and typed (``py.typed``)::
 * :func:`stragglers` ``(inputs, ranks=None, cycle=None, jobs=1)``: the straggler report
   of ``info --collectives --json`` (who holds the others back, per step, and why) as a
   :class:`StragglerReport` dict (report/api.py; schema in docs/collectives.md);
+* :func:`diff` ``(base, new, ranks=None, steps=None, ..., jobs=1)``: run vs run, what
+  changed on which ranks and whether it is real, the object ``diff --json`` prints
+  (report/diff_api.py; schema in docs/diff.md);
 * :class:`TraceFuse`: the TraceLens-compatible class (compat.py).
 
 Where the stages live (read -> plan -> select/rewrite -> write, run by pipeline; align,
@@ -46,6 +49,7 @@ if TYPE_CHECKING:  # loaded on first use: __getattr__ below
     from tracefuse_stream.options import MergeOptions
     from tracefuse_stream.pipeline.orchestrate import MergeSummary, RankSummary, merge
     from tracefuse_stream.report.api import StragglerReport, stragglers
+    from tracefuse_stream.report.diff_api import diff
 
 
 def __getattr__(name: str) -> Any:
@@ -62,6 +66,8 @@ def __getattr__(name: str) -> Any:
         from tracefuse_stream.pipeline import orchestrate as module  # lazy on purpose: see the docstring
     elif name in ("StragglerReport", "stragglers"):
         from tracefuse_stream.report import api as module  # lazy on purpose: see the docstring
+    elif name == "diff":
+        from tracefuse_stream.report import diff_api as module  # lazy on purpose: see the docstring
     else:
         raise AttributeError(f"module 'tracefuse_stream' has no attribute {name!r}")
     value = getattr(module, name)
@@ -81,6 +87,7 @@ __all__ = [
     "RankSummary",
     "stragglers",
     "StragglerReport",
+    "diff",
     "TraceFuseError",
     "InputError",
     "OutputError",

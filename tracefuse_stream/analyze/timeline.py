@@ -369,7 +369,8 @@ class TimelineFeed:
         """Partition at ``steps``' starts and ``arrivals`` (file-relative ns) the step
         threads and the GPUs of ``gpu_arrivals`` ((stream tid, start ns) of the GPU
         collectives); free the events."""
-        cuts = sorted({lo for lo, _hi in steps.values()} | set(arrivals))
+        # step ends too: a whole step is then a sum of segments (analyze/diff_figures.py)
+        cuts = sorted({lo for lo, _hi in steps.values()} | {hi for _lo, hi in steps.values()} | set(arrivals))
         threads = sorted({v[2] for v in self._steps.values()})
         want = set(gpu_arrivals)
         gpu_dev = {k: d for k, d in self._gpu_dev.items() if k in want}
@@ -478,6 +479,14 @@ def breakdown(segments: Segments, step: int, lo: int, hi: int, gpu_tid: Any = No
     return bd
 
 
+def unit_parts(segments: Segments, unit: Tuple[List[int], bytes], lo: int, hi: int) -> Dict[Key, Part]:
+    """One unit's (``segments.cpu`` / ``.gpu`` value) parts over [lo, hi], both cuts."""
+    i, j = bisect.bisect_left(segments.cuts, lo), bisect.bisect_left(segments.cuts, hi)
+    bd = Breakdown(hi - lo)
+    _combine(_rows(segments.rows_of(unit[1]), unit[0][i], unit[0][j]), segments.names, bd)
+    return bd.parts
+
+
 __all__ = [
     "Breakdown",
     "GPU_CATS",
@@ -489,6 +498,7 @@ __all__ = [
     "TimelineFeed",
     "breakdown",
     "new_timeline",
+    "unit_parts",
     "unpack_rows",
     "value_key",
 ]

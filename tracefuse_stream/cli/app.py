@@ -1,4 +1,4 @@
-"""Command line: ``python -m tracefuse_stream {merge,info,verify,report,open} ...`` (also ``tracefuse``).
+"""Command line: ``python -m tracefuse_stream {merge,info,verify,report,diff,open} ...`` (also ``tracefuse``).
 
 Every error is one line on stderr naming the file, and an exit code from
 ``errors`` (0 ok, 1 input error, 2 usage, 3 output error, 4 merged with salvage,
@@ -14,6 +14,7 @@ from typing import List, Optional, Sequence
 
 from tracefuse_stream._version import __version__
 from tracefuse_stream.cli.argtypes import JOBS_HELP, jobs_count
+from tracefuse_stream.cli.diff_cmd import add_diff_arguments
 from tracefuse_stream.cli.report_cmd import add_report_arguments
 from tracefuse_stream.cli.signals import forget_caught_interrupt, terminate_raises
 from tracefuse_stream.cli.verify_cmd import add_verify_arguments
@@ -150,6 +151,19 @@ def _add_split_and_report_args(p: argparse.ArgumentParser) -> None:
         help="flow arrows joining each collective instance across ranks in order of arrival, "
         "with each slice's wait and the last rank in its args",
     )
+    p.add_argument(
+        "--against",
+        nargs="+",
+        metavar="BASE",
+        help="a base run (directories or files): its --steps N step merged beside this run's, BASE's rank r "
+        "as rank OFFSET+r (OFFSET: 10, 100, ... above every rank), its clock shifted so both steps start together",
+    )
+    p.add_argument(
+        "--base-step",
+        type=int,
+        metavar="M",
+        help="with --against: BASE's step to show (default: the --steps N)",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no summary")
     p.add_argument("--json-summary", action="store_true", help="summary as JSON on stdout (stderr with -o -)")
 
@@ -218,6 +232,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_input_args(r, verb="report on")
     add_report_arguments(r)
 
+    add_diff_arguments(
+        sub.add_parser(
+            "diff",
+            help="run vs run: what got slower, on which ranks, and is it real",
+            description="Compare two runs rank by rank and step by step: the changes above the runs' "
+            "own step-to-step noise, most time first, each with its ranks and class; the step-time "
+            "change explained; each run's straggler verdict. The test: docs/diff.md.",
+        )
+    )
+
     add_open_arguments(
         sub.add_parser("open", help="serve a trace once on 127.0.0.1 and print its Perfetto link")
     )
@@ -280,6 +304,10 @@ def _run(a: argparse.Namespace) -> int:
         from tracefuse_stream.cli.verify_cmd import cmd_verify  # lazy: per command (docstring)
 
         return cmd_verify(a)
+    if a.command == "diff":
+        from tracefuse_stream.cli.diff_cmd import cmd_diff  # lazy: per command (docstring)
+
+        return cmd_diff(a)
     if a.command == "report":
         from tracefuse_stream.cli.report_cmd import cmd_report  # lazy: per command (docstring)
 

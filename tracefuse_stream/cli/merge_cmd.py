@@ -12,7 +12,7 @@ import json
 import sys
 from typing import List, Optional
 
-from tracefuse_stream.errors import EXIT_OK, EXIT_SALVAGED
+from tracefuse_stream.errors import EXIT_OK, EXIT_SALVAGED, UsageError
 from tracefuse_stream.options import (
     Alignment,
     Execution,
@@ -22,6 +22,7 @@ from tracefuse_stream.options import (
     Selection,
     TimeWindow,
 )
+from tracefuse_stream.pipeline.against import merge_against
 from tracefuse_stream.pipeline.orchestrate import merge
 from tracefuse_stream.rankset import parse_rank_spec, parse_steps, parse_window_ms
 
@@ -61,7 +62,14 @@ def merge_options(a: argparse.Namespace) -> MergeOptions:
 
 
 def cmd_merge(a: argparse.Namespace) -> int:
-    summary = merge(a.inputs, a.output, merge_options(a))
+    if a.against:  # one step of each run side by side (pipeline/against.py)
+        summary, off = merge_against(a.inputs, a.against, a.output, merge_options(a), a.base_step)
+        if not a.quiet:
+            print(f"BASE ({' '.join(a.against)}): its rank r is RANK {off}+r", file=sys.stderr)
+    else:
+        if a.base_step is not None:
+            raise UsageError("--base-step goes with --against BASE")
+        summary = merge(a.inputs, a.output, merge_options(a))
     if a.json_summary:  # stdout holds only the trace with -o -
         to = sys.stderr if a.output == "-" else sys.stdout
         print(json.dumps(summary.to_dict(), indent=2, default=str), file=to)

@@ -39,6 +39,13 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("-j", "--jobs", type=jobs_count, default=0, help=JOBS_HELP)
     p.add_argument("-q", "--quiet", action="store_true", help="no summary line")
+    p.add_argument(
+        "--against",
+        nargs="+",
+        metavar="BASE",
+        help="a base run (directories or files): the page gets a diff section, this run against it "
+        "(tracefuse diff BASE INPUTS: the ranked changes, the step-time change per rank and step)",
+    )
 
 
 def cmd_report(a: argparse.Namespace) -> int:
@@ -61,8 +68,22 @@ def cmd_report(a: argparse.Namespace) -> int:
         cycle=a.cycle,
         steps=steps,
         jobs=a.jobs,
-        command=command_line(a.inputs, a.output, ranks=a.ranks, cycle=a.cycle, steps=a.steps),
+        command=command_line(
+            a.inputs, a.output, ranks=a.ranks, cycle=a.cycle, steps=a.steps, against=a.against
+        ),
     )
+    if a.against:  # the diff BASE -> these inputs, as tracefuse diff gives it (docs/diff.md)
+        from tracefuse_stream.report.diff_api import diff  # lazy: see above
+
+        data.document["diff"] = diff(
+            a.against,
+            a.inputs,
+            ranks=a.ranks,
+            rank_from=a.rank_from,
+            cycle=a.cycle,
+            steps=a.steps,
+            jobs=a.jobs,
+        )
     html = render_page(data.document).encode("utf-8")
     out = AtomicOutput(a.output, force=a.force, inputs=data.input_paths)
     try:
@@ -84,6 +105,9 @@ def cmd_report(a: argparse.Namespace) -> int:
             f"{verdict} ({len(html) / 1e6:.2f} MB)",
             file=sys.stderr,
         )
+    if a.against and not a.quiet:
+        d = data.document["diff"]
+        print(f"against the base run: {d['summary']}, {len(d['changes'])} change(s) listed", file=sys.stderr)
     for w in c.get("warnings") or []:  # the input warnings every command prints
         print(f"warning: {w}", file=sys.stderr)
     for path, why in data.broken:

@@ -153,6 +153,7 @@ function render() {
       esc(P.trimmed.join("; ")) + "</div>");
   }
   h.push(verdictHtml());
+  if (doc.diff) h.push('<h2 id="h-diff">Against the base run</h2><div id="diff"></div>');
   h.push('<h2 id="h-heat">Ranks \u00d7 steps</h2><div class="ctl">colour: ' +
     '<label><input type="radio" name="metric" value="held"' + (metric === "held" ? " checked" : "") + '> how long the others waited for the rank</label>' +
     '<label><input type="radio" name="metric" value="wait"' + (metric === "wait" ? " checked" : "") + '> the rank\'s own wait</label></div>' +
@@ -165,6 +166,7 @@ function render() {
   h.push('<h2 id="h-unmatched">Unmatched instances</h2><div class="lazy" id="unmatched"></div>');
   h.push('<h2 id="h-defs">Definitions and notes</h2><div class="lazy" id="defs"></div>');
   app.innerHTML = h.join("");
+  if (doc.diff) drawDiff(doc.diff);
   drawMaps();
   drawRootCause();
   drawWhy();
@@ -225,6 +227,62 @@ function verdictHtml() {
   return '<div id="verdict" class="' + cls + '">' + text + '</div><div id="evidence" class="sub">' + ev + "</div>" +
     '<h3>The worst step in Perfetto</h3>' + (cmd ? '<pre id="merge-cmd">' + esc(cmd) + "</pre>" :
     '<div id="merge-cmd" class="muted">no merge command: no step to show</div>');
+}
+
+// tracefuse diff (report NEW --against BASE; the diff --json object, docs/diff.md): the
+// ranked changes as bars (red: slower, green: faster) and a ranks x steps heatmap of the
+// step-time change (new minus base, per matched step pair; diverging, same scale both ways)
+function signed(us) { return (us > 0 ? "+" : us < 0 ? "\u2212" : "") + ms(Math.abs(us)); }
+function diverging(v, max) {
+  if (!num(v)) return "#d8d8e8";
+  var t = max > 0 ? Math.sqrt(Math.min(1, Math.abs(v) / max)) : 0, a = [244, 244, 244];
+  var b = v > 0 ? [165, 0, 38] : [26, 120, 60];
+  return "rgb(" + [0, 1, 2].map(function (k) { return Math.round(a[k] + t * (b[k] - a[k])); }).join(",") + ")";
+}
+function drawDiff(D) {
+  var st = D.step_time || {}, h = [], ch = D.changes || [], every = (D.ranks || []).length;
+  h.push('<div id="diff-summary" class="' + (D.significant ? "" : "none") + '"><b>' + esc(D.summary || "") + "</b>: step time " +
+    esc(ms(st.base_us)) + " \u2192 " + esc(ms(st.new_us)) + " per step (" + esc(signed(st.delta_us)) + ", p " + esc(String(st.p_value)) + ")" +
+    (num(st.explained_us) && st.delta_us ? "; the changes below explain " + Math.round(100 * st.explained_us / st.delta_us) + "%" : "") + "</div>");
+  h.push('<div class="sub">base: ' + esc((D.base && D.base.inputs || []).join(" ")) + " \u00b7 ranks " + esc(ranges(D.ranks || [])) +
+    " \u00b7 steps " + esc((D.steps && D.steps.pairs || []).map(function (p) { return p[0] === p[1] ? String(p[0]) : p[0] + "\u2192" + p[1]; }).join(", ")) + "</div>");
+  var S = D.stragglers || {};
+  h.push('<div class="sub">stragglers: BASE ' + esc((S.base || {}).verdict || "") + " \u00b7 NEW " + esc((S.new || {}).verdict || "") +
+    ((S.came || []).length ? ' \u00b7 <b class="warn">new straggler: rank ' + esc(ranges(S.came)) + "</b>" : "") + "</div>");
+  var shown = ch.slice(0, 25), max = 0;
+  shown.forEach(function (c) { max = Math.max(max, Math.abs(c.delta_us)); });
+  if (shown.length) {
+    var W = 760, LW = 330, row = 18, H = shown.length * row + 4, bars = [];
+    shown.forEach(function (c, i) {
+      var w = max > 0 ? Math.max(1, (W - LW - 90) * Math.abs(c.delta_us) / max) : 1, y = i * row + 2;
+      var where = c.ranks === "all" ? "all " + every + " ranks" : "rank" + (c.ranks.length > 1 ? "s " : " ") + ranges(c.ranks);
+      var tip = c.name + " (" + c.kind + ", " + c["class"] + (c.how ? ", " + c.how : "") + (c.waiting ? ", waiting for other ranks" : "") +
+        ")\n" + where + ": " + signed(c.delta_us) + " per step (" + ms(c.base_us) + " \u2192 " + ms(c.new_us) + "), p " + c.p_value;
+      bars.push('<g class="diff-bar" data-kind="' + esc(c.kind) + '" data-class="' + esc(c["class"]) + '"><title>' + esc(tip) + "</title>" +
+        '<text x="0" y="' + (y + 12) + '">' + esc((c.name.length > 44 ? c.name.slice(0, 43) + "\u2026" : c.name) + " \u00b7 " + where) + "</text>" +
+        '<rect x="' + LW + '" y="' + y + '" width="' + w.toFixed(1) + '" height="' + (row - 4) + '" fill="' + (c.delta_us > 0 ? "#b2182b" : "#1a7840") +
+        '" fill-opacity="' + (c.waiting ? "0.4" : "1") + '"/><text x="' + (LW + w + 4).toFixed(1) + '" y="' + (y + 12) + '">' + esc(signed(c.delta_us)) + "</text></g>");
+    });
+    h.push('<h3>What changed, most time first</h3><div class="sub">per step, on the ranks named; pale: time waiting for other ranks' +
+      (ch.length > shown.length ? "; the first " + shown.length + " of " + ch.length : "") + '</div><svg id="diff-bars" width="' + W + '" height="' + H + '">' + bars.join("") + "</svg>");
+  }
+  var heat = st.delta_by_step_us || {}, pairs = D.steps && D.steps.pairs || [], hr = Object.keys(heat).sort(function (a, b) { return a - b; });
+  var hmax = 0;
+  hr.forEach(function (r) { heat[r].forEach(function (v) { if (num(v)) hmax = Math.max(hmax, Math.abs(v)); }); });
+  if (hr.length && pairs.length) {
+    var cw = Math.max(14, Math.min(60, Math.floor(700 / pairs.length))), chh = hr.length > 64 ? 4 : 16, X0 = 60, Y0 = 16, cellsOut = [];
+    pairs.forEach(function (p, j) { cellsOut.push('<text x="' + (X0 + j * cw + 2) + '" y="12">' + esc(p[0] === p[1] ? "#" + p[0] : p[0] + "\u2192" + p[1]) + "</text>"); });
+    hr.forEach(function (r, i) {
+      if (chh >= 10) cellsOut.push('<text x="0" y="' + (Y0 + i * chh + 12) + '">rank ' + esc(r) + "</text>");
+      heat[r].forEach(function (v, j) {
+        cellsOut.push('<rect data-rank="' + esc(r) + '" data-pair="' + j + '" x="' + (X0 + j * cw) + '" y="' + (Y0 + i * chh) + '" width="' + (cw - 1) + '" height="' + (chh - 1) +
+          '" fill="' + diverging(v, hmax) + '"><title>rank ' + esc(r) + ", step " + esc(pairs[j][0]) + " \u2192 " + esc(pairs[j][1]) + ": " + esc(signed(v)) + "</title></rect>");
+      });
+    });
+    h.push('<h3>Step-time change, ranks \u00d7 steps</h3><div class="sub">new minus base step time (red: slower, green: faster; up to ' + esc(signed(hmax)) +
+      ')</div><svg id="diff-heat" width="' + (X0 + pairs.length * cw + 10) + '" height="' + (Y0 + hr.length * chh + 4) + '">' + cellsOut.join("") + "</svg>");
+  }
+  el("diff").innerHTML = h.join("");
 }
 
 function drawMaps() {

@@ -47,6 +47,8 @@ svg{display:block;font-size:10px}#heatmap,#hostmap{shape-rendering:crispEdges}
 border-radius:4px;display:none;white-space:pre;z-index:9;max-width:520px}
 .card{border:1px solid #e3e3e3;border-radius:4px;padding:6px 10px;margin:8px 0}
 .warn{color:#9a3412}.legend{display:flex;align-items:flex-start;gap:10px}
+#diff-summary{font-size:15px;margin:8px 0 4px;padding:8px 12px;background:#fdf0f0;border-left:4px solid #b2182b}
+#diff-summary.none{background:#eef7ee;border-left-color:#2f8f46}
 """
 
 #: the page's script (report/page.js, shipped in the wheel as package data)

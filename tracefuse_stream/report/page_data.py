@@ -97,12 +97,15 @@ def command_line(
     ranks: Optional[str] = None,
     cycle: Optional[str] = None,
     steps: Optional[str] = None,
+    against: Optional[Sequence[str]] = None,
 ) -> str:
     """The ``tracefuse report`` command that makes this page (for the page's header)."""
     parts = ["tracefuse", "report", *map(str, inputs)]
     for flag, v in (("--ranks", ranks), ("--cycle", cycle), ("--steps", steps)):
         if v is not None:
             parts += [flag, str(v)]
+    if against:
+        parts += ["--against", *map(str, against)]
     return shlex.join(parts + ["-o", output])
 
 

@@ -1,0 +1,154 @@
+"""One run's per-rank, per-step figures: what ``tracefuse diff`` compares.
+
+Why: a diff must compare like with like, from the same pass and the same aggregates
+``info --collectives`` builds (no second engine): info's single pass keeps each rank's
+timeline partitioned at its step starts and ends (analyze/timeline.py), so a whole
+step's operators (self time and calls), time outside operators (by annotation), GPU
+kernels and GPU idle time are a sum of segments; the step time is the step's span; the
+collective wait of a rank in a step is the straggler analysis' (analyze/stragglers.py).
+
+Every figure is a ``(kind, name)`` with a value (ns) and a count per rank and step: a
+new figure (the per-step GPU compute / communication / exposed communication / idle of
+the step-breakdown analysis) plugs in with :meth:`RunFigures.add`, and the diff, its
+test, its classes and its report take it as they take the others.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from tracefuse_stream.align.collectives import RankScan
+from tracefuse_stream.analyze.analysis import Analysis
+from tracefuse_stream.analyze.timeline import Part, Segments, breakdown, unit_parts
+
+Key = Tuple[str, str]  # (kind, name)
+STEP_KEY: Key = ("step", "step time")
+WAIT_KEY: Key = ("wait", "collectives")
+#: kinds that partition the step's main thread: their changes add up to the step time's
+PARTITION_KINDS = ("op", "outside_ops")
+#: where each kind is measured (the JSON's ``where``)
+WHERE = {
+    "step": "step",
+    "op": "main thread",
+    "outside_ops": "main thread",
+    "kernel": "GPU",
+    "kernel_category": "GPU",
+    "gpu_idle": "GPU",
+    "wait": "collectives",
+}
+
+
+#: GPU kernel categories by name, first match wins (convolutions before GEMMs: cuDNN's
+#: implicit-GEMM convolutions say "gemm" too)
+CATEGORIES: Tuple[Tuple[str, re.Pattern[str]], ...] = tuple(
+    (cat, re.compile(rx, re.I))
+    for cat, rx in (
+        ("communication", r"nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|sendrecv|alltoall"),
+        ("memcpy", r"memcpy"),
+        ("memset", r"memset"),
+        ("convolution", r"conv|implicit_?gemm|dgrad|wgrad|fprop|winograd|cudnn::cnn"),
+        ("attention", r"flash|fmha|attention|sdpa"),
+        ("GEMM", r"gemm|gemv|matmul|cublas|cutlass"),
+        ("normalization", r"norm|bn_fw|bn_bw"),
+        ("elementwise / reduction", r"elementwise|reduce|reduction|softmax"),
+    )
+)
+
+
+@lru_cache(maxsize=4096)
+def kernel_category(name: str) -> str:
+    """The category of a GPU kernel (or memcpy / memset) by its name; ``other``: none
+    (cached: a run has few kernel names, met once per rank and step, and C++ kernel
+    names run to kilobytes)."""
+    return next((cat for cat, rx in CATEGORIES if rx.search(name)), "other")
+
+
+def step_parts(segments: Segments, steps: Dict[int, Tuple[int, int]]) -> Dict[int, Dict[Key, Part]]:
+    """Each step's whole span (``steps``: step -> (lo, hi), file-relative ns): its main
+    thread's parts and those of every GPU the pass partitioned, summed over the GPUs (a
+    run-vs-run diff compares whole steps, not stretches up to a collective); a step the
+    pass did not cut at is left out. Unit by unit, steps inside: each unit's rows are
+    decompressed once (Segments.rows_of keeps the last)."""
+    out: Dict[int, Dict[Key, Part]] = {}
+    for step, (lo, hi) in sorted(steps.items(), key=lambda kv: (segments.step_thread.get(kv[0], b""), kv[0])):
+        bd = breakdown(segments, step, lo, hi)
+        if bd is not None:
+            out[step] = dict(bd.parts)
+    for dev in sorted(segments.gpu):
+        for step, parts in out.items():
+            lo, hi = steps[step]
+            for key, part in unit_parts(segments, segments.gpu[dev], lo, hi).items():
+                old = parts.get(key)
+                parts[key] = part if old is None else Part(old.ns + part.ns, old.count + part.count)
+    return out
+
+
+@dataclass
+class RunFigures:
+    """``values[(kind, name)][rank][step] = (ns, count)``; ``steps[rank]``: the steps
+    the rank recorded; the run's straggler verdict beside them."""
+
+    ranks: List[int]
+    steps: Dict[int, List[int]]
+    values: Dict[Key, Dict[int, Dict[int, Tuple[int, int]]]] = field(default_factory=dict)
+    world_size: Optional[int] = None
+    verdict: str = ""
+    stragglers: List[int] = field(default_factory=list)
+
+    def add(self, kind: str, name: str, rank: int, step: int, ns: int, count: int = 0) -> None:
+        """One figure of one rank in one step (added to what is there)."""
+        per = self.values.setdefault((kind, name), {}).setdefault(rank, {})
+        old = per.get(step, (0, 0))
+        per[step] = (old[0] + ns, old[1] + count)
+
+    def series(self, key: Key, rank: int, steps: Sequence[int]) -> Tuple[List[int], List[int]]:
+        """(ns per step, count per step) of ``key`` on ``rank`` over ``steps`` (0 where absent)."""
+        per = self.values.get(key, {}).get(rank, {})
+        got = [per.get(s, (0, 0)) for s in steps]
+        return [g[0] for g in got], [g[1] for g in got]
+
+
+def run_figures(
+    ranks: Sequence[int],
+    scans: Sequence[RankScan],
+    analysis: Optional[Analysis],
+    world_size: Optional[int] = None,
+    verdict: str = "",
+) -> RunFigures:
+    """The figures of one run (one cycle): ``scans`` in the order of ``ranks``, from
+    info's single pass with its timelines; ``analysis``: the same cycle's (waits and
+    stragglers)."""
+    out = RunFigures(sorted(ranks), {}, world_size=world_size, verdict=verdict)
+    for rank, scan in zip(ranks, scans):
+        out.steps[rank] = sorted(scan.steps)
+        every = step_parts(scan.timeline, scan.steps) if scan.timeline is not None else {}
+        for step, (lo, hi) in sorted(scan.steps.items()):
+            out.add(*STEP_KEY, rank, step, hi - lo, 1)
+            for (kind, name), part in sorted(every.get(step, {}).items()):
+                out.add(kind, name, rank, step, part.ns, part.count)
+                if kind == "kernel":  # by category too: "GEMM +3.1 ms" over many kernel names
+                    out.add("kernel_category", kernel_category(name), rank, step, part.ns, part.count)
+    if analysis is not None:
+        out.stragglers = [s.rank for s in analysis.verdict.stragglers]
+        for row in analysis.verdict.by_step:
+            if row.step is None:
+                continue
+            for rank, ns in row.wait.items():
+                out.add(*WAIT_KEY, rank, row.step, ns, 0)
+    return out
+
+
+__all__ = [
+    "CATEGORIES",
+    "Key",
+    "PARTITION_KINDS",
+    "RunFigures",
+    "STEP_KEY",
+    "WAIT_KEY",
+    "WHERE",
+    "kernel_category",
+    "run_figures",
+]

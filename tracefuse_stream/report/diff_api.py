@@ -1,0 +1,170 @@
+"""``tracefuse_stream.diff()`` and the runs behind ``tracefuse diff``: two runs compared.
+
+Why here: each run is read exactly as ``info --collectives`` reads it (report/info.py's
+single pass per file, with its timelines; the same run checks and cycle choice as
+``stragglers()``), then reduced to per-rank, per-step figures (analyze/diff_figures.py)
+and compared (analyze/diff.py). The command line and the Python API share this, so
+``diff()`` returns exactly the object ``diff --json`` prints (docs/diff.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+from tracefuse_stream.analyze.analysis import collect_analyses
+from tracefuse_stream.analyze.diff import Diff, compare
+from tracefuse_stream.analyze.diff_figures import RunFigures, run_figures
+from tracefuse_stream.analyze.diff_match import Matched, match_ranks, match_steps, run_steps
+from tracefuse_stream.errors import InputError
+from tracefuse_stream.listing import inline
+from tracefuse_stream.plan.runcheck import require_one_run
+from tracefuse_stream.rankset import parse_rank_spec, parse_steps
+from tracefuse_stream.report.collectives import verdict_sentence
+from tracefuse_stream.report.diff_json import to_json
+from tracefuse_stream.report.info import collect_info
+from tracefuse_stream.report.page_data import choose_shown_cycle, select_cycle
+
+Inputs = Union[str, Sequence[str]]
+Ranks = Union[None, str, Sequence[int]]
+
+
+@dataclass
+class Run:
+    """One run read for a diff: its figures, the files and the input warnings."""
+
+    figures: RunFigures
+    paths: List[str]
+    warnings: List[str]
+
+
+def _paths(inputs: Inputs) -> List[str]:
+    return [inputs] if isinstance(inputs, str) else [str(p) for p in inputs]
+
+
+def _ranks(ranks: Ranks) -> Optional[List[int]]:
+    if ranks is None:
+        return None
+    return parse_rank_spec(ranks) if isinstance(ranks, str) else list(ranks)
+
+
+def load_run(
+    inputs: Inputs, *, ranks: Optional[List[int]], rank_from: str, cycle: Any, jobs: int, label: str
+) -> Run:
+    """Read one run (one pass per file, as ``info --collectives``) into its figures; a
+    broken file is an :class:`InputError` naming it; mixed runs, one recording under
+    several ranks, a ``cycle`` that is not there: the ``merge`` / ``stragglers()`` errors."""
+    paths = _paths(inputs)
+    scans: List[Any] = []
+    plans, _rows, _out, _text = collect_info(
+        paths, rank_from=rank_from, ranks=ranks, jobs=jobs, sections=["collectives"], scans_out=scans
+    )
+    if plans.broken:
+        path, why = plans.broken[0]
+        raise InputError(path, f"{label}: {why}")
+    key = choose_shown_cycle(plans, cycle, inline(paths, limit=3))
+    require_one_run(select_cycle(plans.run_checks(), key), f"diff ({label})")
+    mine = [(p, s) for p, s in zip(plans, scans) if p.cycle == key]
+    analysis = collect_analyses([p for p, _ in mine], [s for _, s in mine], jobs, every_rank=False).get(key)
+    verdict = (
+        verdict_sentence(analysis.table, analysis.verdict, analysis.stats) if analysis is not None else ""
+    )
+    sizes = [p.world_size for p, _ in mine if p.world_size is not None]
+    figures = run_figures(
+        [p.rank for p, _ in mine],
+        [s for _, s in mine],
+        analysis,
+        world_size=max(sizes) if sizes else None,
+        verdict=f"straggler: {verdict}" if verdict else "straggler: not assessed (no collective matched)",
+    )
+    return Run(figures, paths, plans.warnings())
+
+
+def _window(spec: Optional[str]) -> Optional[Tuple[int, int]]:
+    return parse_steps(spec) if spec else None
+
+
+def match(
+    base: RunFigures,
+    new: RunFigures,
+    *,
+    ranks_given: bool,
+    steps: Optional[str] = None,
+    base_steps: Optional[str] = None,
+    new_steps: Optional[str] = None,
+    align_steps: str = "number",
+) -> Matched:
+    """The ranks and step pairs to compare (analyze/diff_match.py; ``--steps`` for both
+    runs, ``--base-steps`` / ``--new-steps`` for one)."""
+    ranks = match_ranks(base.ranks, new.ranks, (base.world_size, new.world_size), ranks_given)
+    b = run_steps(base.steps, ranks, _window(base_steps or steps))
+    n = run_steps(new.steps, ranks, _window(new_steps or steps))
+    recorded = (run_steps(base.steps, ranks, None), run_steps(new.steps, ranks, None))
+    return Matched(ranks, match_steps(b, n, align_steps, recorded), align_steps)
+
+
+def run_diff(
+    base: Inputs,
+    new: Inputs,
+    *,
+    ranks: Ranks = None,
+    rank_from: str = "auto",
+    steps: Optional[str] = None,
+    base_steps: Optional[str] = None,
+    new_steps: Optional[str] = None,
+    align_steps: str = "number",
+    cycle: Any = None,
+    jobs: int = 1,
+    base_cycle: Any = None,
+    new_cycle: Any = None,
+) -> Tuple[Diff, Run, Run]:
+    """Both runs read and compared (the command line's and :func:`diff`'s work)."""
+    wanted = _ranks(ranks)
+    bc = cycle if base_cycle is None else base_cycle
+    nc = cycle if new_cycle is None else new_cycle
+    b = load_run(base, ranks=wanted, rank_from=rank_from, cycle=bc, jobs=jobs, label="BASE")
+    n = load_run(new, ranks=wanted, rank_from=rank_from, cycle=nc, jobs=jobs, label="NEW")
+    m = match(
+        b.figures, n.figures, ranks_given=wanted is not None,
+        steps=steps, base_steps=base_steps, new_steps=new_steps, align_steps=align_steps,
+    )  # fmt: skip
+    return compare(b.figures, n.figures, m), b, n
+
+
+def diff(
+    base: Inputs,
+    new: Inputs,
+    *,
+    ranks: Ranks = None,
+    rank_from: str = "auto",
+    steps: Optional[str] = None,
+    base_steps: Optional[str] = None,
+    new_steps: Optional[str] = None,
+    align_steps: str = "number",
+    cycle: Any = None,
+    jobs: int = 1,
+    base_cycle: Any = None,
+    new_cycle: Any = None,
+) -> Dict[str, Any]:
+    """What changed from run ``base`` to run ``new``, on which ranks, and whether it is
+    real: the object ``tracefuse diff --json`` prints (schema: docs/diff.md).
+
+    ``base`` / ``new``: files and run directories as ``merge`` takes them; ``ranks``: a
+    subset of both (``"0-3"`` or a list; needed when the world sizes differ);
+    ``steps`` (``"A:B"``) for both runs, ``base_steps`` / ``new_steps`` for one;
+    ``align_steps``: ``"number"`` (the same ``ProfilerStep#N``) or ``"position"``;
+    ``cycle``: the profiling cycle of each run (default: the latest; ``base_cycle`` /
+    ``new_cycle``: of one run, e.g. two cycles of one folder). Runs that cannot
+    be matched raise :class:`~tracefuse_stream.errors.UsageError` naming what differs
+    and the option that resolves it; an unreadable file an
+    :class:`~tracefuse_stream.errors.InputError` naming it.
+    """
+    d, b, n = run_diff(
+        base, new, ranks=ranks, rank_from=rank_from, steps=steps, base_steps=base_steps,
+        new_steps=new_steps, align_steps=align_steps, cycle=cycle, jobs=jobs,
+        base_cycle=base_cycle, new_cycle=new_cycle,
+    )  # fmt: skip
+    return to_json(d, b.paths, n.paths, b.warnings, n.warnings)
+
+
+__all__ = ["Run", "diff", "load_run", "match", "run_diff"]
