@@ -85,7 +85,8 @@ CASES = [
     (
         '{"a": "\\"traceEvents\\": [", "b": {"traceEvents": [1]}, "a": -0.0, "e": [1e3, 2E-2, -0],'
         ' "u": "\\u00e9\\ud83d\\ude00", "n": 123456789012345678901234567890, "traceEvents": ['
-        + X.replace("TS", "13.5") + "]}",
+        + X.replace("TS", "13.5")
+        + "]}",
         None,
     ),  # fmt: skip
     ('{"big": "' + "b" * 1_200_000 + '", "traceEvents": [' + X.replace("TS", "14") + "]}", None),

@@ -24,12 +24,14 @@ LEAVES = (
     | st.text(max_size=8)
     | st.decimals(allow_nan=False, allow_infinity=False, places=3)
 )
-KEYS = st.text(max_size=6) | st.integers(-5, 5) | st.booleans() | st.none() | st.floats(-2, 2, allow_nan=False)
+KEYS = (
+    st.text(max_size=6) | st.integers(-5, 5) | st.booleans() | st.none() | st.floats(-2, 2, allow_nan=False)
+)
 TREES = st.recursive(
     LEAVES,
-    lambda inner: st.lists(inner, max_size=4)
-    | st.tuples(inner, inner)
-    | st.dictionaries(KEYS, inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.tuples(inner, inner) | st.dictionaries(KEYS, inner, max_size=4)
+    ),
     max_leaves=30,
 )
 

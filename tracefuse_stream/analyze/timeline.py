@@ -303,16 +303,11 @@ class Segments:
     def rows_of(self, packed: bytes) -> array[int]:
         """A unit's rows, decompressed (the last two kept, for the whole process: a
         rank's stretches are broken down one after another, on its thread and GPU)."""
-        for i, (k, flat) in enumerate(_UNPACKED):
-            if k is packed:
-                if i:
-                    _UNPACKED.insert(0, _UNPACKED.pop(i))
-                return flat
-        flat = array("q")
-        flat.frombytes(zlib.decompress(packed))
-        _UNPACKED.insert(0, (packed, flat))
-        del _UNPACKED[2:]
-        return flat
+        hit = next((flat for k, flat in _UNPACKED if k is packed), None)
+        if hit is None:
+            hit = array("q", zlib.decompress(packed))
+            _UNPACKED[:] = [(packed, hit)] + _UNPACKED[:1]
+        return hit
 
 
 _UNPACKED: List[Tuple[bytes, array[int]]] = []  # (packed, its rows): the last two decompressed
