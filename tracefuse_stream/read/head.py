@@ -29,6 +29,7 @@ from tracefuse_stream.errors import TraceFuseError
 from tracefuse_stream.exactjson import dumps_fast
 from tracefuse_stream.read.depthgate import DepthGate
 from tracefuse_stream.read.sources import TraceReader
+from tracefuse_stream.read.textcheck import MAX_KEY_DEPTH, depth
 from tracefuse_stream.read.toplevel import (
     ARRAY,
     EVENTS_OPEN,
@@ -187,6 +188,23 @@ class _Replay:
         return self._reader.read(n)
 
 
+def _too_deep(header: Dict[str, Any]) -> bool:
+    """Whether a value nests deeper than the walk allows (``MAX_KEY_DEPTH``); a long
+    value already kept (:func:`_share`) was checked when first met."""
+    for v in header.values():
+        if type(v) is not dict and type(v) is not list:
+            continue
+        try:
+            text = dumps_fast(v)
+        except (TypeError, ValueError, OverflowError):
+            return True
+        if text in _SHARED:
+            continue
+        if text.count(b"[") + text.count(b"{") > MAX_KEY_DEPTH and depth(v, MAX_KEY_DEPTH) > MAX_KEY_DEPTH:
+            return True
+    return False
+
+
 def _fast_object_head(checked: StartReader, compression: str) -> Tuple[Optional[Head], bytes]:
     """The header of an object trace decoded whole by msgspec (``keys_before``): ijson
     builds a value event by event in Python, ~45 ms for a 190 KB ``deviceProperties``,
@@ -202,6 +220,8 @@ def _fast_object_head(checked: StartReader, compression: str) -> Tuple[Optional[
         buf += more
         for m in EVENTS_OPEN.finditer(buf):
             header = keys_before_at(buf, m.start(), exact=True)
+            if header is not None and _too_deep(header):
+                return None, buf  # the walk names the key nested too deep, as it always did
             if header is not None:
                 head = Head(ok=True, layout=OBJECT, header=header, compression=compression)
                 rest = _Replay(buf[m.end() - 1 :], checked)  # from the array's "["
