@@ -19,7 +19,7 @@ The public API, all importable from here and typed (``py.typed``)::
   :class:`UsageError` (arguments), :class:`OutputError` (the output cannot be
   written), :class:`Interrupted` (SIGINT/SIGTERM; nothing written) and
   :class:`VerifyFailed` (``verify=True`` found an error in the written file);
-* :func:`stragglers` ``(inputs, ranks=None, cycle=None, jobs=1)``: the straggler report
+* :func:`stragglers` ``(inputs, ranks=None, cycle=None, jobs=1, dask=None)``: the straggler report
   of ``info --collectives --json`` (who holds the others back, per step, and why) as a
   :class:`StragglerReport` dict (report/api.py; schema in docs/collectives.md);
 * :class:`TraceFuse`: the TraceLens-compatible class (compat.py).
