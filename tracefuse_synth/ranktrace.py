@@ -26,7 +26,7 @@ from tracefuse_synth.common import (
 )
 from tracefuse_synth.model import _Model
 from tracefuse_synth.rankgen import _RankGen
-from tracefuse_synth.schedule import START_LEAD_NS, _StepPlan
+from tracefuse_synth.schedule import START_LEAD_NS, WINDOW_SPREAD_NS, _StepPlan
 from tracefuse_synth.sink import _device_properties, _Sink
 from tracefuse_synth.templates import _K_ADD
 
@@ -63,6 +63,7 @@ def write_rank_trace(
     layers: int = 4,
     trace_name: Optional[str] = None,
     compresslevel: Optional[int] = None,
+    window_spread_ns: int = WINDOW_SPREAD_NS,
 ) -> Dict[str, Any]:
     """Stream one rank's Kineto-shaped trace to ``path`` and return a small summary.
 
@@ -77,7 +78,11 @@ def write_rank_trace(
     collective kernel ends by a seeded uniform amount in ``[-j, j]``. ``first_step``
     numbers ``ProfilerStep#N`` (profilers started at different times label the same
     training step differently). ``device`` defaults to ``rank % gpus_per_host``;
-    ``same_pid`` gives every rank the CPU pid 542 (containers).
+    ``same_pid`` gives every rank the CPU pid 542 (containers). ``window_spread_ns``:
+    the profilers of a run start up to this long apart (a 300 us spread gives ~2 ranks
+    of 1,024 the same start nanosecond, which the run check takes for one recording
+    under two ranks: thousands of ranks need a wider one); the first step comes the
+    same lead after the latest start.
 
     The summary has ``path``, ``rank``, ``n_steps``, ``n_collectives``, ``bytes``
     (uncompressed), ``file_bytes``, ``events`` and counts ``by_ph`` / ``by_cat`` /
@@ -95,7 +100,7 @@ def write_rank_trace(
         trace_name = f"/tmp/tmp{random.Random(f'{seed}:name:{rank}').getrandbits(40):010x}.json"
 
     model = _Model(layers)
-    win_start = _window_start(seed, rank, start_ns, shift)
+    win_start = _window_start(seed, rank, start_ns, shift, window_spread_ns)
 
     tmp = path.with_name(path.name + ".tracefuse-tmp")
     sink = _Sink(tmp, compress, compresslevel)
@@ -106,7 +111,8 @@ def write_rank_trace(
         sink.write(head + '  "traceEvents": [\n')
         g = _RankGen(sink, rank, seed, model, ids, shift, kernel_jitter_ns, world_size)
         _kernel_before_window(g, win_start, ids[3])
-        n, true_t = _steps(g, seed, model, first_step, start_ns + START_LEAD_NS, steps, target_bytes)
+        first_ns = start_ns + START_LEAD_NS + max(0, window_spread_ns - WINDOW_SPREAD_NS)
+        n, true_t = _steps(g, seed, model, first_step, first_ns, steps, target_bytes)
         end = true_t + shift
         if end // 1000 >= MAX_TS_US:
             raise ValueError("ts would exceed 2**43 us; use fewer steps or an earlier start_ns")
@@ -122,11 +128,11 @@ def write_rank_trace(
     return _summary(g, path, rank, n)
 
 
-def _window_start(seed: int, rank: int, start_ns: int, shift: int) -> int:
-    """Where this rank's profiling window starts (rank ts ns): up to 300 us after the
-    run's common start, as profilers on different processes start apart."""
+def _window_start(seed: int, rank: int, start_ns: int, shift: int, spread_ns: int = WINDOW_SPREAD_NS) -> int:
+    """Where this rank's profiling window starts (rank ts ns): up to ``spread_ns`` after
+    the run's common start, as profilers on different processes start apart."""
     rank_rng = random.Random(f"{seed}:window:{rank}")
-    win_start = start_ns + int(300 * _US * rank_rng.random()) + shift
+    win_start = start_ns + int(spread_ns * rank_rng.random()) + shift
     if win_start < 0:
         raise ValueError("events would have a negative ts: start_ns is before base_time_ns")
     return win_start
