@@ -5,8 +5,10 @@
         [--configs j1,j2,dask] [--workers 2] [--json-output] [--out results.json]
 
 For each rank count N: a synthetic run (``python -m tracefuse_synth DIR --ranks N
---steps 10 --layers 1 --jobs 2 --window-spread-ms 1000 -q``; the wider spread keeps
-every rank's start nanosecond distinct, as the run check requires), then the same
+--steps 10 --layers 1 --hosts N/8 --jobs 2 --window-spread-ms 1000 -q``: eight GPUs per
+host, as on real nodes (one host of N GPUs lists N devices in every file's header,
+input and plans growing as N squared); the wider spread keeps every rank's start
+nanosecond distinct, as the run check requires), then the same
 command under each configuration, in turn:
 
 * ``j1``   ``tracefuse info --collectives [--json] -j 1 DIR`` (one process);
@@ -49,12 +51,12 @@ MB = 1e6
 
 def ensure_run(root: Path, ranks: int) -> Path:
     """The synthetic run of ``ranks`` ranks under ``root`` (made once, then reused)."""
-    out = root / f"r{ranks}"
+    out = root / f"r{ranks}h"
     done = out / ".complete"
     if done.exists():
         return out
     cmd = [PY, "-m", "tracefuse_synth", str(out), "--ranks", str(ranks), "--steps", "10", "--layers", "1"]
-    cmd += ["--jobs", "2", "--window-spread-ms", "1000", "-q"]
+    cmd += ["--hosts", str(max(1, ranks // 8)), "--jobs", "2", "--window-spread-ms", "1000", "-q"]
     subprocess.run(cmd, check=True, env=_env())
     done.write_text("")
     return out

@@ -163,6 +163,15 @@ def test_info_every_section_by_address_is_identical(cluster: Cluster, tmp_path: 
     assert local[0] == 0 and "straggler: rank 5" in local[1]
 
 
+def test_the_python_api_takes_dask_too(cluster: Cluster) -> None:
+    import tracefuse_stream
+
+    local = tracefuse_stream.stragglers(str(DDP8), jobs=1)
+    before = cluster.executed()
+    assert tracefuse_stream.stragglers(str(DDP8), dask=cluster.address) == local
+    assert cluster.executed() > before and local["straggler"] == 5
+
+
 def test_report_page_is_identical(cluster: Cluster, tmp_path: Path) -> None:
     (code, _, err), here, there = local_and_dask(["report", str(DDP8), "-o", "page.html"], tmp_path, cluster)
     assert code == 0 and err.startswith(

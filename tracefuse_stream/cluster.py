@@ -25,6 +25,7 @@ import contextlib
 import os
 import re
 import uuid
+import warnings
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from tracefuse_stream._version import __version__
@@ -125,12 +126,13 @@ class DaskCluster:
         token = uuid.uuid4().hex[:12]
         futures = [
             self.client.submit(_run_chunk, fn, arglist[a:b], key=f"tracefuse-{name}-{token}-{i}", pure=False)
-            for i, (a, b) in enumerate(task_chunks(len(arglist), self.threads()))
+            for i, (a, b) in enumerate(task_chunks(len(arglist), 4 * self.threads()))
         ]
         out: List[Any] = []
         try:
             for fut in futures:
                 out.extend(fut.result())
+                fut.release()  # the worker frees it now: workers hold only the results not yet fetched
         except TraceFuseError:
             raise
         except Exception as e:
@@ -152,7 +154,7 @@ class DaskCluster:
             return ClusterError(
                 f"--dask {self.address}: a worker cannot import tracefuse-stream ({e}); install it there"
             )
-        if isinstance(e, (OSError, d.client.FutureCancelledError)):
+        if isinstance(e, (d.comm.CommClosedError, d.client.FutureCancelledError)):
             return ClusterError(
                 f"--dask {self.address}: lost the cluster ({type(e).__name__}: {e}). Nothing was written"
             )
@@ -203,12 +205,16 @@ def dask_backend(address: Optional[str], inputs: Any = ()) -> Iterator[Optional[
     if not address:
         yield None
         return
-    cluster = connect(address, inputs)
-    try:
-        with remote_backend(cluster.map):
-            yield cluster
-    finally:
-        cluster.close()
+    with warnings.catch_warnings():
+        # the per-rank arguments (plans with their headers) are the data: Dask's advice
+        # to load data with Dask instead does not apply, and its warning is no output of ours
+        warnings.filterwarnings("ignore", message="Sending large graph", category=UserWarning)
+        cluster = connect(address, inputs)
+        try:
+            with remote_backend(cluster.map):
+                yield cluster
+        finally:
+            cluster.close()
 
 
 __all__ = ["CONNECT_SECONDS", "DaskCluster", "INSTALL_HINT", "connect", "dask_backend", "input_paths"]
