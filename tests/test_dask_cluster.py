@@ -68,13 +68,13 @@ def _start(argv: List[str], env: Dict[str, str], cwd: Path, log: Path) -> subpro
         )
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    home = tmp_path_factory.mktemp("dask")
+@contextlib.contextmanager
+def started(home: Path, pythonpath: str, workers: int) -> Iterator[Cluster]:
+    """A scheduler and ``workers`` workers in ``home``, importing from ``pythonpath``."""
     sched = home / "scheduler.json"
     env = dict(
         os.environ,
-        PYTHONPATH=str(REPO),
+        PYTHONPATH=pythonpath,
         DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES="1",
     )
     dask = [sys.executable, "-m", "distributed.cli.dask_scheduler"]
@@ -98,10 +98,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     ]
     worker = [sys.executable, "-m", "distributed.cli.dask_worker", "--host", "127.0.0.1"]
     worker += ["--scheduler-file", str(sched), "--nworkers", "1", "--nthreads", "1", "--no-dashboard"]
-    procs += [_start(worker, env, home, home / f"worker{i}.log") for i in range(2)]
+    procs += [_start(worker, env, home, home / f"worker{i}.log") for i in range(workers)]
     try:
         client = distributed.Client(scheduler_file=str(sched), timeout=30, set_as_default=False)
-        client.wait_for_workers(2, timeout=30)
+        client.wait_for_workers(workers, timeout=30)
         yield Cluster(sched, client, procs)
         client.close()
     finally:
@@ -114,6 +114,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait(10)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with started(tmp_path_factory.mktemp("dask"), str(REPO), workers=2) as c:
+        yield c
 
 
 def run(argv: List[str], cwd: Path) -> Tuple[int, str, str]:
@@ -215,6 +221,19 @@ def test_workers_that_cannot_see_an_input_are_named(cluster: Cluster, tmp_path: 
     assert (code, out) == (1, "")
     assert err.startswith(f"tracefuse: error: --dask {cluster.scheduler_file}: worker tcp://127.0.0.1:")
     assert f"cannot see {rel} (its directory: " in err and "shared with this machine" in err
+
+
+def test_workers_with_another_tracefuse_stream_are_refused_before_any_work(tmp_path: Path) -> None:
+    old = tmp_path / "old" / "tracefuse_stream"  # an install without cluster.py shadows this tree
+    old.mkdir(parents=True)
+    (old / "__init__.py").write_text("")
+    with started(tmp_path, str(old.parent), workers=1) as c:
+        code, out, err = run(["info", str(SAMPLE), "--dask", str(c.scheduler_file)], REPO)
+    assert (code, out) == (1, "")
+    assert err.startswith(
+        f"tracefuse: error: --dask {c.scheduler_file}: the workers cannot run tracefuse-stream "
+    )
+    assert "No module named 'tracefuse_stream.cluster'" in err and err.count("\n") == 1
 
 
 def test_an_unreachable_scheduler_is_one_clear_error() -> None:

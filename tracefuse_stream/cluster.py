@@ -78,6 +78,11 @@ def _worker_view(paths: Sequence[str]) -> Tuple[str, str, List[str]]:
     return __version__, os.getcwd(), [p for p in paths if not os.path.exists(p)]
 
 
+def _one_line(e: BaseException) -> str:
+    """``e`` for a one-line message (Dask wraps a worker's exception in its repr)."""
+    return " ".join(f"{type(e).__name__}: {e}".split())
+
+
 def _run_chunk(fn: Callable[..., Any], arglist: Sequence[Tuple[Any, ...]]) -> List[Any]:
     """One task: consecutive per-rank calls (one scheduler round trip for several small
     ranks, as the local pool's chunks)."""
@@ -101,10 +106,10 @@ class DaskCluster:
         paths = input_paths(inputs)
         try:
             views = self.client.run(_worker_view, paths)
-        except (ImportError, AttributeError, TypeError) as e:
+        except Exception as e:  # a worker cannot load this function: Dask wraps its ImportError
             raise ClusterError(
-                f"--dask {self.address}: the workers cannot run tracefuse-stream ({type(e).__name__}: {e}); "
-                f"install tracefuse-stream {__version__} where they run"
+                f"--dask {self.address}: the workers cannot run tracefuse-stream {__version__} ({_one_line(e)}); "
+                "install this version where they run"
             ) from None
         for worker, (version, cwd, missing) in sorted(views.items()):
             if version != __version__:
@@ -150,9 +155,10 @@ class DaskCluster:
                 f"--dask {self.address}: the workers running a task died too often ({e}); Dask retries a "
                 "task on another worker up to distributed.scheduler.allowed-failures times. Nothing was written"
             )
-        if isinstance(e, ImportError) and "tracefuse_stream" in str(e):
+        if "No module named 'tracefuse_stream" in str(e):  # a worker joined after the check
             return ClusterError(
-                f"--dask {self.address}: a worker cannot import tracefuse-stream ({e}); install it there"
+                f"--dask {self.address}: a worker cannot import tracefuse-stream {__version__} "
+                f"({_one_line(e)}); install this version there"
             )
         if isinstance(e, (d.comm.CommClosedError, d.client.FutureCancelledError)):
             return ClusterError(
