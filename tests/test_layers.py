@@ -53,6 +53,7 @@ LAYERS: List[Tuple[str, FrozenSet[str]]] = [
                 "listing",
                 "textout",
                 "gcpause",
+                "cluster",
             }
         ),
     ),

@@ -17,9 +17,10 @@ The public API, all importable from here and typed (``py.typed``)::
   message and an ``exit_code`` / ``kind`` (:class:`ErrorKind`): :class:`InputError`
   (a file: missing, not a trace, broken; ``path``, ``offset``, ``event_index``),
   :class:`UsageError` (arguments), :class:`OutputError` (the output cannot be
-  written), :class:`Interrupted` (SIGINT/SIGTERM; nothing written) and
-  :class:`VerifyFailed` (``verify=True`` found an error in the written file);
-* :func:`stragglers` ``(inputs, ranks=None, cycle=None, jobs=1)``: the straggler report
+  written), :class:`Interrupted` (SIGINT/SIGTERM; nothing written),
+  :class:`VerifyFailed` (``verify=True`` found an error in the written file) and
+  :class:`ClusterError` (``dask=``: the Dask cluster cannot be reached or lost the work);
+* :func:`stragglers` ``(inputs, ranks=None, cycle=None, jobs=1, dask=None)``: the straggler report
   of ``info --collectives --json`` (who holds the others back, per step, and why) as a
   :class:`StragglerReport` dict (report/api.py; schema in docs/collectives.md);
 * :func:`diff` ``(base, new, ranks=None, steps=None, ..., jobs=1)``: run vs run, what
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from tracefuse_stream._version import __version__
 from tracefuse_stream.errors import (
+    ClusterError,
     ErrorKind,
     InputError,
     Interrupted,
@@ -94,6 +96,7 @@ __all__ = [
     "UsageError",
     "Interrupted",
     "VerifyFailed",
+    "ClusterError",
     "ErrorKind",
     "__version__",
 ]

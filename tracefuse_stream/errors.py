@@ -48,6 +48,7 @@ class ErrorKind(enum.Enum):
     OUTPUT = "output"
     INTERRUPTED = "interrupted"
     VERIFY = "verify"
+    CLUSTER = "cluster"  # the Dask cluster of --dask cannot be reached or lost the work
 
 
 #: Messages are written with the command line's flags; raised to Python code they say
@@ -83,6 +84,7 @@ _PYTHON_WORDS = (
     ("--drop-cat", "drop_cat"),
     ("--clock-offsets", "clock_offsets"),
     ("--jobs", "jobs"),
+    ("--dask", "dask"),
     ("--name", "name_regex"),
     ("--args", "args"),
     ("--align", "align"),
@@ -219,6 +221,16 @@ class VerifyFailed(TraceFuseError):
 
     exit_code = EXIT_VERIFY
     kind = ErrorKind.VERIFY
+
+
+class ClusterError(TraceFuseError):
+    """``--dask``: the scheduler cannot be reached, ``distributed`` is not installed,
+    the workers cannot see the inputs or import this package, or the cluster lost a
+    task's workers more often than Dask retries (``allowed-failures``). Nothing is
+    written then."""
+
+    exit_code = EXIT_INPUT
+    kind = ErrorKind.CLUSTER
 
 
 class TerminateSignal(BaseException):

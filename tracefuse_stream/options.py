@@ -204,13 +204,19 @@ class OutputOptions:
 
 @dataclass(frozen=True)
 class Execution:
-    """How the work runs: worker processes, progress bar, salvage of broken inputs."""
+    """How the work runs: worker processes, a Dask cluster for the side passes, progress
+    bar, salvage of broken inputs."""
 
     jobs: Optional[int] = 1  # None or 0: usable cores; 1: in this process
     progress: bool = False
     salvage: bool = False
+    dask: Optional[str] = None  # a scheduler address or file: the side passes run there (cluster.py)
 
     def __post_init__(self) -> None:
+        if self.dask is not None and (not isinstance(self.dask, str) or not self.dask):
+            raise UsageError(
+                f"--dask must be a scheduler address (tcp://host:8786) or a scheduler file, not {self.dask!r}"
+            )
         if self.jobs is not None and (not _is_int(self.jobs) or self.jobs < 0):
             raise UsageError(
                 f"--jobs must be 0 (usable cores) or a positive number of workers, not {self.jobs!r}"
@@ -303,6 +309,7 @@ KEYWORDS: Mapping[str, Tuple[str, str]] = {
     "jobs": ("execution", "jobs"),
     "progress": ("execution", "progress"),
     "salvage": ("execution", "salvage"),
+    "dask": ("execution", "dask"),
 }
 
 __all__ = [

@@ -19,6 +19,7 @@ they registered in a shared array (the executor has no public "terminate").
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import io
 import math
 import os
@@ -388,14 +389,47 @@ def _kill_survivors(procs: List[Any], grace: float) -> None:
             p.join(1.0)
 
 
+#: Where :func:`parallel_map` sends its tasks instead of local worker processes while a
+#: :func:`remote_backend` block runs (``cluster.dask_backend``: a Dask cluster), or None.
+#: A context variable, not a parameter: the per-rank passes sit several calls below
+#: the command or API call that chose the cluster, and each keeps its one ``jobs``.
+Mapper = Callable[[Callable[..., Any], List[Tuple[Any, ...]]], List[Any]]
+_remote: contextvars.ContextVar[Optional[Mapper]] = contextvars.ContextVar("tracefuse_remote", default=None)
+
+
+@contextlib.contextmanager
+def remote_backend(mapper: Mapper) -> Iterator[None]:
+    """Within this block :func:`parallel_map` calls ``mapper(fn, arglist)``, which must
+    return ``[fn(*a) for a in arglist]`` in that order, raising the first task's error
+    in task order as the local pool does. The merge's main stream
+    (:func:`run_in_order`) stays local: it writes fragments to this machine's disk."""
+    token = _remote.set(mapper)
+    try:
+        yield
+    finally:
+        _remote.reset(token)
+
+
 def _call(fn_args: Tuple[Callable[..., Any], Tuple[Any, ...]], progress: Callable[[int], None]) -> Any:
     fn, args = fn_args
     return fn(*args)
 
 
 def parallel_map(fn: Callable[..., R], arglist: List[Tuple[Any, ...]], jobs: int) -> List[R]:
-    """``[fn(*a) for a in arglist]``, in worker processes when ``jobs > 1``."""
+    """``[fn(*a) for a in arglist]``, in worker processes when ``jobs > 1``, or on the
+    cluster of the enclosing :func:`remote_backend` block (``jobs`` then unused)."""
+    mapper = _remote.get()
+    if mapper is not None and arglist:
+        return mapper(fn, arglist)
     return list(run_in_order(_call, [(fn, a) for a in arglist], jobs, lambda n: None))
 
 
-__all__ = ["parallel_map", "resolve_jobs", "run_in_order", "task_chunks", "usable_cores"]
+__all__ = [
+    "Mapper",
+    "parallel_map",
+    "remote_backend",
+    "resolve_jobs",
+    "run_in_order",
+    "task_chunks",
+    "usable_cores",
+]

@@ -44,6 +44,13 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="top-level key order; repeat to cycle over ranks",
     )
+    p.add_argument(
+        "--window-spread-ms",
+        type=float,
+        default=0.3,
+        help="the ranks' profilers start up to this far apart (default 0.3; thousands of ranks need "
+        "more, e.g. 1000, or some share a start nanosecond, which the run check refuses)",
+    )
     p.add_argument("--layers", type=int, default=4, help="transformer layers (events per step)")
     p.add_argument("--same-pid", action="store_true", help="every rank has CPU pid 542")
     p.add_argument("--gpus-per-host", type=int, default=None)
@@ -87,6 +94,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 same_pid=a.same_pid,
                 layers=a.layers,
                 jobs=a.jobs,
+                window_spread_ns=int(round(a.window_spread_ms * 1_000_000)),
                 summaries=summaries,
             )
     except (ValueError, OSError) as e:

@@ -26,7 +26,7 @@ from tracefuse_synth.common import (
 )
 from tracefuse_synth.model import _Model
 from tracefuse_synth.rankgen import _RankGen
-from tracefuse_synth.schedule import START_LEAD_NS, _StepPlan
+from tracefuse_synth.schedule import START_LEAD_NS, WINDOW_SPREAD_NS, _StepPlan
 from tracefuse_synth.sink import _device_properties, _Sink
 from tracefuse_synth.templates import _K_ADD
 
@@ -63,6 +63,7 @@ def write_rank_trace(
     layers: int = 4,
     trace_name: Optional[str] = None,
     compresslevel: Optional[int] = None,
+    window_spread_ns: int = WINDOW_SPREAD_NS,
 ) -> Dict[str, Any]:
     """Stream one rank's Kineto-shaped trace to ``path`` and return a small summary.
 
@@ -77,7 +78,11 @@ def write_rank_trace(
     collective kernel ends by a seeded uniform amount in ``[-j, j]``. ``first_step``
     numbers ``ProfilerStep#N`` (profilers started at different times label the same
     training step differently). ``device`` defaults to ``rank % gpus_per_host``;
-    ``same_pid`` gives every rank the CPU pid 542 (containers).
+    ``same_pid`` gives every rank the CPU pid 542 (containers). ``window_spread_ns``:
+    the profilers of a run start up to this long apart (a 300 us spread gives ~2 ranks
+    of 1,024 the same start nanosecond, which the run check takes for one recording
+    under two ranks: thousands of ranks need a wider one); the first step comes the
+    same lead after the latest start.
 
     The summary has ``path``, ``rank``, ``n_steps``, ``n_collectives``, ``bytes``
     (uncompressed), ``file_bytes``, ``events`` and counts ``by_ph`` / ``by_cat`` /
@@ -95,7 +100,7 @@ def write_rank_trace(
         trace_name = f"/tmp/tmp{random.Random(f'{seed}:name:{rank}').getrandbits(40):010x}.json"
 
     model = _Model(layers)
-    win_start = _window_start(seed, rank, world_size, start_ns, shift)
+    win_start = _window_start(seed, rank, world_size, start_ns, shift, window_spread_ns)
 
     tmp = path.with_name(path.name + ".tracefuse-tmp")
     sink = _Sink(tmp, compress, compresslevel)
@@ -106,7 +111,8 @@ def write_rank_trace(
         sink.write(head + '  "traceEvents": [\n')
         g = _RankGen(sink, rank, seed, model, ids, shift, kernel_jitter_ns, world_size)
         _kernel_before_window(g, win_start, ids[3])
-        n, true_t = _steps(g, seed, model, first_step, start_ns + START_LEAD_NS, steps, target_bytes)
+        first_ns = start_ns + START_LEAD_NS + max(0, window_spread_ns - WINDOW_SPREAD_NS)
+        n, true_t = _steps(g, seed, model, first_step, first_ns, steps, target_bytes)
         end = true_t + shift
         if end // 1000 >= MAX_TS_US:
             raise ValueError("ts would exceed 2**43 us; use fewer steps or an earlier start_ns")
@@ -122,39 +128,41 @@ def write_rank_trace(
     return _summary(g, path, rank, n)
 
 
-def _window_offsets(seed: int, world_size: int) -> List[int]:
-    """Every rank's window offset (ns after the run's common start, under 300 us), each
-    distinct: separate processes never start their profilers at the same nanosecond, and
-    the run check (tracefuse_stream/plan/runcheck.py) takes two ranks that do, with the
-    same events, for one recording copied under two rank numbers. A rank drawing a
-    lower rank's offset moves on by 1 ns (the draws of a 1,024-rank world collide by
-    chance: 300,000 values); the others keep their draws."""
-    cached = _OFFSETS.get((seed, world_size))
+def _window_offsets(seed: int, world_size: int, spread_ns: int) -> List[int]:
+    """Every rank's window offset (ns after the run's common start, under ``spread_ns``),
+    each distinct: separate processes never start their profilers at the same
+    nanosecond, and the run check (tracefuse_stream/plan/runcheck.py) takes two ranks
+    that do, with the same events, for one recording copied under two rank numbers. A
+    rank drawing a lower rank's offset moves on by 1 ns (the draws of a 1,024-rank world
+    in 300 us collide by chance); the others keep their draws."""
+    cached = _OFFSETS.get((seed, world_size, spread_ns))
     if cached is not None:
         return cached
     taken: Set[int] = set()
     out = []
     for r in range(world_size):
-        off = int(300 * _US * random.Random(f"{seed}:window:{r}").random())
+        off = int(spread_ns * random.Random(f"{seed}:window:{r}").random())
         while off in taken:
             off += 1
         taken.add(off)
         out.append(off)
     _OFFSETS.clear()  # one world at a time per process: bounded
-    _OFFSETS[(seed, world_size)] = out
+    _OFFSETS[(seed, world_size, spread_ns)] = out
     return out
 
 
-_OFFSETS: Dict[Tuple[int, int], List[int]] = {}
+_OFFSETS: Dict[Tuple[int, int, int], List[int]] = {}
 
 
-def _window_start(seed: int, rank: int, world_size: int, start_ns: int, shift: int) -> int:
-    """Where this rank's profiling window starts (rank ts ns): up to 300 us after the
-    run's common start, as profilers on different processes start apart."""
+def _window_start(
+    seed: int, rank: int, world_size: int, start_ns: int, shift: int, spread_ns: int = WINDOW_SPREAD_NS
+) -> int:
+    """Where this rank's profiling window starts (rank ts ns): up to ``spread_ns`` after
+    the run's common start, as profilers on different processes start apart."""
     if 0 <= rank < world_size:
-        off = _window_offsets(seed, world_size)[rank]
+        off = _window_offsets(seed, world_size, spread_ns)[rank]
     else:
-        off = int(300 * _US * random.Random(f"{seed}:window:{rank}").random())
+        off = int(spread_ns * random.Random(f"{seed}:window:{rank}").random())
     win_start = start_ns + off + shift
     if win_start < 0:
         raise ValueError("events would have a negative ts: start_ns is before base_time_ns")

@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from tracefuse_synth.common import DEFAULT_BASE_TIME_NS, PathLike
 from tracefuse_synth.ranktrace import _start_offset_ns, write_rank_trace
+from tracefuse_synth.schedule import WINDOW_SPREAD_NS
 
 _EXT = {None: "", "gzip": ".gz", "zstd": ".zst"}
 
@@ -50,6 +51,7 @@ def write_run(
     jobs: int = 1,
     compresslevel: Optional[int] = None,
     summaries: Optional[List[Dict[str, Any]]] = None,
+    window_spread_ns: int = WINDOW_SPREAD_NS,
 ) -> List[Path]:
     """Write one trace per rank of a ``world_size`` job into ``out_dir``; return the
     paths in rank order.
@@ -63,7 +65,8 @@ def write_run(
     and ``{time_ns}`` (a per-rank pseudo time, for tensorboard-like names without the
     rank); ``.gz``/``.zst`` is appended for compressed files. ``jobs`` > 1 writes
     ranks in parallel processes (same bytes). ``summaries``, if given, receives each
-    rank's summary dict.
+    rank's summary dict. ``window_spread_ns``: how far apart the ranks' profilers
+    start (``write_rank_trace``; widen it for thousands of ranks).
     """
     if (mb_per_rank is None) == (steps is None):
         raise ValueError("give exactly one of mb_per_rank and steps")
@@ -80,7 +83,8 @@ def write_run(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     common = dict(world_size=world_size, seed=seed, gpus_per_host=gpus_per_host, kernel_jitter_ns=kernel_jitter_ns,
-                  same_pid=same_pid, start_ns=start_ns, layers=layers, compresslevel=compresslevel)  # fmt: skip
+                  same_pid=same_pid, start_ns=start_ns, layers=layers, compresslevel=compresslevel,
+                  window_spread_ns=window_spread_ns)  # fmt: skip
     all_kwargs = []
     for r in range(world_size):
         h, local = divmod(r, per_host)

@@ -60,6 +60,7 @@ ZERO_NS = 250 * _US
 OPT_NS = 600 * _US
 TAIL_NS = 150 * _US
 START_LEAD_NS = 800 * _US  # profiler start -> first step
+WINDOW_SPREAD_NS = 300 * _US  # the ranks' profilers start up to this far apart (default)
 
 
 class _StepPlan:

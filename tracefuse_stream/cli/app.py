@@ -13,7 +13,7 @@ import sys
 from typing import List, Optional, Sequence
 
 from tracefuse_stream._version import __version__
-from tracefuse_stream.cli.argtypes import JOBS_HELP, jobs_count
+from tracefuse_stream.cli.argtypes import JOBS_HELP, add_dask_arg, jobs_count
 from tracefuse_stream.cli.diff_cmd import add_diff_arguments
 from tracefuse_stream.cli.report_cmd import add_report_arguments
 from tracefuse_stream.cli.signals import forget_caught_interrupt, terminate_raises
@@ -90,6 +90,12 @@ def _add_filter_args(p: argparse.ArgumentParser) -> None:
 def _add_run_args(p: argparse.ArgumentParser) -> None:
     """merge: how the merge runs (workers, broken inputs)."""
     p.add_argument("-j", "--jobs", type=jobs_count, default=0, help=JOBS_HELP)
+    add_dask_arg(
+        p,
+        "merge: its side passes (--align collectives, --link-collectives and its why tracks, --window) "
+        "run there; the per-rank stream writes fragments to this machine's disk, so it stays on the "
+        "-j local workers",
+    )
     p.add_argument(
         "--salvage", action="store_true", help="merge what can be read from broken inputs instead of failing"
     )
@@ -183,6 +189,7 @@ def _add_info_args(p: argparse.ArgumentParser) -> None:
         help="collective instances matched across ranks: waits per rank and step, the straggler(s)",
     )
     p.add_argument("-j", "--jobs", type=jobs_count, default=0, help=JOBS_HELP)
+    add_dask_arg(p)
 
 
 def build_parser() -> argparse.ArgumentParser:

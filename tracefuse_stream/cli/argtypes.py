@@ -1,6 +1,8 @@
-"""Argument types shared by the commands' parsers (``-j``)."""
+"""Argument types and options shared by the commands' parsers (``-j``, ``--dask``)."""
 
 from __future__ import annotations
+
+import argparse
 
 from tracefuse_stream.errors import UsageError
 
@@ -23,4 +25,20 @@ def jobs_count(text: str) -> int:
 
 JOBS_HELP = "worker processes, 1 or more (default: usable cores; 1 = no workers)"
 
-__all__ = ["JOBS_HELP", "jobs_count"]
+#: What runs on the cluster and what stays, said once for every command's help.
+DASK_HELP = (
+    "run the per-rank scans as tasks on the Dask cluster at ADDRESS (tcp://host:8786, or the "
+    "scheduler file of 'dask scheduler --scheduler-file'); the workers read the inputs at the same "
+    "paths (a shared file system); the report is made here, byte-identical to a local run. "
+    "Needs pip install 'tracefuse-stream[dask]'"
+)
+
+
+def add_dask_arg(p: argparse.ArgumentParser, extra: str = "") -> None:
+    """``--dask ADDRESS`` on a command whose per-rank passes go through
+    ``workers.parallel_map`` (its action wraps them in ``cluster.dask_backend``);
+    ``extra``: what of this command stays local."""
+    p.add_argument("--dask", metavar="ADDRESS", help=DASK_HELP + (f"; {extra}" if extra else ""))
+
+
+__all__ = ["DASK_HELP", "JOBS_HELP", "add_dask_arg", "jobs_count"]

@@ -14,6 +14,7 @@ from typing import Any, Dict, List
 
 from tracefuse_stream.align.clock import estimate_offsets, format_alignment_table
 from tracefuse_stream.analyze.onepass import collective_ends, steps_us
+from tracefuse_stream.cluster import dask_backend
 from tracefuse_stream.errors import EXIT_INPUT, EXIT_OK
 from tracefuse_stream.plan.runcheck import merge_inputs, require_one_run
 from tracefuse_stream.rankset import compress_ranges, parse_rank_spec
@@ -24,6 +25,11 @@ from tracefuse_stream.textout import terminal
 
 
 def cmd_info(a: argparse.Namespace) -> int:
+    with dask_backend(a.dask, a.inputs):  # the per-rank passes on a cluster (--dask), if given
+        return _info(a)
+
+
+def _info(a: argparse.Namespace) -> int:
     sections = [s for s in ("steps", "collectives", "align") if getattr(a, s)]
     scans: List[Any] = []  # one pass per file answers every section (analyze/onepass.py)
     plans, rows, out, text = collect_info(

@@ -57,7 +57,9 @@ def merge_options(a: argparse.Namespace) -> MergeOptions:
             verify=True if a.verify else None,
             link_collectives=a.link_collectives,
         ),
-        execution=Execution(jobs=a.jobs, progress=not a.quiet and sys.stderr.isatty(), salvage=a.salvage),
+        execution=Execution(
+            jobs=a.jobs, progress=not a.quiet and sys.stderr.isatty(), salvage=a.salvage, dask=a.dask
+        ),
     )
 
 

@@ -15,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from tracefuse_stream.cli.argtypes import JOBS_HELP, jobs_count
+from tracefuse_stream.cli.argtypes import JOBS_HELP, add_dask_arg, jobs_count
 
 DEFAULT_OUTPUT = "report.html"
 
@@ -38,6 +38,7 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
         "--steps", metavar="A:B", help="report on ProfilerStep#A..#B only (N alone: that one step)"
     )
     p.add_argument("-j", "--jobs", type=jobs_count, default=0, help=JOBS_HELP)
+    add_dask_arg(p, "the page is written here")
     p.add_argument("-q", "--quiet", action="store_true", help="no summary line")
     p.add_argument(
         "--against",
@@ -51,6 +52,7 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
 def cmd_report(a: argparse.Namespace) -> int:
     # lazy on purpose: the parser imports this module for its arguments; the page and the
     # pass load only when the command runs (cli/app.py: a command imports its own modules)
+    from tracefuse_stream.cluster import dask_backend  # lazy: see above
     from tracefuse_stream.errors import EXIT_INPUT, EXIT_OK  # lazy: see above
     from tracefuse_stream.rankset import parse_rank_spec, parse_steps  # lazy: see above
     from tracefuse_stream.report.page import render_page  # lazy: see above
@@ -61,29 +63,30 @@ def cmd_report(a: argparse.Namespace) -> int:
     steps = parse_steps(a.steps) if a.steps else None
     if a.output != "-":  # fail before the pass, not after it
         check_output_path(Path(a.output), force=a.force, inputs=[])
-    data = report_data(
-        a.inputs,
-        rank_from=a.rank_from,
-        ranks=parse_rank_spec(a.ranks) if a.ranks is not None else None,
-        cycle=a.cycle,
-        steps=steps,
-        jobs=a.jobs,
-        command=command_line(
-            a.inputs, a.output, ranks=a.ranks, cycle=a.cycle, steps=a.steps, against=a.against
-        ),
-    )
-    if a.against:  # the diff BASE -> these inputs, as tracefuse diff gives it (docs/diff.md)
-        from tracefuse_stream.report.diff_api import diff  # lazy: see above
-
-        data.document["diff"] = diff(
-            a.against,
+    with dask_backend(a.dask, a.inputs):  # the per-rank pass on a cluster (--dask), if given
+        data = report_data(
             a.inputs,
-            ranks=a.ranks,
             rank_from=a.rank_from,
+            ranks=parse_rank_spec(a.ranks) if a.ranks is not None else None,
             cycle=a.cycle,
-            steps=a.steps,
+            steps=steps,
             jobs=a.jobs,
+            command=command_line(
+                a.inputs, a.output, ranks=a.ranks, cycle=a.cycle, steps=a.steps, against=a.against
+            ),
         )
+        if a.against:  # the diff BASE -> these inputs, as tracefuse diff gives it (docs/diff.md)
+            from tracefuse_stream.report.diff_api import diff  # lazy: see above
+
+            data.document["diff"] = diff(
+                a.against,
+                a.inputs,
+                ranks=a.ranks,
+                rank_from=a.rank_from,
+                cycle=a.cycle,
+                steps=a.steps,
+                jobs=a.jobs,
+            )
     html = render_page(data.document).encode("utf-8")
     out = AtomicOutput(a.output, force=a.force, inputs=data.input_paths)
     try:

@@ -15,6 +15,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, ParamSpec
 
 from tracefuse_stream.align.links import plan_links
+from tracefuse_stream.cluster import dask_backend
 from tracefuse_stream.errors import Interrupted, TerminateSignal, VerifyFailed
 from tracefuse_stream.listing import by_ranks
 from tracefuse_stream.options import MergeOptions
@@ -84,7 +85,8 @@ def merge(
     ``keep_cat``, ``drop_cat``, ``name_regex``, ``filter_fn``, ``args``, ``steps``,
     ``step_rank``, ``window_ms``, ``align``, ``clock_offsets``, ``force``,
     ``split_ranks``, ``dry_run``, ``verify``, ``link_collectives``, ``jobs``,
-    ``progress``, ``salvage``; see :data:`tracefuse_stream.options.KEYWORDS`) are
+    ``progress``, ``salvage``, ``dask``: a Dask scheduler address or file, where the side
+    passes run (cluster.py); see :data:`tracefuse_stream.options.KEYWORDS`) are
     ``overrides``: they set the same fields, on top of ``options`` when both are given.
     ``verify=True`` checks every written file against the inputs (default: not
     verified; no environment variable changes that); an error-level finding raises
@@ -94,6 +96,12 @@ def merge(
     no file is left under ``output`` then.
     """
     opts = MergeOptions.from_kwargs(options, **overrides)
+    with dask_backend(opts.execution.dask, inputs):  # the side passes on a cluster (dask=), if given
+        return _merge_cycles(inputs, output, opts)
+
+
+def _merge_cycles(inputs: InputSpec, output: str, opts: MergeOptions) -> MergeSummary:
+    """One merge, or one per profiling cycle (``--cycle all``)."""
     if opts.selection.cycle == "all":  # one merge per profiling cycle: merged.cycle1.json.gz, ...
         import dataclasses
 

@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional, Sequence, TypedDict, Union
 
 from tracefuse_stream.align.collectives import CollectiveTable
 from tracefuse_stream.analyze.assessment import not_assessed
+from tracefuse_stream.cluster import dask_backend
 from tracefuse_stream.errors import InputError
 from tracefuse_stream.listing import inline
 from tracefuse_stream.plan.runcheck import require_one_run
@@ -59,19 +60,29 @@ def stragglers(
     rank_from: str = "auto",
     cycle: Optional[int] = None,
     jobs: int = 1,
+    dask: Optional[str] = None,
 ) -> StragglerReport:
     """Who holds the others back, per step, and why (see :mod:`tracefuse_stream.analyze.stragglers`
     and :mod:`tracefuse_stream.analyze.why`).
 
     ``inputs``: files and run directories as ``merge`` takes them; ``ranks``: a subset
     (``"0,4"``, ``"0-7"`` or a list); ``cycle``: the profiling cycle (1-based; default the
-    latest, as ``info --collectives``); ``jobs``: worker processes. A file that cannot be
+    latest, as ``info --collectives``); ``jobs``: worker processes; ``dask``: a Dask
+    scheduler address (``tcp://host:8786``) or scheduler file: the per-rank scans run
+    on that cluster's workers instead (cluster.py; a ClusterError if it cannot). A file that cannot be
     read raises :class:`~tracefuse_stream.errors.InputError` naming it. The input warnings
     every command prints are ``warnings`` (each also an :class:`InputWarning`); mixed runs,
     one recording under several ranks, a ``cycle`` or ``ranks`` that select nothing raise
     :class:`~tracefuse_stream.errors.UsageError`, worded as ``merge`` words them.
     """
     paths = [inputs] if isinstance(inputs, str) else list(inputs)
+    with dask_backend(dask, paths):  # the per-rank passes on a cluster, if given
+        return _stragglers(paths, ranks, rank_from, cycle, jobs)
+
+
+def _stragglers(
+    paths: List[Any], ranks: Union[None, str, Sequence[int]], rank_from: str, cycle: Optional[int], jobs: int
+) -> StragglerReport:
     wanted = parse_rank_spec(ranks) if isinstance(ranks, str) else (None if ranks is None else list(ranks))
     scans: List[Any] = []
     plans, _rows, _out, _text = collect_info(
@@ -91,7 +102,7 @@ def stragglers(
     report["warnings"] = plans.warnings()  # the input warnings every command prints
     report["not_assessed"] = not_assessed(analysis.table if analysis is not None else _empty(), checks)
     for w in report["warnings"]:
-        warnings.warn(w, InputWarning, stacklevel=2)
+        warnings.warn(w, InputWarning, stacklevel=3)  # the caller of stragglers()
     return report  # type: ignore[return-value]
 
 
