@@ -139,6 +139,23 @@ class PyTimeline:
         out_d = [_packed(self._unit(d, True, cuts, names)) for d in devices]
         return list(names), out_t, out_d
 
+    def records(self, kind: int) -> Tuple[List[bytes], bytes]:
+        """(keys, packed): the records of ``kind`` in the order added, 4 native int64
+        each (a, b, name id, key index; the key: the device of a GPU record, else the
+        thread), keys in the order first seen among them (the kernel's ``records``)."""
+        if kind not in (0, 1, 2):
+            raise ValueError("Timeline.records: kind is 0, 1 or 2")
+        names: Dict[bytes, int] = {}
+        for r in self._recs:
+            names.setdefault(r[2], len(names))
+        keys: Dict[bytes, int] = {}
+        flat = array("q")
+        for a, b, name, thread, dev, k in self._recs:
+            if k == kind:
+                key = dev if kind == 2 else thread
+                flat.extend((a, b, names[name], keys.setdefault(key, len(keys))))
+        return list(keys), flat.tobytes()
+
     def _unit(self, key: bytes, gpu: bool, cuts: List[int], names: Dict[bytes, int]) -> List[Row]:
         if len(cuts) < 2 or not any(key in (r[3], r[4]) for r in self._recs):
             return []  # a key no record holds: no rows (the kernel's: a key it never interned)
