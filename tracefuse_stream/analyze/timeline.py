@@ -325,6 +325,7 @@ class TimelineFeed:
         self._labels: Dict[bytes, str] = {}
         self._gpu_dev: Dict[Tuple[Any, int], bytes] = {}
         self._keys: Dict[Tuple[Any, ...], Tuple[Optional[bytes], Optional[bytes]]] = {}  # (pid, tid) -> keys
+        self.records: Dict[int, Tuple[List[bytes], bytes]] = {}  # kind -> Timeline.records, at the end
 
     def offer(self, ev: Any) -> None:
         if type(ev) is not dict or ev.get("ph") != "X":
@@ -365,12 +366,16 @@ class TimelineFeed:
         """Partition at ``steps``' starts and ``arrivals`` (file-relative ns) the step
         threads and the GPUs of ``gpu_arrivals`` ((stream tid, start ns) of the GPU
         collectives); free the events."""
-        cuts = sorted({lo for lo, _hi in steps.values()} | set(arrivals))
+        # step ends too: a step's own window is then a sum of segments (the step-time
+        # figures' CPU side, analyze/step_time.py)
+        cuts = sorted({lo for lo, _hi in steps.values()} | {hi for _lo, hi in steps.values()} | set(arrivals))
         threads = sorted({v[2] for v in self._steps.values()})
         want = set(gpu_arrivals)
         gpu_dev = {k: d for k, d in self._gpu_dev.items() if k in want}
         devices = sorted(set(gpu_dev.values()))
         names, rows_t, rows_d = self.timeline.segments(cuts, threads, devices)
+        # what the step-time figures read before the events go (analyze/onepass.py)
+        self.records = {k: self.timeline.records(k) for k in (1, 2)}
         self.timeline = new_timeline()
         text = [n.decode("utf-8", "surrogatepass") for n in names]
 
@@ -392,6 +397,10 @@ class TimelineFeed:
             {s: v[2] for s, v in self._steps.items()},
             {k: v for k, v in self._labels.items() if k in set(threads) | set(devices)}, gpu_dev,
         )  # fmt: skip
+
+    def step_threads(self) -> Dict[int, bytes]:
+        """step -> the thread key holding its ``ProfilerStep#N``."""
+        return {s: v[2] for s, v in self._steps.items()}
 
 
 def _packed(rows: List[Row]) -> bytes:

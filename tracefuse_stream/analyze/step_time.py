@@ -1,0 +1,305 @@
+"""Where every rank's step goes: per rank and step, the GPU side and the CPU side.
+
+Why: most slow jobs have no straggler -- every rank is slow the same way
+(communication not hidden, a GPU starved by its host, copies on the critical stream).
+The straggler verdict then says "no rank stands out" and stops; these figures say
+where each rank's step went, so the ranks can be put side by side (and compared with
+another run by ``diff``).
+
+Computed once per file at the end of info's single pass (analyze/onepass.py), from
+the events the why's timeline already keeps (analyze/timeline.py), over each step's
+window: the rank's ``ProfilerStep#N`` on its own clock (Kineto puts GPU events on the
+CPU clock), so every part of a step adds up to the step time the rest of the report
+uses. What is kept per rank and step is small and bounded: the GPU parts
+(analyze/gpu_union.py), kernel time per category, the top :data:`TOP_N` kernel and
+operator names (the rest summed as ``other``), and the step thread's time outside
+operators by annotation. The events are freed with the file.
+"""
+
+from __future__ import annotations
+
+import re
+from array import array
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from tracefuse_stream.analyze.gpu_union import COMM_C, COMPUTE_C, MEMORY_C, GpuFigures, window_figures
+from tracefuse_stream.analyze.kernel_categories import COMMUNICATION, MEMORY, OTHER, KernelCategories
+from tracefuse_stream.analyze.timeline import Segments, breakdown
+
+TOP_N = 5
+OTHER_NAMES = "other"
+#: annotations the CPU side reports apart (the union of their spans in the step, on
+#: the step thread): PyTorch's ``enumerate(DataLoader)#...__next__`` and
+#: ``Optimizer.step#SGD.step`` / ``Optimizer.zero_grad#...``
+DATALOADER = re.compile(r"DataLoader")
+OPTIMIZER = re.compile(r"^Optimizer\.")
+_CLASS = {COMMUNICATION: COMM_C, MEMORY: MEMORY_C}
+
+
+@dataclass
+class GpuStep:
+    """The GPU side of one rank's step (ns). ``categories``: kernel time per category
+    (durations clipped to the step, streams summed: a category's own busy time);
+    ``kernels``: the top names by time, ``(name, ns, count)``, then ``("other", ns,
+    count)`` for the rest; ``unknown``: the names no category rule matched."""
+
+    figures: GpuFigures
+    device: str
+    categories: Dict[str, int] = field(default_factory=dict)
+    kernels: List[Tuple[str, int, int]] = field(default_factory=list)
+    unknown: List[Tuple[str, int]] = field(default_factory=list)
+
+    @property
+    def overlap_pct(self) -> Optional[float]:
+        """Share of the communication hidden by compute, %; None without communication."""
+        f = self.figures
+        return None if f.comm_ns == 0 else 100.0 * (f.comm_ns - f.comm_exposed_ns) / f.comm_ns
+
+
+@dataclass
+class CpuStep:
+    """The CPU side of one rank's step on its step thread (ns): operators by self
+    time and time outside operators by innermost annotation (the top names, then
+    ``other``), data loading and optimizer annotations, and (filled in by the
+    analysis, from the cross-rank graph) the time blocked in collectives."""
+
+    thread: Optional[str]
+    ops: List[Tuple[str, int, int]] = field(default_factory=list)  # (name, self ns, calls)
+    outside: List[Tuple[str, int]] = field(default_factory=list)  # (annotation, ns)
+    dataloader_ns: int = 0
+    optimizer_ns: int = 0
+    collective_wait_ns: Optional[int] = None
+    collective_comm_ns: Optional[int] = None
+
+
+@dataclass
+class StepTime:
+    """One rank's step: its window and where it went (``gpu`` None: no GPU events)."""
+
+    rank: int
+    step: int
+    start_ns: int  # file-relative, on the rank's clock
+    step_ns: int
+    gpu: Optional[GpuStep]
+    cpu: CpuStep
+
+
+def _top(items: Dict[str, List[int]], n: int = TOP_N) -> List[Tuple[str, int, int]]:
+    ranked = sorted(items.items(), key=lambda kv: (-kv[1][0], kv[0]))
+    out = [(k, v[0], v[1]) for k, v in ranked[:n]]
+    rest = ranked[n:]
+    if rest:
+        out.append((OTHER_NAMES, sum(v[0] for _k, v in rest), sum(v[1] for _k, v in rest)))
+    return out
+
+
+def _quads(packed: bytes) -> List[Tuple[int, int, int, int]]:
+    flat = array("q")
+    flat.frombytes(packed)
+    it = iter(flat)
+    return list(zip(it, it, it, it))
+
+
+def _device(
+    recs: List[Tuple[int, int, int, int]], keys: List[bytes], prefer: Sequence[bytes]
+) -> Optional[int]:
+    """The rank's GPU: the one its GPU collectives ran on, else the one with most events."""
+    for p in prefer:
+        if p in keys:
+            return keys.index(p)
+    counts: Dict[int, int] = {}
+    for r in recs:
+        counts[r[3]] = counts.get(r[3], 0) + 1
+    return max(sorted(counts), key=lambda k: counts[k]) if counts else None
+
+
+def _per_window(
+    recs: Sequence[Tuple[int, int, int, int]], windows: List[Tuple[int, int]]
+) -> List[Dict[int, List[int]]]:
+    """Per window: name id -> [ns clipped to the window, events starting in it]."""
+    import bisect
+
+    los = [w[0] for w in windows]
+    out: List[Dict[int, List[int]]] = [{} for _ in windows]
+    for a, b, nid, _k in recs:
+        w = max(0, bisect.bisect_right(los, a) - 1)
+        while w < len(windows) and windows[w][0] < max(b, a + 1):
+            lo, hi = windows[w]
+            d = min(b, hi) - max(a, lo)
+            if d > 0 or lo <= a < hi:
+                x = out[w].setdefault(nid, [0, 0])
+                x[0] += max(0, d)
+                x[1] += 1 if lo <= a < hi else 0
+            w += 1
+    return out
+
+
+def gpu_steps(
+    gpu: Tuple[List[bytes], bytes],
+    names: List[str],
+    windows: List[Tuple[int, int]],
+    categories: KernelCategories,
+    prefer: Sequence[bytes],
+    labels: Dict[bytes, str],
+) -> Optional[List[GpuStep]]:
+    """Each window's :class:`GpuStep` on the rank's GPU; None: no GPU events."""
+    keys, packed = gpu
+    recs = _quads(packed)
+    dev = _device(recs, keys, prefer)
+    if dev is None:
+        return None
+    mine = [r for r in recs if r[3] == dev]
+    kinds = {nid: categories.of(names[nid]) for nid in {r[2] for r in mine}}
+    evs = [(a, b, _CLASS.get(kinds[nid][1], COMPUTE_C)) for a, b, nid, _k in mine]
+    figures = window_figures(evs, windows)
+    label = labels.get(keys[dev]) or _device_label(keys[dev])
+    out = []
+    for f, per in zip(figures, _per_window(mine, windows)):
+        cats: Dict[str, int] = {}
+        unknown: Dict[str, List[int]] = {}
+        for nid, (ns, _cnt) in per.items():
+            cat = kinds[nid][0]
+            cats[cat] = cats.get(cat, 0) + ns
+            if cat == OTHER:
+                unknown[names[nid]] = [ns, 0]
+        top = _top({names[nid]: v for nid, v in per.items()})
+        out.append(
+            GpuStep(f, label, dict(sorted(cats.items())), top, [(n, v) for n, v, _c in _top(unknown)[:TOP_N]])
+        )
+    return out
+
+
+def _device_label(key: bytes) -> str:
+    return "GPU " + key[5:].decode("utf-8", "replace")
+
+
+def cpu_step(
+    segments: Segments, step: int, lo: int, hi: int, annotations: List[Tuple[int, int, str]]
+) -> CpuStep:
+    """The step thread's side of ``step`` ([lo, hi], both cuts of ``segments``);
+    ``annotations``: the step thread's (start, end, name) annotation spans."""
+    bd = breakdown(segments, step, lo, hi)
+    cs = CpuStep(bd.main_thread if bd is not None else None)
+    if bd is not None:
+        ops = {n: [p.ns, p.count] for (k, n), p in bd.parts.items() if k == "op"}
+        out = {n: [p.ns, 0] for (k, n), p in bd.parts.items() if k == "outside_ops"}
+        cs.ops = _top(ops)
+        cs.outside = [(n, ns) for n, ns, _c in _top(out)]
+    cs.dataloader_ns = _union_in([(a, b) for a, b, n in annotations if DATALOADER.search(n)], lo, hi)
+    cs.optimizer_ns = _union_in([(a, b) for a, b, n in annotations if OPTIMIZER.search(n)], lo, hi)
+    return cs
+
+
+def _union_in(spans: List[Tuple[int, int]], lo: int, hi: int) -> int:
+    total, at = 0, lo
+    for a, b in sorted(spans):
+        a, b = max(a, at), min(b, hi)
+        if b > a:
+            total += b - a
+            at = b
+    return total
+
+
+def compute(
+    rank: int,
+    steps: Dict[int, Tuple[int, int]],
+    segments: Segments,
+    records: Dict[int, Tuple[List[bytes], bytes]],
+    step_threads: Dict[int, bytes],
+    categories: KernelCategories,
+) -> List[StepTime]:
+    """Every step's :class:`StepTime` of one rank (see the module docstring):
+    ``records``: the timeline's :meth:`records` of kinds 1 (annotations) and 2 (GPU)."""
+    order = sorted(steps)
+    windows = [steps[s] for s in order]
+    prefer = sorted(set(segments.gpu_dev.values()))
+    gpu = gpu_steps(records[2], segments.names, windows, categories, prefer, segments.labels)
+    keys, packed = records[1]
+    anns = _quads(packed)
+    out = []
+    for i, s in enumerate(order):
+        lo, hi = windows[i]
+        thread = step_threads.get(s)
+        k = keys.index(thread) if thread in keys else -1
+        mine = [(a, b, segments.names[nid]) for a, b, nid, kk in anns if kk == k]
+        out.append(
+            StepTime(
+                rank, s, lo, hi - lo, gpu[i] if gpu is not None else None, cpu_step(segments, s, lo, hi, mine)
+            )
+        )
+    return out
+
+
+def fill_blocked(table: Any, rows: Sequence[StepTime]) -> None:
+    """Each row's time blocked in collectives on its rank's own step (``table``: the
+    matched :class:`~tracefuse_stream.align.collectives.CollectiveTable`, absolute
+    ns): ``collective_wait_ns`` the union of ``[arrival, last arrival]`` (waiting for
+    the others), ``collective_comm_ns`` the union of ``[arrival, end]`` less that
+    (communicating once all are in), both clipped to the step (the straggler report's
+    wait, on the rank's own step numbers)."""
+    spans: Dict[int, List[Tuple[int, int, int]]] = {}
+    for inst in table.instances:
+        last = inst.last_arrival_ns
+        for r, e in inst.entries.items():
+            spans.setdefault(r, []).append((e.start_ns, max(e.start_ns, last), e.end_ns))
+    for st in rows:
+        win = table.steps.get(st.rank, {}).get(st.step)
+        if win is None:
+            continue
+        lo, hi = win
+        mine = [x for x in spans.get(st.rank, []) if lo <= x[0] < hi]
+        wait = _union_in([(a, w) for a, w, _e in mine], lo, hi)
+        blocked = _union_in([(a, max(w, e)) for a, w, e in mine], lo, hi)
+        st.cpu.collective_wait_ns, st.cpu.collective_comm_ns = wait, blocked - wait
+
+
+def _us(ns: Optional[int]) -> Optional[float]:
+    return None if ns is None else round(ns / 1000.0, 3)
+
+
+def to_json(st: StepTime) -> Dict[str, Any]:
+    """One rank and step as ``collectives.step_time`` holds it (docs/collectives.md)."""
+    gpu = None
+    if st.gpu is not None:
+        f = st.gpu.figures
+        ov = st.gpu.overlap_pct
+        gpu = {
+            "device": st.gpu.device,
+            "compute_us": _us(f.compute_ns),
+            "comm_us": _us(f.comm_ns),
+            "comm_exposed_us": _us(f.comm_exposed_ns),
+            "memcpy_us": _us(f.memcpy_ns),
+            "idle_us": _us(f.idle_ns),
+            "overlap_pct": None if ov is None else round(ov, 2),
+            "idle_host_wait_us": _us(f.idle_host_wait_ns),
+            "idle_kernel_wait_us": _us(f.idle_kernel_wait_ns),
+            "idle_other_us": _us(f.idle_other_ns),
+            "categories_us": {k: _us(v) for k, v in st.gpu.categories.items()},
+            "top_kernels": [{"name": n, "us": _us(ns), "count": c} for n, ns, c in st.gpu.kernels],
+            "unknown_kernels": [{"name": n, "us": _us(ns)} for n, ns in st.gpu.unknown],
+        }
+    c = st.cpu
+    cpu = {
+        "thread": c.thread,
+        "top_ops": [{"name": n, "self_us": _us(ns), "count": k} for n, ns, k in c.ops],
+        "outside_ops": [{"annotation": n, "us": _us(ns)} for n, ns in c.outside],
+        "dataloader_us": _us(c.dataloader_ns),
+        "optimizer_us": _us(c.optimizer_ns),
+        "collective_wait_us": _us(c.collective_wait_ns),
+        "collective_comm_us": _us(c.collective_comm_ns),
+    }
+    return {"rank": st.rank, "step": st.step, "step_us": _us(st.step_ns), "gpu": gpu, "cpu": cpu}
+
+
+__all__ = [
+    "CpuStep",
+    "GpuStep",
+    "StepTime",
+    "TOP_N",
+    "compute",
+    "cpu_step",
+    "fill_blocked",
+    "gpu_steps",
+    "to_json",
+]
