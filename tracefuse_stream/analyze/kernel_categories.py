@@ -20,13 +20,12 @@ names, so a missing rule is visible.
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
-
-import tomllib
 
 from tracefuse_stream.errors import UsageError
 
@@ -56,7 +55,8 @@ BUILTIN: Tuple[Tuple[str, str, str], ...] = (
         "elementwise/reduction",
         COMPUTE,
         r"elementwise|vectorized|unrolled|reduce|reduction|at::native|triton|cub::|multi_tensor|"
-        r"norm|softmax|dropout|relu|gelu|silu|fill|copy|index|scatter|gather|adam|sgd|cat_",
+        r"norm|softmax|dropout|relu|gelu|silu|fill|copy|index|scatter|gather|adam|sgd|cat_|"
+        r"\bbn_|transpose|nchwtonhwc|nhwctonchw|permute|tensorop",
     ),
 )
 
@@ -112,14 +112,21 @@ def _bad(path: str, where: str, problem: str) -> UsageError:
 
 def _parse(path: str, text: str) -> Any:
     if path.lower().endswith(".toml"):
+        try:  # the standard library's from Python 3.11 (3.10: tomli where installed)
+            toml: Any = importlib.import_module("tomllib")
+        except ImportError:
+            try:
+                toml = importlib.import_module("tomli")
+            except ImportError:
+                raise _bad(path, "TOML", "needs Python 3.11+ (or tomli): write the file as JSON") from None
         try:
-            return tomllib.loads(text)
-        except tomllib.TOMLDecodeError as e:
-            raise _bad(path, "not valid TOML", str(e)) from None
+            return toml.loads(text)
+        except toml.TOMLDecodeError as err:
+            raise _bad(path, "not valid TOML", str(err)) from None
     try:
         return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise _bad(path, f"line {e.lineno}, column {e.colno}", f"not valid JSON ({e.msg})") from None
+    except json.JSONDecodeError as err:
+        raise _bad(path, f"line {err.lineno}, column {err.colno}", f"not valid JSON ({err.msg})") from None
 
 
 def load(path: str) -> KernelCategories:
@@ -127,8 +134,8 @@ def load(path: str) -> KernelCategories:
     the built-in ones. Any problem is a usage error naming the file and where in it."""
     try:
         text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise _bad(path, "cannot be read", str(e)) from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise _bad(path, "cannot be read", str(err)) from None
     doc = _parse(path, text)
     entries = doc.get("categories") if isinstance(doc, dict) else None
     if not isinstance(entries, list):
