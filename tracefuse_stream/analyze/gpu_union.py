@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
-from typing import List, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 #: a gap between two kernels at most this long is the launch gap of back-to-back
 #: kernels (measured on the real traces in ../shared/fixtures: H100/A100 1-4 us between
@@ -125,6 +125,27 @@ def window_figures(
     return out
 
 
+def name_sums(
+    events: Sequence[Tuple[int, int, int]], windows: Sequence[Tuple[int, int]]
+) -> List[Tuple[int, int, int, int]]:
+    """``(window, name id, ns clipped to it, events starting in it)`` rows, by window
+    and name id, from ``(start, end, name id)`` events; ``windows`` sorted by start."""
+    los = [w[0] for w in windows]
+    acc: Dict[Tuple[int, int], List[int]] = {}
+    for a, b, nid in events:
+        w = max(0, bisect.bisect_right(los, a) - 1)
+        while w < len(windows) and windows[w][0] < max(b, a + 1):
+            lo, hi = windows[w]
+            d = min(b, hi) - max(a, lo)
+            starts = 1 if lo <= a < hi else 0
+            if d > 0 or starts:
+                x = acc.setdefault((w, nid), [0, 0])
+                x[0] += max(0, d)
+                x[1] += starts
+            w += 1
+    return [(w, nid, x[0], x[1]) for (w, nid), x in sorted(acc.items())]
+
+
 def _idle(f: GpuFigures, a: int, b: int, after_busy: bool, before_busy: bool, kernel_wait_ns: int) -> None:
     d = b - a
     f.idle_ns += d
@@ -137,4 +158,29 @@ def _idle(f: GpuFigures, a: int, b: int, after_busy: bool, before_busy: bool, ke
         f.idle_other_ns += d
 
 
-__all__ = ["COMM_C", "COMPUTE_C", "GpuFigures", "KERNEL_WAIT_NS", "MEMORY_C", "window_figures"]
+FIGURE_FIELDS = (
+    "compute_ns", "comm_ns", "comm_exposed_ns", "memcpy_ns", "idle_ns",
+    "idle_host_wait_ns", "idle_kernel_wait_ns", "idle_other_ns",
+)  # fmt: skip  # the order of the compiled kernel's figures (csrc/timeline_steps.c)
+
+
+def as_row(f: GpuFigures) -> Tuple[int, ...]:
+    return tuple(getattr(f, k) for k in FIGURE_FIELDS)
+
+
+def from_row(window_ns: int, row: Sequence[int]) -> GpuFigures:
+    return GpuFigures(window_ns, **dict(zip(FIGURE_FIELDS, row)))
+
+
+__all__ = [
+    "COMM_C",
+    "COMPUTE_C",
+    "FIGURE_FIELDS",
+    "GpuFigures",
+    "KERNEL_WAIT_NS",
+    "MEMORY_C",
+    "as_row",
+    "from_row",
+    "name_sums",
+    "window_figures",
+]

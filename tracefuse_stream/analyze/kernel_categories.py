@@ -20,6 +20,7 @@ names, so a missing rule is visible.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import re
@@ -31,6 +32,7 @@ from tracefuse_stream.errors import UsageError
 
 COMPUTE, COMMUNICATION, MEMORY = "compute", "communication", "memory"
 CLASSES = (COMPUTE, COMMUNICATION, MEMORY)
+_CODES = {COMPUTE: 0, COMMUNICATION: 1, MEMORY: 2}  # the compiled kernel's classes (csrc/timeline_steps.c)
 OTHER = "other"
 _COMM = r"(?:nccl|rccl|multimem)"
 CategorySpec = Sequence[Tuple[str, str, str]]  # (category, class, pattern), as KernelCategories.spec
@@ -78,6 +80,22 @@ class KernelCategories:
 
     def __post_init__(self) -> None:
         self._cache: Dict[str, Tuple[str, str]] = {}
+        self._codes: Dict[str, int] = {}
+        # any rule of another class than compute: a name none of them holds is compute
+        # whatever else it matches (one search for most names, CPU operators included)
+        self._not_compute = re.compile(
+            "|".join(f"(?:{r.regex.pattern})" for r in self.rules if r.klass != COMPUTE) or "(?!)",
+            re.IGNORECASE,
+        )
+
+    def class_codes(self, names: Sequence[str]) -> bytes:
+        """One byte per name: 0 compute, 1 communication, 2 memory (the compiled
+        kernel's ``gpu_windows`` classes)."""
+        got = self._codes
+        for n in names:
+            if n not in got:
+                got[n] = _CODES[self.of(n)[1]] if self._not_compute.search(n) else 0
+        return bytes(got[n] for n in names)
 
     def of(self, name: str) -> Tuple[str, str]:
         """(category, class) of a kernel name."""
@@ -102,7 +120,13 @@ def builtin() -> KernelCategories:
 
 
 def from_spec(spec: Optional[CategorySpec]) -> KernelCategories:
-    """Rebuild :meth:`KernelCategories.spec` (None: the built-in table)."""
+    """Rebuild :meth:`KernelCategories.spec` (None: the built-in table); one object
+    per table in a process, so its per-name cache serves every file a worker reads."""
+    return _cached(None if spec is None else tuple(tuple(x) for x in spec))
+
+
+@functools.lru_cache(maxsize=4)
+def _cached(spec: Optional[Tuple[Tuple[str, str, str], ...]]) -> KernelCategories:
     return builtin() if spec is None else KernelCategories(_rules(spec))
 
 

@@ -112,16 +112,17 @@ def _scan_file(
                 scan.steps,
                 [e.ts_ns for e in scan.events],
                 [(e.tid, e.ts_ns) for e in scan.events if e.kind == "gpu"],
+                keep=True,
             )
             scan.step_time = step_time.compute(
                 plan.rank,
                 scan.steps,
                 scan.timeline,
-                feed.records,
+                feed.timeline,
                 feed.step_threads(),
                 from_spec(kernel_categories),
             )
-            feed.records = {}
+            feed.release()
         return FileScan(info, scan)
     except TraceFuseError as e:
         return FileScan(None, None, broken_text(e))

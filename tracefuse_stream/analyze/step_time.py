@@ -18,14 +18,15 @@ operators by annotation. The events are freed with the file.
 
 from __future__ import annotations
 
+import bisect
 import re
 from array import array
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from tracefuse_stream.analyze.gpu_union import COMM_C, COMPUTE_C, MEMORY_C, GpuFigures, window_figures
-from tracefuse_stream.analyze.kernel_categories import COMMUNICATION, MEMORY, OTHER, KernelCategories
-from tracefuse_stream.analyze.timeline import Segments, breakdown
+from tracefuse_stream.analyze.gpu_union import KERNEL_WAIT_NS, GpuFigures, from_row
+from tracefuse_stream.analyze.kernel_categories import OTHER, KernelCategories
+from tracefuse_stream.analyze.timeline import OUTSIDE_ALL, ROW_FIELDS, Segments
 
 TOP_N = 5
 OTHER_NAMES = "other"
@@ -34,7 +35,6 @@ OTHER_NAMES = "other"
 #: ``Optimizer.step#SGD.step`` / ``Optimizer.zero_grad#...``
 DATALOADER = re.compile(r"DataLoader")
 OPTIMIZER = re.compile(r"^Optimizer\.")
-_CLASS = {COMMUNICATION: COMM_C, MEMORY: MEMORY_C}
 
 
 @dataclass
@@ -101,69 +101,39 @@ def _quads(packed: bytes) -> List[Tuple[int, int, int, int]]:
     return list(zip(it, it, it, it))
 
 
-def _device(
-    recs: List[Tuple[int, int, int, int]], keys: List[bytes], prefer: Sequence[bytes]
-) -> Optional[int]:
-    """The rank's GPU: the one its GPU collectives ran on, else the one with most events."""
-    for p in prefer:
-        if p in keys:
-            return keys.index(p)
-    counts: Dict[int, int] = {}
-    for r in recs:
-        counts[r[3]] = counts.get(r[3], 0) + 1
-    return max(sorted(counts), key=lambda k: counts[k]) if counts else None
-
-
-def _per_window(
-    recs: Sequence[Tuple[int, int, int, int]], windows: List[Tuple[int, int]]
-) -> List[Dict[int, List[int]]]:
-    """Per window: name id -> [ns clipped to the window, events starting in it]."""
-    import bisect
-
-    los = [w[0] for w in windows]
-    out: List[Dict[int, List[int]]] = [{} for _ in windows]
-    for a, b, nid, _k in recs:
-        w = max(0, bisect.bisect_right(los, a) - 1)
-        while w < len(windows) and windows[w][0] < max(b, a + 1):
-            lo, hi = windows[w]
-            d = min(b, hi) - max(a, lo)
-            if d > 0 or lo <= a < hi:
-                x = out[w].setdefault(nid, [0, 0])
-                x[0] += max(0, d)
-                x[1] += 1 if lo <= a < hi else 0
-            w += 1
-    return out
-
-
 def gpu_steps(
-    gpu: Tuple[List[bytes], bytes],
+    timeline: Any,
     names: List[str],
     windows: List[Tuple[int, int]],
     categories: KernelCategories,
     prefer: Sequence[bytes],
     labels: Dict[bytes, str],
 ) -> Optional[List[GpuStep]]:
-    """Each window's :class:`GpuStep` on the rank's GPU; None: no GPU events."""
-    keys, packed = gpu
-    recs = _quads(packed)
-    dev = _device(recs, keys, prefer)
+    """Each window's :class:`GpuStep` on the rank's GPU -- the one its GPU collectives
+    ran on, else the one with the most GPU events -- from the file's ``timeline``
+    (its ``gpu_windows``: csrc/timeline_steps.c, or PyTimeline's); None: no GPU events."""
+    flat_w = [x for w in windows for x in w]
+    classes = categories.class_codes(names)
+    dev, figs_b, rows_b = timeline.gpu_windows(prefer[0] if prefer else None, flat_w, classes, KERNEL_WAIT_NS)
     if dev is None:
         return None
-    mine = [r for r in recs if r[3] == dev]
-    kinds = {nid: categories.of(names[nid]) for nid in {r[2] for r in mine}}
-    evs = [(a, b, _CLASS.get(kinds[nid][1], COMPUTE_C)) for a, b, nid, _k in mine]
-    figures = window_figures(evs, windows)
-    label = labels.get(keys[dev]) or _device_label(keys[dev])
+    figs = array("q")
+    figs.frombytes(figs_b)
+    per: List[Dict[int, Tuple[int, int]]] = [{} for _ in windows]
+    for w, nid, ns, cnt in _quads(rows_b):
+        per[w][nid] = (ns, cnt)
+    label = labels.get(dev) or _device_label(dev)
     out = []
-    for f, per in zip(figures, _per_window(mine, windows)):
+    for i, (lo, hi) in enumerate(windows):
+        f = from_row(hi - lo, figs[8 * i : 8 * i + 8])
         cats: Dict[str, int] = {}
         unknown: Dict[str, List[int]] = {}
-        for nid, (ns, _cnt) in per.items():
-            cat = kinds[nid][0]
+        for nid, (ns, _cnt) in per[i].items():
+            cat = categories.of(names[nid])[0]
             cats[cat] = cats.get(cat, 0) + ns
             if cat == OTHER:
                 unknown[names[nid]] = [ns, 0]
-        top = _top({names[nid]: v for nid, v in per.items()})
+        top = _top({names[nid]: list(v) for nid, v in per[i].items()})
         out.append(
             GpuStep(f, label, dict(sorted(cats.items())), top, [(n, v) for n, v, _c in _top(unknown)[:TOP_N]])
         )
@@ -177,15 +147,36 @@ def _device_label(key: bytes) -> str:
 def cpu_step(
     segments: Segments, step: int, lo: int, hi: int, annotations: List[Tuple[int, int, str]]
 ) -> CpuStep:
-    """The step thread's side of ``step`` ([lo, hi], both cuts of ``segments``);
-    ``annotations``: the step thread's (start, end, name) annotation spans."""
-    bd = breakdown(segments, step, lo, hi)
-    cs = CpuStep(bd.main_thread if bd is not None else None)
-    if bd is not None:
-        ops = {n: [p.ns, p.count] for (k, n), p in bd.parts.items() if k == "op"}
-        out = {n: [p.ns, 0] for (k, n), p in bd.parts.items() if k == "outside_ops"}
-        cs.ops = _top(ops)
-        cs.outside = [(n, ns) for n, ns, _c in _top(out)]
+    """The step thread's side of ``step`` ([lo, hi], both cuts of ``segments``: the
+    sum of its segments' rows, as :func:`~tracefuse_stream.analyze.timeline.breakdown`
+    sums them, time and calls only); ``annotations``: the step thread's (start, end,
+    name) data-loader and optimizer annotation spans."""
+    thread = segments.step_thread.get(step)
+    cuts = segments.cuts
+    i, j = bisect.bisect_left(cuts, lo), bisect.bisect_left(cuts, hi)
+    cs = CpuStep(None)
+    if thread in segments.cpu and i < len(cuts) and cuts[i] == lo and j < len(cuts) and cuts[j] == hi:
+        cs.thread = segments.labels.get(thread)
+        starts, flat = segments.cpu[thread]
+        rows = flat[starts[i] * ROW_FIELDS : starts[j] * ROW_FIELDS]
+        ops: Dict[int, List[int]] = {}
+        out: Dict[int, int] = {}
+        for kind, nid, ns, calls in zip(
+            rows[1::ROW_FIELDS], rows[2::ROW_FIELDS], rows[3::ROW_FIELDS], rows[4::ROW_FIELDS]
+        ):
+            if kind == 0:
+                x = ops.get(nid)
+                if x is None:
+                    ops[nid] = [ns, calls]
+                else:
+                    x[0] += ns
+                    x[1] += calls
+            else:
+                out[nid] = out.get(nid, 0) + ns
+        names = segments.names
+        cs.ops = _top({names[n]: v for n, v in ops.items()})
+        outside = {(names[n] if n >= 0 else OUTSIDE_ALL): [ns, 0] for n, ns in out.items()}
+        cs.outside = [(n, ns) for n, ns, _c in _top(outside)]
     cs.dataloader_ns = _union_in([(a, b) for a, b, n in annotations if DATALOADER.search(n)], lo, hi)
     cs.optimizer_ns = _union_in([(a, b) for a, b, n in annotations if OPTIMIZER.search(n)], lo, hi)
     return cs
@@ -205,30 +196,34 @@ def compute(
     rank: int,
     steps: Dict[int, Tuple[int, int]],
     segments: Segments,
-    records: Dict[int, Tuple[List[bytes], bytes]],
+    timeline: Any,
     step_threads: Dict[int, bytes],
     categories: KernelCategories,
 ) -> List[StepTime]:
-    """Every step's :class:`StepTime` of one rank (see the module docstring):
-    ``records``: the timeline's :meth:`records` of kinds 1 (annotations) and 2 (GPU)."""
-    order = sorted(steps)
+    """Every step's :class:`StepTime` of one rank (see the module docstring), from the
+    file's ``timeline`` (still holding its events) and its ``segments``."""
+    order = sorted(steps, key=lambda s: (steps[s], s))  # by start: gpu_windows' order
     windows = [steps[s] for s in order]
     prefer = sorted(set(segments.gpu_dev.values()))
-    gpu = gpu_steps(records[2], segments.names, windows, categories, prefer, segments.labels)
-    keys, packed = records[1]
-    anns = _quads(packed)
+    gpu = gpu_steps(timeline, segments.names, windows, categories, prefer, segments.labels)
+    keys, packed = timeline.records(1)
+    quads = _quads(packed)
+    names = segments.names
+    wanted = {
+        nid for nid in {q[2] for q in quads} if DATALOADER.search(names[nid]) or OPTIMIZER.search(names[nid])
+    }
+    anns: Dict[int, List[Tuple[int, int, str]]] = {}
+    for a, b, nid, k in quads:
+        if nid in wanted:
+            anns.setdefault(k, []).append((a, b, names[nid]))
+    index = {key: k for k, key in enumerate(keys)}
     out = []
     for i, s in enumerate(order):
         lo, hi = windows[i]
-        thread = step_threads.get(s)
-        k = keys.index(thread) if thread in keys else -1
-        mine = [(a, b, segments.names[nid]) for a, b, nid, kk in anns if kk == k]
-        out.append(
-            StepTime(
-                rank, s, lo, hi - lo, gpu[i] if gpu is not None else None, cpu_step(segments, s, lo, hi, mine)
-            )
-        )
-    return out
+        mine = anns.get(index.get(step_threads.get(s, b""), -1), [])
+        g = gpu[i] if gpu is not None else None
+        out.append(StepTime(rank, s, lo, hi - lo, g, cpu_step(segments, s, lo, hi, mine)))
+    return sorted(out, key=lambda st: st.step)
 
 
 def fill_blocked(table: Any, rows: Sequence[StepTime]) -> None:

@@ -41,6 +41,7 @@ from itertools import chain
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from tracefuse_stream import native
+from tracefuse_stream.analyze.gpu_union import as_row, name_sums, window_figures
 from tracefuse_stream.select.window import step_number
 from tracefuse_stream.timeunits import FAR_NS, us_to_ns_or_none
 
@@ -59,6 +60,7 @@ Row = Tuple[int, int, int, int, int, int, int, int, int, int, int, int, int, int
 # kept per unit as one flat array of int64, 112 bytes a row (a tuple of 14 ints took
 # ~500: 1.3 MB a 20 MB rank)
 _FIELDS = 14
+ROW_FIELDS = _FIELDS  # what the step-time figures read the rows by (analyze/step_time.py)
 
 
 @dataclass
@@ -155,6 +157,30 @@ class PyTimeline:
                 key = dev if kind == 2 else thread
                 flat.extend((a, b, names[name], keys.setdefault(key, len(keys))))
         return list(keys), flat.tobytes()
+
+    def gpu_windows(
+        self, dev: Optional[bytes], windows: Sequence[int], classes: bytes, kernel_wait_ns: int
+    ) -> Tuple[Optional[bytes], bytes, bytes]:
+        """The kernel's ``gpu_windows`` (csrc/timeline_steps.c) by analyze/gpu_union.py:
+        (the device, 8 int64 figures a window, 4 int64 name rows)."""
+        recs = [r for r in self._recs if r[5] == 2]
+        if dev is None:
+            counts: Dict[bytes, int] = {}
+            for r in recs:
+                counts[r[4]] = counts.get(r[4], 0) + 1
+            if not counts:
+                return None, b"", b""
+            dev = min(counts, key=lambda k: (-counts[k], k))
+        names: Dict[bytes, int] = {}
+        for r in self._recs:
+            names.setdefault(r[2], len(names))
+        mine = [(r[0], r[1], names[r[2]]) for r in recs if r[4] == dev]
+        cls = [classes[n] if n < len(classes) and classes[n] <= 2 else 0 for _a, _b, n in mine]
+        wins = list(zip(windows[0::2], windows[1::2]))
+        figs = window_figures([(a, b, c) for (a, b, _n), c in zip(mine, cls)], wins, kernel_wait_ns)
+        flat = array("q", chain.from_iterable(as_row(f) for f in figs))
+        rows = array("q", chain.from_iterable(name_sums(mine, wins)))
+        return dev, flat.tobytes(), rows.tobytes()
 
     def _unit(self, key: bytes, gpu: bool, cuts: List[int], names: Dict[bytes, int]) -> List[Row]:
         if len(cuts) < 2 or not any(key in (r[3], r[4]) for r in self._recs):
@@ -325,7 +351,6 @@ class TimelineFeed:
         self._labels: Dict[bytes, str] = {}
         self._gpu_dev: Dict[Tuple[Any, int], bytes] = {}
         self._keys: Dict[Tuple[Any, ...], Tuple[Optional[bytes], Optional[bytes]]] = {}  # (pid, tid) -> keys
-        self.records: Dict[int, Tuple[List[bytes], bytes]] = {}  # kind -> Timeline.records, at the end
 
     def offer(self, ev: Any) -> None:
         if type(ev) is not dict or ev.get("ph") != "X":
@@ -362,10 +387,12 @@ class TimelineFeed:
         steps: Dict[int, Tuple[int, int]],
         arrivals: Sequence[int],
         gpu_arrivals: Sequence[Tuple[Any, int]],
+        keep: bool = False,
     ) -> Segments:
-        """Partition at ``steps``' starts and ``arrivals`` (file-relative ns) the step
-        threads and the GPUs of ``gpu_arrivals`` ((stream tid, start ns) of the GPU
-        collectives); free the events."""
+        """Partition at ``steps``' starts and ends and ``arrivals`` (file-relative ns)
+        the step threads and the GPUs of ``gpu_arrivals`` ((stream tid, start ns) of the
+        GPU collectives); free the events (``keep``: the caller frees them with
+        :meth:`release`, once it has read the step-time figures from them)."""
         # step ends too: a step's own window is then a sum of segments (the step-time
         # figures' CPU side, analyze/step_time.py)
         cuts = sorted({lo for lo, _hi in steps.values()} | {hi for _lo, hi in steps.values()} | set(arrivals))
@@ -374,9 +401,8 @@ class TimelineFeed:
         gpu_dev = {k: d for k, d in self._gpu_dev.items() if k in want}
         devices = sorted(set(gpu_dev.values()))
         names, rows_t, rows_d = self.timeline.segments(cuts, threads, devices)
-        # what the step-time figures read before the events go (analyze/onepass.py)
-        self.records = {k: self.timeline.records(k) for k in (1, 2)}
-        self.timeline = new_timeline()
+        if not keep:
+            self.timeline = new_timeline()
         text = [n.decode("utf-8", "surrogatepass") for n in names]
 
         def per_seg(packed: bytes) -> Tuple[List[int], array[int]]:
@@ -397,6 +423,10 @@ class TimelineFeed:
             {s: v[2] for s, v in self._steps.items()},
             {k: v for k, v in self._labels.items() if k in set(threads) | set(devices)}, gpu_dev,
         )  # fmt: skip
+
+    def release(self) -> None:
+        """Free the events kept by ``finish(keep=True)``."""
+        self.timeline = new_timeline()
 
     def step_threads(self) -> Dict[int, bytes]:
         """step -> the thread key holding its ``ProfilerStep#N``."""
@@ -490,6 +520,7 @@ __all__ = [
     "OUTSIDE_ALL",
     "Part",
     "PyTimeline",
+    "ROW_FIELDS",
     "Segments",
     "TimelineFeed",
     "breakdown",

@@ -419,6 +419,8 @@ done:
 }
 
 static PyMethodDef tl_methods[] = {
+    {"gpu_windows", (PyCFunction)tl_gpu_windows, METH_VARARGS,
+     "gpu_windows(dev, windows, classes, kernel_wait_ns) -> (dev, figures, names): see csrc/timeline_steps.c"},
     {"records", (PyCFunction)tl_records, METH_VARARGS,
      "records(kind) -> (keys, packed): one kind's records, 4 int64 each (a, b, name id, key index)"},
     {"keys", (PyCFunction)tl_keys, METH_NOARGS, "keys() -> the thread and device keys, in the order first seen"},
