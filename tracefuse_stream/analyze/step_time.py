@@ -150,7 +150,7 @@ def cpu_step(
     """The step thread's side of ``step`` ([lo, hi], both cuts of ``segments``: the
     sum of its segments' rows, as :func:`~tracefuse_stream.analyze.timeline.breakdown`
     sums them, time and calls only); ``annotations``: the step thread's (start, end,
-    name) data-loader and optimizer annotation spans."""
+    "dataloader" | "optimizer") annotation spans."""
     thread = segments.step_thread.get(step)
     cuts = segments.cuts
     i, j = bisect.bisect_left(cuts, lo), bisect.bisect_left(cuts, hi)
@@ -177,8 +177,8 @@ def cpu_step(
         cs.ops = _top({names[n]: v for n, v in ops.items()})
         outside = {(names[n] if n >= 0 else OUTSIDE_ALL): [ns, 0] for n, ns in out.items()}
         cs.outside = [(n, ns) for n, ns, _c in _top(outside)]
-    cs.dataloader_ns = _union_in([(a, b) for a, b, n in annotations if DATALOADER.search(n)], lo, hi)
-    cs.optimizer_ns = _union_in([(a, b) for a, b, n in annotations if OPTIMIZER.search(n)], lo, hi)
+    cs.dataloader_ns = _union_in([(a, b) for a, b, k in annotations if k == "dataloader" and a < hi], lo, hi)
+    cs.optimizer_ns = _union_in([(a, b) for a, b, k in annotations if k == "optimizer" and a < hi], lo, hi)
     return cs
 
 
@@ -209,13 +209,16 @@ def compute(
     keys, packed = timeline.records(1)
     quads = _quads(packed)
     names = segments.names
-    wanted = {
-        nid for nid in {q[2] for q in quads} if DATALOADER.search(names[nid]) or OPTIMIZER.search(names[nid])
-    }
+    wanted: Dict[int, str] = {}
+    for nid in {q[2] for q in quads}:
+        if DATALOADER.search(names[nid]):
+            wanted[nid] = "dataloader"
+        elif OPTIMIZER.search(names[nid]):
+            wanted[nid] = "optimizer"
     anns: Dict[int, List[Tuple[int, int, str]]] = {}
     for a, b, nid, k in quads:
         if nid in wanted:
-            anns.setdefault(k, []).append((a, b, names[nid]))
+            anns.setdefault(k, []).append((a, b, wanted[nid]))
     index = {key: k for k, key in enumerate(keys)}
     out = []
     for i, s in enumerate(order):
