@@ -318,3 +318,36 @@ def test_real_a100_fixture_against_an_independent_union(
             round(g["compute_us"] + g["comm_exposed_us"] + g["memcpy_us"] + g["idle_us"], 3) == r["step_us"]
         )
     assert rows[1]["gpu"]["compute_us"] == 38429.422 and rows[1]["gpu"]["overlap_pct"] == 14.31
+
+
+@pytest.mark.skipif(native.kernel is None, reason="the compiled kernel is not built here")
+def test_kernel_and_python_gpu_windows_agree_on_random_events() -> None:
+    """csrc/timeline_steps.c against analyze/gpu_union.py (PyTimeline.gpu_windows):
+    overlapping streams, zero lengths, duplicates, several devices, windows with gaps."""
+    import random
+
+    from tracefuse_stream.analyze.timeline import PyTimeline, value_key
+
+    seed = random.SystemRandom().randrange(2**31)
+    print(f"seed {seed}")
+    rnd = random.Random(seed)
+    for _case in range(40):
+        c, p = native.kernel.Timeline(), PyTimeline()  # type: ignore[union-attr]
+        t = 0
+        for _ in range(rnd.randrange(0, 200)):
+            t += rnd.choice([0, 1, 5, 50])
+            ev = (rnd.choice([0, 2, 2, 2]), t, t + rnd.choice([0, 1, 7, 30, 300]),
+                  rnd.choice([b"gemm", b"ncclKernel_AllReduce", b"Memcpy HtoD", b"relu"]),
+                  value_key(0) + value_key(rnd.choice([7, 20])), value_key(rnd.choice([0, 0, 1])))  # fmt: skip
+            c.add(*ev)
+            p.add(*ev)
+        wins: List[int] = []
+        at = rnd.randrange(0, 50)
+        for _ in range(rnd.randrange(1, 6)):
+            lo = at + rnd.choice([0, 0, 10])
+            at = lo + rnd.randrange(1, 400)
+            wins += [lo, at]
+        classes = bytes(rnd.choice([0, 1, 2]) for _ in range(3))  # the fourth name: beyond, compute
+        for dev in (None, value_key(0), value_key(1), value_key(9)):
+            args = (dev, wins, classes, rnd.choice([0, 5, 10_000]))
+            assert c.gpu_windows(*args) == p.gpu_windows(*args)
