@@ -116,7 +116,7 @@ def _scan_file(
             )
             scan.step_time = step_time.compute(
                 plan.rank,
-                scan.steps,
+                feed.step_windows(),
                 scan.timeline,
                 feed.timeline,
                 feed.step_threads(),

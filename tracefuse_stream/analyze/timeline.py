@@ -395,7 +395,13 @@ class TimelineFeed:
         :meth:`release`, once it has read the step-time figures from them)."""
         # step ends too: a step's own window is then a sum of segments (the step-time
         # figures' CPU side, analyze/step_time.py)
-        cuts = sorted({lo for lo, _hi in steps.values()} | {hi for _lo, hi in steps.values()} | set(arrivals))
+        own = self.step_windows()
+        cuts = sorted(
+            {lo for lo, _hi in steps.values()}
+            | {hi for _lo, hi in steps.values()}
+            | {x for w in own.values() for x in w}
+            | set(arrivals)
+        )
         threads = sorted({v[2] for v in self._steps.values()})
         want = set(gpu_arrivals)
         gpu_dev = {k: d for k, d in self._gpu_dev.items() if k in want}
@@ -427,6 +433,11 @@ class TimelineFeed:
     def release(self) -> None:
         """Free the events kept by ``finish(keep=True)``."""
         self.timeline = new_timeline()
+
+    def step_windows(self) -> Dict[int, Tuple[int, int]]:
+        """step -> (start, end) ns of its ``ProfilerStep#N`` on the step thread (the
+        CPU's: a trace may also hold one on the GPU, which the scan's steps span)."""
+        return {s: (v[0], -v[1]) for s, v in self._steps.items()}
 
     def step_threads(self) -> Dict[int, bytes]:
         """step -> the thread key holding its ``ProfilerStep#N``."""
