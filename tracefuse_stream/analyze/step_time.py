@@ -18,7 +18,7 @@ operators by annotation. The events are freed with the file.
 
 from __future__ import annotations
 
-import bisect
+import heapq
 import re
 from array import array
 from dataclasses import dataclass, field
@@ -85,12 +85,19 @@ class StepTime:
     cpu: CpuStep
 
 
-def _top(items: Dict[str, List[int]], n: int = TOP_N) -> List[Tuple[str, int, int]]:
-    ranked = sorted(items.items(), key=lambda kv: (-kv[1][0], kv[0]))
-    out = [(k, v[0], v[1]) for k, v in ranked[:n]]
-    rest = ranked[n:]
-    if rest:
-        out.append((OTHER_NAMES, sum(v[0] for _k, v in rest), sum(v[1] for _k, v in rest)))
+def _top(items: Dict[int, List[int]], names: List[str], n: int = TOP_N) -> List[Tuple[str, int, int]]:
+    """The ``n`` name ids with most time (ties: by name), then ``other`` for the rest;
+    ``items``: name id (-1: outside every annotation) -> [ns, count]."""
+
+    def name(nid: int) -> str:
+        return names[nid] if nid >= 0 else OUTSIDE_ALL
+
+    best = heapq.nsmallest(n, items.items(), key=lambda kv: (-kv[1][0], name(kv[0])))
+    out = [(name(k), v[0], v[1]) for k, v in best]
+    if len(items) > n:
+        ns = sum(v[0] for v in items.values()) - sum(x[1] for x in out)
+        cnt = sum(v[1] for v in items.values()) - sum(x[2] for x in out)
+        out.append((OTHER_NAMES, ns, cnt))
     return out
 
 
@@ -119,24 +126,23 @@ def gpu_steps(
         return None
     figs = array("q")
     figs.frombytes(figs_b)
-    per: List[Dict[int, Tuple[int, int]]] = [{} for _ in windows]
+    per: List[Dict[int, List[int]]] = [{} for _ in windows]
     for w, nid, ns, cnt in _quads(rows_b):
-        per[w][nid] = (ns, cnt)
+        per[w][nid] = [ns, cnt]
     label = labels.get(dev) or _device_label(dev)
     out = []
     for i, (lo, hi) in enumerate(windows):
         f = from_row(hi - lo, figs[8 * i : 8 * i + 8])
         cats: Dict[str, int] = {}
-        unknown: Dict[str, List[int]] = {}
+        unknown: Dict[int, List[int]] = {}
         for nid, (ns, _cnt) in per[i].items():
             cat = categories.of(names[nid])[0]
             cats[cat] = cats.get(cat, 0) + ns
             if cat == OTHER:
-                unknown[names[nid]] = [ns, 0]
-        top = _top({names[nid]: list(v) for nid, v in per[i].items()})
-        out.append(
-            GpuStep(f, label, dict(sorted(cats.items())), top, [(n, v) for n, v, _c in _top(unknown)[:TOP_N]])
-        )
+                unknown[nid] = [ns, 0]
+        top = _top(per[i], names)
+        unknown_top = [(n, v) for n, v, _c in _top(unknown, names)[:TOP_N]]
+        out.append(GpuStep(f, label, dict(sorted(cats.items())), top, unknown_top))
     return out
 
 
@@ -144,39 +150,56 @@ def _device_label(key: bytes) -> str:
     return "GPU " + key[5:].decode("utf-8", "replace")
 
 
-def cpu_step(
-    segments: Segments, step: int, lo: int, hi: int, annotations: List[Tuple[int, int, str]]
-) -> CpuStep:
-    """The step thread's side of ``step`` ([lo, hi], both cuts of ``segments``: the
-    sum of its segments' rows, as :func:`~tracefuse_stream.analyze.timeline.breakdown`
-    sums them, time and calls only); ``annotations``: the step thread's (start, end,
-    "dataloader" | "optimizer") annotation spans."""
-    thread = segments.step_thread.get(step)
-    cuts = segments.cuts
-    i, j = bisect.bisect_left(cuts, lo), bisect.bisect_left(cuts, hi)
-    cs = CpuStep(None)
-    if thread in segments.cpu and i < len(cuts) and cuts[i] == lo and j < len(cuts) and cuts[j] == hi:
-        cs.thread = segments.labels.get(thread)
-        starts, flat = segments.cpu[thread]
-        rows = flat[starts[i] * ROW_FIELDS : starts[j] * ROW_FIELDS]
-        ops: Dict[int, List[int]] = {}
-        out: Dict[int, int] = {}
-        for kind, nid, ns, calls in zip(
-            rows[1::ROW_FIELDS], rows[2::ROW_FIELDS], rows[3::ROW_FIELDS], rows[4::ROW_FIELDS]
-        ):
-            if kind == 0:
-                x = ops.get(nid)
-                if x is None:
-                    ops[nid] = [ns, calls]
-                else:
-                    x[0] += ns
-                    x[1] += calls
+def _cpu_sums(timeline: Any, thread: bytes, windows: List[Tuple[int, int]]) -> Dict[int, Any]:
+    """Per window (index): (operators by name id -> [self ns, calls], annotation name
+    id (-1: outside every annotation) -> ns outside operators): the step thread
+    partitioned once more, cut at the step windows only (the why's segments are cut at
+    its arrivals, not at step ends), by the timeline's own rule (``segments``)."""
+    cuts = sorted({x for w in windows for x in w})
+    _names, rows_t, _rows_d = timeline.segments(cuts, [thread], [])
+    flat = array("q")
+    flat.frombytes(rows_t[0])
+    seg_of = {lo: i for i, (lo, _hi) in enumerate(windows)}  # a window is one segment: its start's
+    at = {cuts.index(lo): w for lo, w in seg_of.items() if lo in cuts}
+    out: Dict[int, Any] = {}
+    for seg, kind, nid, ns, calls in zip(
+        flat[0::ROW_FIELDS],
+        flat[1::ROW_FIELDS],
+        flat[2::ROW_FIELDS],
+        flat[3::ROW_FIELDS],
+        flat[4::ROW_FIELDS],
+    ):
+        w = at.get(seg)
+        if w is None or cuts[seg + 1] != windows[w][1]:
+            continue  # a gap between steps
+        ops, outside = out.setdefault(w, ({}, {}))
+        if kind == 0:
+            x = ops.get(nid)
+            if x is None:
+                ops[nid] = [ns, calls]
             else:
-                out[nid] = out.get(nid, 0) + ns
-        names = segments.names
-        cs.ops = _top({names[n]: v for n, v in ops.items()})
-        outside = {(names[n] if n >= 0 else OUTSIDE_ALL): [ns, 0] for n, ns in out.items()}
-        cs.outside = [(n, ns) for n, ns, _c in _top(outside)]
+                x[0] += ns
+                x[1] += calls
+        else:
+            outside[nid] = outside.get(nid, 0) + ns
+    return out
+
+
+def cpu_step(
+    names: List[str],
+    thread: Optional[str],
+    sums: Optional[Any],
+    lo: int,
+    hi: int,
+    annotations: List[Tuple[int, int, str]],
+) -> CpuStep:
+    """The step thread's side of the step [lo, hi]: ``sums`` from :func:`_cpu_sums`;
+    ``annotations``: the step thread's (start, end, "dataloader" | "optimizer") spans."""
+    cs = CpuStep(thread)
+    if sums is not None:
+        ops, outside = sums
+        cs.ops = _top(ops, names)
+        cs.outside = [(n, ns) for n, ns, _c in _top({k: [v, 0] for k, v in outside.items()}, names)]
     cs.dataloader_ns = _union_in([(a, b) for a, b, k in annotations if k == "dataloader" and a < hi], lo, hi)
     cs.optimizer_ns = _union_in([(a, b) for a, b, k in annotations if k == "optimizer" and a < hi], lo, hi)
     return cs
@@ -220,12 +243,22 @@ def compute(
         if nid in wanted:
             anns.setdefault(k, []).append((a, b, wanted[nid]))
     index = {key: k for k, key in enumerate(keys)}
+    by_thread: Dict[bytes, List[int]] = {}  # thread -> its steps' indices
+    for i, s in enumerate(order):
+        if s in step_threads:
+            by_thread.setdefault(step_threads[s], []).append(i)
+    sums: Dict[int, Any] = {}
+    for thread, idx in by_thread.items():
+        got = _cpu_sums(timeline, thread, [windows[i] for i in idx])
+        sums.update({idx[w]: v for w, v in got.items()})
     out = []
     for i, s in enumerate(order):
         lo, hi = windows[i]
-        mine = anns.get(index.get(step_threads.get(s, b""), -1), [])
+        thread = step_threads.get(s, b"")
+        mine = anns.get(index.get(thread, -1), [])
         g = gpu[i] if gpu is not None else None
-        out.append(StepTime(rank, s, lo, hi - lo, g, cpu_step(segments, s, lo, hi, mine)))
+        label = segments.labels.get(thread) if i in sums else None
+        out.append(StepTime(rank, s, lo, hi - lo, g, cpu_step(names, label, sums.get(i), lo, hi, mine)))
     return sorted(out, key=lambda st: st.step)
 
 

@@ -389,19 +389,11 @@ class TimelineFeed:
         gpu_arrivals: Sequence[Tuple[Any, int]],
         keep: bool = False,
     ) -> Segments:
-        """Partition at ``steps``' starts and ends and ``arrivals`` (file-relative ns)
+        """Partition at ``steps``' starts and ``arrivals`` (file-relative ns)
         the step threads and the GPUs of ``gpu_arrivals`` ((stream tid, start ns) of the
         GPU collectives); free the events (``keep``: the caller frees them with
         :meth:`release`, once it has read the step-time figures from them)."""
-        # step ends too: a step's own window is then a sum of segments (the step-time
-        # figures' CPU side, analyze/step_time.py)
-        own = self.step_windows()
-        cuts = sorted(
-            {lo for lo, _hi in steps.values()}
-            | {hi for _lo, hi in steps.values()}
-            | {x for w in own.values() for x in w}
-            | set(arrivals)
-        )
+        cuts = sorted({lo for lo, _hi in steps.values()} | set(arrivals))
         threads = sorted({v[2] for v in self._steps.values()})
         want = set(gpu_arrivals)
         gpu_dev = {k: d for k, d in self._gpu_dev.items() if k in want}
