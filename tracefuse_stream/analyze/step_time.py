@@ -18,7 +18,7 @@ operators by annotation. The events are freed with the file.
 
 from __future__ import annotations
 
-import heapq
+import bisect
 import re
 from array import array
 from dataclasses import dataclass, field
@@ -88,16 +88,19 @@ class StepTime:
 def _top(items: Dict[int, List[int]], names: List[str], n: int = TOP_N) -> List[Tuple[str, int, int]]:
     """The ``n`` name ids with most time (ties: by name), then ``other`` for the rest;
     ``items``: name id (-1: outside every annotation) -> [ns, count]."""
-
-    def name(nid: int) -> str:
-        return names[nid] if nid >= 0 else OUTSIDE_ALL
-
-    best = heapq.nsmallest(n, items.items(), key=lambda kv: (-kv[1][0], name(kv[0])))
-    out = [(name(k), v[0], v[1]) for k, v in best]
+    if not items:
+        return []
+    if len(items) > n:  # the candidates: at least the n-th largest time (ties kept)
+        ns_all = [v[0] for v in items.values()]
+        floor = sorted(ns_all, reverse=True)[n - 1]
+        cands = [(k, v) for k, v in items.items() if v[0] >= floor]
+    else:
+        cands = list(items.items())
+    cands.sort(key=lambda kv: (-kv[1][0], names[kv[0]] if kv[0] >= 0 else OUTSIDE_ALL))
+    out = [(names[k] if k >= 0 else OUTSIDE_ALL, v[0], v[1]) for k, v in cands[:n]]
     if len(items) > n:
-        ns = sum(v[0] for v in items.values()) - sum(x[1] for x in out)
-        cnt = sum(v[1] for v in items.values()) - sum(x[2] for x in out)
-        out.append((OTHER_NAMES, ns, cnt))
+        calls = sum([v[1] for v in items.values()])
+        out.append((OTHER_NAMES, sum(ns_all) - sum([x[1] for x in out]), calls - sum([x[2] for x in out])))
     return out
 
 
@@ -130,18 +133,19 @@ def gpu_steps(
     for w, nid, ns, cnt in _quads(rows_b):
         per[w][nid] = [ns, cnt]
     label = labels.get(dev) or _device_label(dev)
+    cat_of: Dict[int, str] = {}
     out = []
     for i, (lo, hi) in enumerate(windows):
         f = from_row(hi - lo, figs[8 * i : 8 * i + 8])
         cats: Dict[str, int] = {}
         unknown: Dict[int, List[int]] = {}
         for nid, (ns, _cnt) in per[i].items():
-            cat = categories.of(names[nid])[0]
+            cat = cat_of.get(nid) or cat_of.setdefault(nid, categories.of(names[nid])[0])
             cats[cat] = cats.get(cat, 0) + ns
             if cat == OTHER:
                 unknown[nid] = [ns, 0]
         top = _top(per[i], names)
-        unknown_top = [(n, v) for n, v, _c in _top(unknown, names)[:TOP_N]]
+        unknown_top = [(n, v) for n, v, _c in _top(unknown, names)[:TOP_N]] if unknown else []
         out.append(GpuStep(f, label, dict(sorted(cats.items())), top, unknown_top))
     return out
 
@@ -159,29 +163,16 @@ def _cpu_sums(timeline: Any, thread: bytes, windows: List[Tuple[int, int]]) -> D
     _names, rows_t, _rows_d = timeline.segments(cuts, [thread], [])
     flat = array("q")
     flat.frombytes(rows_t[0])
-    seg_of = {lo: i for i, (lo, _hi) in enumerate(windows)}  # a window is one segment: its start's
-    at = {cuts.index(lo): w for lo, w in seg_of.items() if lo in cuts}
+    segs, kinds, nids = flat[0::ROW_FIELDS].tolist(), flat[1::ROW_FIELDS], flat[2::ROW_FIELDS]
+    nss, calls = flat[3::ROW_FIELDS], flat[4::ROW_FIELDS]
     out: Dict[int, Any] = {}
-    for seg, kind, nid, ns, calls in zip(
-        flat[0::ROW_FIELDS],
-        flat[1::ROW_FIELDS],
-        flat[2::ROW_FIELDS],
-        flat[3::ROW_FIELDS],
-        flat[4::ROW_FIELDS],
-    ):
-        w = at.get(seg)
-        if w is None or cuts[seg + 1] != windows[w][1]:
-            continue  # a gap between steps
-        ops, outside = out.setdefault(w, ({}, {}))
-        if kind == 0:
-            x = ops.get(nid)
-            if x is None:
-                ops[nid] = [ns, calls]
-            else:
-                x[0] += ns
-                x[1] += calls
-        else:
-            outside[nid] = outside.get(nid, 0) + ns
+    for w, (lo, hi) in enumerate(windows):
+        seg = cuts.index(lo)  # a window is one segment, its start's (none: a gap between)
+        if cuts[seg + 1] != hi:
+            continue  # windows that overlap: no segment is the window
+        a, b = bisect.bisect_left(segs, seg), bisect.bisect_right(segs, seg)  # one row per (kind, name)
+        rows = list(zip(kinds[a:b], nids[a:b], nss[a:b], calls[a:b]))
+        out[w] = ({n: [ns, c] for k, n, ns, c in rows if k == 0}, {n: ns for k, n, ns, _c in rows if k == 1})
     return out
 
 
