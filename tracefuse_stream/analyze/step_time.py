@@ -176,6 +176,16 @@ def _cpu_sums(timeline: Any, thread: bytes, windows: List[Tuple[int, int]]) -> D
     return out
 
 
+def _near(
+    spans: Optional[Tuple[List[Tuple[int, int, str]], int]], lo: int, hi: int
+) -> List[Tuple[int, int, str]]:
+    """The spans that may overlap [lo, hi]; ``spans``: (sorted by start, the longest)."""
+    if not spans:
+        return []
+    ordered, longest = spans
+    return ordered[bisect.bisect_left(ordered, (lo - longest,)) : bisect.bisect_left(ordered, (hi,))]
+
+
 def cpu_step(
     names: List[str],
     thread: Optional[str],
@@ -233,6 +243,7 @@ def compute(
     for a, b, nid, k in quads:
         if nid in wanted:
             anns.setdefault(k, []).append((a, b, wanted[nid]))
+    prepared = {k: (sorted(v), max(b - a for a, b, _k in v)) for k, v in anns.items()}
     index = {key: k for k, key in enumerate(keys)}
     by_thread: Dict[bytes, List[int]] = {}  # thread -> its steps' indices
     for i, s in enumerate(order):
@@ -246,7 +257,7 @@ def compute(
     for i, s in enumerate(order):
         lo, hi = windows[i]
         thread = step_threads.get(s, b"")
-        mine = anns.get(index.get(thread, -1), [])
+        mine = _near(prepared.get(index.get(thread, -1)), lo, hi)
         g = gpu[i] if gpu is not None else None
         label = segments.labels.get(thread) if i in sums else None
         out.append(StepTime(rank, s, lo, hi - lo, g, cpu_step(names, label, sums.get(i), lo, hi, mine)))
