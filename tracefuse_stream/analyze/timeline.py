@@ -41,7 +41,8 @@ from itertools import chain
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from tracefuse_stream import native
-from tracefuse_stream.analyze.gpu_union import as_row, name_sums, window_figures
+from tracefuse_stream.analyze import pytimeline_steps
+from tracefuse_stream.analyze.pytimeline_steps import GpuOut
 from tracefuse_stream.select.window import step_number
 from tracefuse_stream.timeunits import FAR_NS, us_to_ns_or_none
 
@@ -142,45 +143,12 @@ class PyTimeline:
         return list(names), out_t, out_d
 
     def records(self, kind: int) -> Tuple[List[bytes], bytes]:
-        """(keys, packed): the records of ``kind`` in the order added, 4 native int64
-        each (a, b, name id, key index; the key: the device of a GPU record, else the
-        thread), keys in the order first seen among them (the kernel's ``records``)."""
-        if kind not in (0, 1, 2):
-            raise ValueError("Timeline.records: kind is 0, 1 or 2")
-        names: Dict[bytes, int] = {}
-        for r in self._recs:
-            names.setdefault(r[2], len(names))
-        keys: Dict[bytes, int] = {}
-        flat = array("q")
-        for a, b, name, thread, dev, k in self._recs:
-            if k == kind:
-                key = dev if kind == 2 else thread
-                flat.extend((a, b, names[name], keys.setdefault(key, len(keys))))
-        return list(keys), flat.tobytes()
+        """The kernel's ``records`` (analyze/pytimeline_steps.py)."""
+        return pytimeline_steps.records(self._recs, kind)
 
-    def gpu_windows(
-        self, dev: Optional[bytes], windows: Sequence[int], classes: bytes, kernel_wait_ns: int
-    ) -> Tuple[Optional[bytes], bytes, bytes]:
-        """The kernel's ``gpu_windows`` (csrc/timeline_steps.c) by analyze/gpu_union.py:
-        (the device, 8 int64 figures a window, 4 int64 name rows)."""
-        recs = [r for r in self._recs if r[5] == 2]
-        if dev is None:
-            counts: Dict[bytes, int] = {}
-            for r in recs:
-                counts[r[4]] = counts.get(r[4], 0) + 1
-            if not counts:
-                return None, b"", b""
-            dev = min(counts, key=lambda k: (-counts[k], k))
-        names: Dict[bytes, int] = {}
-        for r in self._recs:
-            names.setdefault(r[2], len(names))
-        mine = [(r[0], r[1], names[r[2]]) for r in recs if r[4] == dev]
-        cls = [classes[n] if n < len(classes) and classes[n] <= 2 else 0 for _a, _b, n in mine]
-        wins = list(zip(windows[0::2], windows[1::2]))
-        figs = window_figures([(a, b, c) for (a, b, _n), c in zip(mine, cls)], wins, kernel_wait_ns)
-        flat = array("q", chain.from_iterable(as_row(f) for f in figs))
-        rows = array("q", chain.from_iterable(name_sums(mine, wins)))
-        return dev, flat.tobytes(), rows.tobytes()
+    def gpu_windows(self, dev: Optional[bytes], windows: Sequence[int], classes: bytes, wait: int) -> GpuOut:
+        """The kernel's ``gpu_windows`` (analyze/pytimeline_steps.py)."""
+        return pytimeline_steps.gpu_windows(self._recs, dev, windows, classes, wait)
 
     def _unit(self, key: bytes, gpu: bool, cuts: List[int], names: Dict[bytes, int]) -> List[Row]:
         if len(cuts) < 2 or not any(key in (r[3], r[4]) for r in self._recs):
@@ -427,8 +395,7 @@ class TimelineFeed:
         self.timeline = new_timeline()
 
     def step_windows(self) -> Dict[int, Tuple[int, int]]:
-        """step -> (start, end) ns of its ``ProfilerStep#N`` on the step thread (the
-        CPU's: a trace may also hold one on the GPU, which the scan's steps span)."""
+        """step -> (start, end) ns of its ``ProfilerStep#N`` on the step thread (not the GPU's)."""
         return {s: (v[0], -v[1]) for s, v in self._steps.items()}
 
     def step_threads(self) -> Dict[int, bytes]:
