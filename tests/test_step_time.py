@@ -351,3 +351,18 @@ def test_kernel_and_python_gpu_windows_agree_on_random_events() -> None:
         for dev in (None, value_key(0), value_key(1), value_key(9)):
             args = (dev, wins, classes, rnd.choice([0, 5, 10_000]))
             assert c.gpu_windows(*args) == p.gpu_windows(*args)
+
+
+def test_an_empty_step_has_figures_of_nothing(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A ``ProfilerStep`` of no length (the fuzz found it: no segment is its window)."""
+    d = tmp_path / "run"
+    d.mkdir()
+    for r in (0, 1):
+        t = _rank_trace(r, 0 if r == 0 else 10)
+        t["traceEvents"].append(_x("user_annotation", "ProfilerStep#3", 2000, 0, 100 + r, 1))
+        (d / f"rank{r}.json").write_text(json.dumps(t))
+    rows = _info(capsys, d)["step_time"]
+    empty = [r for r in rows if r["step"] == 3]
+    assert [(r["rank"], r["step_us"], r["gpu"]["idle_us"], r["gpu"]["overlap_pct"], r["cpu"]["top_ops"]) for r in empty] == [
+        (0, 0.0, 0.0, None, []), (1, 0.0, 0.0, None, [])
+    ]  # fmt: skip

@@ -168,8 +168,8 @@ def _cpu_sums(timeline: Any, thread: bytes, windows: List[Tuple[int, int]]) -> D
     out: Dict[int, Any] = {}
     for w, (lo, hi) in enumerate(windows):
         seg = cuts.index(lo)  # a window is one segment, its start's (none: a gap between)
-        if cuts[seg + 1] != hi:
-            continue  # windows that overlap: no segment is the window
+        if seg + 1 >= len(cuts) or cuts[seg + 1] != hi:
+            continue  # an empty step, or windows that overlap: no segment is the window
         a, b = bisect.bisect_left(segs, seg), bisect.bisect_right(segs, seg)  # one row per (kind, name)
         rows = list(zip(kinds[a:b], nids[a:b], nss[a:b], calls[a:b]))
         out[w] = ({n: [ns, c] for k, n, ns, c in rows if k == 0}, {n: ns for k, n, ns, _c in rows if k == 1})
