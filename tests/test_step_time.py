@@ -261,6 +261,12 @@ def test_imbalance_verdicts() -> None:
     balanced = [_row(r, 1, 800, 100, 200) for r in range(4)]
     assert imbalance.verdicts(balanced, imbalance.spreads(balanced)) == []
     assert step_time_text.lines(balanced)[-1].startswith("imbalance: none named (compute within 1.10x")
+    cpu_only = [StepTime(r, 1, 0, 1000 + r, None, CpuStep(None)) for r in range(2)]
+    assert step_time_text.lines(cpu_only)[-3:] == [
+        "  step                step",
+        "     1  0.0 (r1 0.0 1.00x)",
+        "imbalance: not assessed (no GPU events; the CPU side per step is in --json collectives.step_time)",
+    ]
 
 
 def _reference(trace: Dict[str, Any], lo: int, hi: int) -> Tuple[int, int, int, int]:

@@ -65,6 +65,10 @@ def lines(rows: Sequence[StepTime]) -> List[str]:
     out += ["  " + "  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in table]
     if len(steps) > STEPS_SHOWN:
         out.append(f"  ... {len(steps) - STEPS_SHOWN} more step(s) in --json (collectives.step_time)")
+    if not gpu:
+        return out + [
+            "imbalance: not assessed (no GPU events; the CPU side per step is in --json collectives.step_time)"
+        ]
     verdicts = imbalance.verdicts(rows, sp)
     out += [f"imbalance: {printable(v)}" for v in verdicts] or [
         "imbalance: none named (compute within "
