@@ -379,9 +379,9 @@ def test_report_reads_each_file_once_as_info_does(tmp_path, monkeypatch):
     seen: List[str] = []
     real = onepass.scan_file
 
-    def counting(plan, sections):
+    def counting(plan, sections, *rest):  # rest: the kernel categories (analyze/onepass.py)
         seen.append(str(plan.path))
-        return real(plan, sections)
+        return real(plan, sections, *rest)
 
     monkeypatch.setattr(onepass, "scan_file", counting)
     data = report_data([str(DDP8)], jobs=1)

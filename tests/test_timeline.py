@@ -22,11 +22,11 @@ import pytest
 
 from tracefuse_stream import native
 from tracefuse_stream.analyze.onepass import scan_file
+from tracefuse_stream.analyze.stretch import breakdown
 from tracefuse_stream.analyze.timeline import (
     PyTimeline,
     Segments,
     TimelineFeed,
-    breakdown,
     unpack_rows,
     value_key,
 )

@@ -18,7 +18,8 @@ import tracefuse_stream
 from tracefuse_stream.align.collectives import CollectiveEvent, CollectiveTable, Entry, Instance
 from tracefuse_stream.align.instance_ends import check_ends
 from tracefuse_stream.analyze.stragglers import binomial_tail, union_ns
-from tracefuse_stream.analyze.timeline import TimelineFeed, breakdown
+from tracefuse_stream.analyze.stretch import breakdown
+from tracefuse_stream.analyze.timeline import TimelineFeed
 from tracefuse_stream.cli.app import main
 
 RECORDED = Path(__file__).resolve().parent / "data" / "recorded"

@@ -54,6 +54,7 @@
 #include "csrc/scan.c"
 #include "csrc/skim.c"
 #include "csrc/timeline.c"
+#include "csrc/timeline_steps.c"
 #include "csrc/timeline_rows.c"
 #include "csrc/validate.c"
 #include "csrc/walk.c"

@@ -77,6 +77,7 @@ class RankScan:
     error: Optional[str] = None
     timeline: Any = None  # the why's partitions from the same pass (report/timeline.Segments), if made
     far: int = 0  # collective and step events left out: times beyond the analysis' range (analysable)
+    step_time: List[Any] = field(default_factory=list)  # analyze/step_time.StepTime per step, if made
 
 
 def is_gloo_op(event: Mapping[str, Any]) -> bool:
@@ -235,6 +236,9 @@ class CollectiveTable:
     timelines: Dict[int, Any] = field(
         default_factory=dict
     )  # rank -> the why's segments (analyze/timeline.py)
+    step_times: Dict[int, List[Any]] = field(
+        default_factory=dict
+    )  # rank -> its analyze/step_time.StepTime per step (info's single pass)
     p2p_spans: Dict[int, List[Tuple[int, int]]] = field(
         default_factory=dict
     )  # rank -> its gloo send/recv, abs ns

@@ -19,7 +19,8 @@ from tracefuse_stream.align.collectives import (
     pg_count_of,
     scan_collectives,
 )
-from tracefuse_stream.analyze import why
+from tracefuse_stream.analyze import step_time, why
+from tracefuse_stream.analyze.step_time import StepTime
 from tracefuse_stream.analyze.stragglers import Verdict, held_by_rank, judge, wait_by_rank
 from tracefuse_stream.plan.rankplan import RankPlan
 from tracefuse_stream.workers import parallel_map
@@ -60,6 +61,7 @@ def table_from_scans(plans: Sequence[RankPlan], scans: Sequence[RankScan]) -> Co
         {p.rank: pg_count_of(p.header) for p in plans},
     )
     table.timelines = {p.rank: s.timeline for p, s in zip(plans, scans) if s.timeline is not None}
+    table.step_times = {p.rank: s.step_time for p, s in zip(plans, scans) if s.step_time}
     return table
 
 
@@ -101,6 +103,7 @@ class Analysis:
     # every rank and step, computed one step at a time each time it is iterated
     breakdown: Iterable[Dict[str, Any]] = field(default_factory=list)
     why_notes: List[str] = field(default_factory=list)
+    step_time: List[StepTime] = field(default_factory=list)  # every rank and step (info's single pass)
 
 
 def analyse(
@@ -114,6 +117,10 @@ def analyse(
     track skip its cost)."""
     v = judge(table)
     a = Analysis(table, v, rank_stats(table, v))
+    a.step_time = sorted(
+        (st for rows in table.step_times.values() for st in rows), key=lambda st: (st.rank, st.step)
+    )
+    step_time.fill_blocked(table, a.step_time)
     if plans and table.instances:
         mine = [p for p in plans if p.rank in set(table.ranks)]
         segs = [table.timelines.get(p.rank) for p in mine]

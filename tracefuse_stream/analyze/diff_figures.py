@@ -22,7 +22,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from tracefuse_stream.align.collectives import RankScan
 from tracefuse_stream.analyze.analysis import Analysis
-from tracefuse_stream.analyze.timeline import Part, Segments, breakdown, unit_parts
+from tracefuse_stream.analyze.stretch import breakdown, unit_parts
+from tracefuse_stream.analyze.timeline import Part, Segments
 
 Key = Tuple[str, str]  # (kind, name)
 STEP_KEY: Key = ("step", "step time")

@@ -31,6 +31,8 @@ from tracefuse_stream.align.collectives import (
     RankScan,
 )
 from tracefuse_stream.align.ends import DEFAULT_CAP, RankCollectives
+from tracefuse_stream.analyze import step_time
+from tracefuse_stream.analyze.kernel_categories import CategorySpec, from_spec
 from tracefuse_stream.analyze.timeline import TimelineFeed
 from tracefuse_stream.errors import InputError, TraceFuseError
 from tracefuse_stream.gcpause import cyclic_gc_paused
@@ -76,15 +78,19 @@ class FileScan:
     broken: Optional[str] = None
 
 
-def scan_file(plan: RankPlan, sections: Tuple[str, ...]) -> FileScan:
+def scan_file(
+    plan: RankPlan, sections: Tuple[str, ...], kernel_categories: Optional[CategorySpec] = None
+) -> FileScan:
     """The single pass over ``plan``'s file (see the module docstring), with the cyclic
     collector paused as the merge pauses it (gcpause.py: the pass makes no cycles, and
     the collector's walks over the live batches were ~2% of ``info --collectives``)."""
     with cyclic_gc_paused():
-        return _scan_file(plan, sections)
+        return _scan_file(plan, sections, kernel_categories)
 
 
-def _scan_file(plan: RankPlan, sections: Tuple[str, ...]) -> FileScan:
+def _scan_file(
+    plan: RankPlan, sections: Tuple[str, ...], kernel_categories: Optional[CategorySpec]
+) -> FileScan:
     try:
         if not sections:
             return FileScan(scan_rank(plan), None)
@@ -106,19 +112,36 @@ def _scan_file(plan: RankPlan, sections: Tuple[str, ...]) -> FileScan:
                 scan.steps,
                 [e.ts_ns for e in scan.events],
                 [(e.tid, e.ts_ns) for e in scan.events if e.kind == "gpu"],
+                keep=True,
             )
+            scan.step_time = step_time.compute(
+                plan.rank,
+                feed.step_windows(),
+                scan.timeline,
+                feed.timeline,
+                feed.step_threads(),
+                from_spec(kernel_categories),
+            )
+            feed.release()
         return FileScan(info, scan)
     except TraceFuseError as e:
         return FileScan(None, None, broken_text(e))
 
 
-def scan_files(plans: Sequence[RankPlan], jobs: int, sections: Sequence[str]) -> List[FileScan]:
-    """:func:`scan_file` for every plan, in ``jobs`` worker processes."""
+def scan_files(
+    plans: Sequence[RankPlan],
+    jobs: int,
+    sections: Sequence[str],
+    kernel_categories: Optional[CategorySpec] = None,
+) -> List[FileScan]:
+    """:func:`scan_file` for every plan, in ``jobs`` worker processes
+    (``kernel_categories``: a :meth:`KernelCategories.spec`, None: the built-in table)."""
     unknown = set(sections) - set(SECTIONS)
     if unknown:
         raise ValueError(f"unknown info sections: {sorted(unknown)}")
     want = tuple(s for s in SECTIONS if s in sections)
-    return parallel_map(scan_file, [(p, want) for p in plans], resolve_jobs(jobs, len(plans)))
+    args = [(p, want, kernel_categories) for p in plans]
+    return parallel_map(scan_file, args, resolve_jobs(jobs, len(plans)))
 
 
 def steps_us(scan: RankScan) -> Dict[int, Tuple[float, float]]:

@@ -32,7 +32,6 @@ of segments (:func:`breakdown`); the events are freed with the file.
 
 from __future__ import annotations
 
-import bisect
 import struct
 import zlib
 from array import array
@@ -42,6 +41,8 @@ from itertools import chain
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from tracefuse_stream import native
+from tracefuse_stream.analyze import pytimeline_steps
+from tracefuse_stream.analyze.pytimeline_steps import GpuOut
 from tracefuse_stream.select.window import step_number
 from tracefuse_stream.timeunits import FAR_NS, us_to_ns_or_none
 
@@ -60,6 +61,7 @@ Row = Tuple[int, int, int, int, int, int, int, int, int, int, int, int, int, int
 # kept per unit as one flat array of int64, 112 bytes a row (a tuple of 14 ints took
 # ~500: 1.3 MB a 20 MB rank)
 _FIELDS = 14
+ROW_FIELDS = _FIELDS  # what the step-time figures read the rows by (analyze/step_time.py)
 
 
 @dataclass
@@ -139,6 +141,14 @@ class PyTimeline:
         out_t = [_packed(self._unit(t, False, cuts, names)) for t in threads]
         out_d = [_packed(self._unit(d, True, cuts, names)) for d in devices]
         return list(names), out_t, out_d
+
+    def records(self, kind: int) -> Tuple[List[bytes], bytes]:
+        """The kernel's ``records`` (analyze/pytimeline_steps.py)."""
+        return pytimeline_steps.records(self._recs, kind)
+
+    def gpu_windows(self, dev: Optional[bytes], windows: Sequence[int], classes: bytes, wait: int) -> GpuOut:
+        """The kernel's ``gpu_windows`` (analyze/pytimeline_steps.py)."""
+        return pytimeline_steps.gpu_windows(self._recs, dev, windows, classes, wait)
 
     def _unit(self, key: bytes, gpu: bool, cuts: List[int], names: Dict[bytes, int]) -> List[Row]:
         if len(cuts) < 2 or not any(key in (r[3], r[4]) for r in self._recs):
@@ -360,10 +370,12 @@ class TimelineFeed:
         steps: Dict[int, Tuple[int, int]],
         arrivals: Sequence[int],
         gpu_arrivals: Sequence[Tuple[Any, int]],
+        keep: bool = False,
     ) -> Segments:
-        """Partition at ``steps``' starts and ``arrivals`` (file-relative ns) the step
-        threads and the GPUs of ``gpu_arrivals`` ((stream tid, start ns) of the GPU
-        collectives); free the events."""
+        """Partition at ``steps``' starts and ends and ``arrivals`` (file-relative ns)
+        the step threads and the GPUs of ``gpu_arrivals`` ((stream tid, start ns) of the
+        GPU collectives); free the events (``keep``: the caller frees them with
+        :meth:`release`, once it has read the step-time figures from them)."""
         # step ends too: a whole step is then a sum of segments (analyze/diff_figures.py)
         cuts = sorted({lo for lo, _hi in steps.values()} | {hi for _lo, hi in steps.values()} | set(arrivals))
         threads = sorted({v[2] for v in self._steps.values()})
@@ -371,7 +383,8 @@ class TimelineFeed:
         gpu_dev = {k: d for k, d in self._gpu_dev.items() if k in want}
         devices = sorted(set(gpu_dev.values()))
         names, rows_t, rows_d = self.timeline.segments(cuts, threads, devices)
-        self.timeline = new_timeline()
+        if not keep:
+            self.timeline = new_timeline()
         text = [n.decode("utf-8", "surrogatepass") for n in names]
 
         def per_seg(packed: bytes) -> Tuple[List[int], bytes]:
@@ -393,6 +406,18 @@ class TimelineFeed:
             {k: v for k, v in self._labels.items() if k in set(threads) | set(devices)}, gpu_dev,
         )  # fmt: skip
 
+    def release(self) -> None:
+        """Free the events kept by ``finish(keep=True)``."""
+        self.timeline = new_timeline()
+
+    def step_windows(self) -> Dict[int, Tuple[int, int]]:
+        """step -> (start, end) ns of its ``ProfilerStep#N`` on the step thread (not the GPU's)."""
+        return {s: (v[0], -v[1]) for s, v in self._steps.items()}
+
+    def step_threads(self) -> Dict[int, bytes]:
+        """step -> the thread key holding its ``ProfilerStep#N``."""
+        return {s: v[2] for s, v in self._steps.items()}
+
 
 def _packed(rows: List[Row]) -> bytes:
     return array("q", chain.from_iterable(rows)).tobytes()
@@ -402,98 +427,27 @@ def unpack_rows(packed: bytes) -> List[Row]:
     """A unit's rows from :meth:`PyTimeline.segments` / the kernel's, as tuples."""
     flat = array("q")
     flat.frombytes(packed)
-    return list(_rows(flat, 0, len(flat) // _FIELDS))
+    return list(rows_between(flat, 0, len(flat) // _FIELDS))
 
 
-def _rows(flat: array[int], first: int, stop: int) -> Any:
+def rows_between(flat: array[int], first: int, stop: int) -> Any:
     """Rows ``first`` to ``stop`` of a unit's flat array, as tuples."""
     it = iter(flat[first * _FIELDS : stop * _FIELDS])
     return zip(*([it] * _FIELDS))
 
 
-def _combine(rows: Any, names: List[str], bd: Breakdown) -> None:
-    """Sum segment rows (in time order) into ``bd``'s parts, joining pieces that meet at a cut."""
-    acc: Dict[Tuple[int, int], List[int]] = {}
-    for _seg, kind, nid, ns, count, runs, pa, pb, sa, sb, fa, fb, la, lb in rows:
-        x = acc.get((kind, nid))
-        if x is None:
-            acc[(kind, nid)] = [ns, count, runs, pa, pb, sa, sb, la, lb]
-            continue
-        x[0] += ns
-        x[1] += count
-        if not runs:
-            continue
-        if not x[2]:  # the first segment where it holds time
-            x[2:9] = [runs, pa, pb, sa, sb, la, lb]
-            continue
-        if x[8] == fa:  # its last piece so far runs on into this segment: one piece
-            joined = (x[7], fb)
-            x[2] += runs - 1
-            if joined[1] - joined[0] > x[4] - x[3]:
-                x[3], x[4] = joined
-            x[7], x[8] = joined if runs == 1 else (la, lb)
-        else:
-            x[2] += runs
-            x[7], x[8] = la, lb
-        if pb - pa > x[4] - x[3]:
-            x[3], x[4] = pa, pb
-        x[6] = sb
-    for (kind, nid), x in acc.items():
-        if kind in (1, 3):
-            name = names[nid] if nid >= 0 else (OUTSIDE_ALL if kind == 1 else "idle")
-            count = x[2]
-        else:
-            name, count = names[nid], x[1]
-        bd.parts[(KINDS[kind], name)] = Part(x[0], count, (x[3], x[4]), (x[5], x[6]))
-
-
-def breakdown(segments: Segments, step: int, lo: int, hi: int, gpu_tid: Any = None) -> Optional[Breakdown]:
-    """The stretch [lo, max(lo, hi)] of ``step`` (file-relative ns, both cuts), or None
-    when the pass did not cut there."""
-    hi = max(lo, hi)
-    cuts = segments.cuts
-    i, j = bisect.bisect_left(cuts, lo), bisect.bisect_left(cuts, hi)
-    if i >= len(cuts) or cuts[i] != lo or j >= len(cuts) or cuts[j] != hi:
-        return None
-    bd = Breakdown(hi - lo)
-    thread = segments.step_thread.get(step)
-    if thread is not None and thread in segments.cpu:
-        bd.main_thread = segments.labels.get(thread)
-        starts, packed = segments.cpu[thread]
-        _combine(_rows(segments.rows_of(packed), starts[i], starts[j]), segments.names, bd)
-    if gpu_tid is not None:
-        dev = segments.gpu_dev.get((gpu_tid, hi))
-        if dev is None:
-            dev = next((d for (t, _a), d in sorted(segments.gpu_dev.items(), key=str) if t == gpu_tid), None)
-        if dev is not None and dev in segments.gpu:
-            bd.stream = segments.labels.get(dev)
-            starts, packed = segments.gpu[dev]
-            _combine(_rows(segments.rows_of(packed), starts[i], starts[j]), segments.names, bd)
-        else:
-            bd.stream = "GPU ?"
-    return bd
-
-
-def unit_parts(segments: Segments, unit: Tuple[List[int], bytes], lo: int, hi: int) -> Dict[Key, Part]:
-    """One unit's (``segments.cpu`` / ``.gpu`` value) parts over [lo, hi], both cuts."""
-    i, j = bisect.bisect_left(segments.cuts, lo), bisect.bisect_left(segments.cuts, hi)
-    bd = Breakdown(hi - lo)
-    _combine(_rows(segments.rows_of(unit[1]), unit[0][i], unit[0][j]), segments.names, bd)
-    return bd.parts
-
-
 __all__ = [
+    "rows_between",
     "Breakdown",
     "GPU_CATS",
     "OP_CATS",
     "OUTSIDE_ALL",
     "Part",
     "PyTimeline",
+    "ROW_FIELDS",
     "Segments",
     "TimelineFeed",
-    "breakdown",
     "new_timeline",
-    "unit_parts",
     "unpack_rows",
     "value_key",
 ]

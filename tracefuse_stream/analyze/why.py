@@ -29,7 +29,8 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 from tracefuse_stream.align.collectives import CollectiveTable
 from tracefuse_stream.analyze.stragglers import Verdict
-from tracefuse_stream.analyze.timeline import Breakdown, Key, Segments, breakdown
+from tracefuse_stream.analyze.stretch import breakdown
+from tracefuse_stream.analyze.timeline import Breakdown, Key, Segments
 from tracefuse_stream.plan.rankplan import RankPlan
 
 TOP = 8  # contributors listed per (rank, step) in ``why``

@@ -188,6 +188,12 @@ def _add_info_args(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="collective instances matched across ranks: waits per rank and step, the straggler(s)",
     )
+    p.add_argument(
+        "--kernel-categories",
+        metavar="FILE",
+        help="with --collectives: extra GPU kernel categories (JSON or .toml: "
+        '{"categories": [{"name", "pattern", "class"}]}), tried before the built-in table',
+    )
     p.add_argument("-j", "--jobs", type=jobs_count, default=0, help=JOBS_HELP)
     add_dask_arg(p)
 

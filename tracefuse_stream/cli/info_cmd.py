@@ -13,6 +13,7 @@ import sys
 from typing import Any, Dict, List
 
 from tracefuse_stream.align.clock import estimate_offsets, format_alignment_table
+from tracefuse_stream.analyze import kernel_categories
 from tracefuse_stream.analyze.onepass import collective_ends, steps_us
 from tracefuse_stream.cluster import dask_backend
 from tracefuse_stream.errors import EXIT_INPUT, EXIT_OK
@@ -32,6 +33,8 @@ def cmd_info(a: argparse.Namespace) -> int:
 def _info(a: argparse.Namespace) -> int:
     sections = [s for s in ("steps", "collectives", "align") if getattr(a, s)]
     scans: List[Any] = []  # one pass per file answers every section (analyze/onepass.py)
+    # read before the pass: a bad file is a usage error naming it, before any input is read
+    categories = kernel_categories.load(a.kernel_categories).spec() if a.kernel_categories else None
     plans, rows, out, text = collect_info(
         a.inputs,
         rank_from=a.rank_from,
@@ -39,6 +42,7 @@ def _info(a: argparse.Namespace) -> int:
         jobs=a.jobs,
         sections=sections,
         scans_out=scans,
+        kernel_categories=categories,
     )
     sections_from = len(text)  # with --collectives, only the sections follow its report
     if a.steps:

@@ -370,7 +370,59 @@ static PyObject *tl_keys(Timeline *t, PyObject *unused) {
     return out;
 }
 
+/* t.records(kind) -> (keys, packed): the records of one kind in the order added, as
+ * 4 native int64 each (a, b, name id, key index); the key is the device for GPU
+ * records (kind 2), the thread for operators and annotations; key index into
+ * ``keys``, in the order first seen among these records. What the step-time figures
+ * (analyze/step_time.py) are computed from at the file's end, in Python for both paths. */
+static PyObject *tl_records(Timeline *t, PyObject *args) {
+    int kind;
+    if (!PyArg_ParseTuple(args, "i", &kind)) return NULL;
+    if (kind < 0 || kind > 2) {
+        PyErr_SetString(PyExc_ValueError, "Timeline.records: kind is 0, 1 or 2");
+        return NULL;
+    }
+    int32_t *local = PyMem_Malloc((size_t)(t->keys.n + 1) * sizeof(int32_t));
+    int64_t *out = NULL;
+    Py_ssize_t m = 0, ocap = 0;
+    PyObject *keys = PyList_New(0), *packed = NULL, *res = NULL;
+    if (!local || !keys) goto done;
+    for (int32_t j = 0; j < t->keys.n; j++) local[j] = -1;
+    for (Py_ssize_t k = 0; k < t->n; k++) {
+        const TRec *x = &t->recs[k];
+        if (x->kind != kind) continue;
+        int32_t key = kind == 2 ? x->dev : x->thread;
+        if (local[key] < 0) {
+            PyObject *b = PyBytes_FromStringAndSize(t->keys.arena + t->keys.off[key], t->keys.len[key]);
+            if (!b || PyList_Append(keys, b) < 0) {
+                Py_XDECREF(b);
+                goto done;
+            }
+            Py_DECREF(b);
+            local[key] = (int32_t)(PyList_GET_SIZE(keys) - 1);
+        }
+        if (GROW_TO(out, ocap, m + 4, 4096)) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        out[m++] = x->a, out[m++] = x->b, out[m++] = x->name, out[m++] = local[key];
+    }
+    packed = PyBytes_FromStringAndSize((const char *)out, m * (Py_ssize_t)sizeof(int64_t));
+    if (packed) res = PyTuple_Pack(2, keys, packed);
+done:
+    if (!local && !PyErr_Occurred()) PyErr_NoMemory();
+    PyMem_Free(local);
+    PyMem_Free(out);
+    Py_XDECREF(keys);
+    Py_XDECREF(packed);
+    return res;
+}
+
 static PyMethodDef tl_methods[] = {
+    {"gpu_windows", (PyCFunction)tl_gpu_windows, METH_VARARGS,
+     "gpu_windows(dev, windows, classes, kernel_wait_ns) -> (dev, figures, names): see csrc/timeline_steps.c"},
+    {"records", (PyCFunction)tl_records, METH_VARARGS,
+     "records(kind) -> (keys, packed): one kind's records, 4 int64 each (a, b, name id, key index)"},
     {"keys", (PyCFunction)tl_keys, METH_NOARGS, "keys() -> the thread and device keys, in the order first seen"},
     {"add", (PyCFunction)tl_add, METH_VARARGS, "add(kind, a_ns, b_ns, name, thread, dev): one event Python decoded"},
     {"segments", (PyCFunction)tl_segments, METH_VARARGS,

@@ -33,7 +33,7 @@ from tracefuse_stream.analyze.assessment import not_assessed
 from tracefuse_stream.analyze.stragglers import DEFINITIONS, Verdict, rule_text
 from tracefuse_stream.errors import EXIT_INPUT, EXIT_OK
 from tracefuse_stream.rankset import compress_ranges
-from tracefuse_stream.report import per_collective_text, rootcause, why_text
+from tracefuse_stream.report import per_collective_text, rootcause, step_time_text, why_text
 from tracefuse_stream.report.json_stream import LazyArray, write_json
 from tracefuse_stream.textout import p_round, p_text, printable, terminal
 
@@ -138,6 +138,7 @@ def to_json(table: Any, stream: bool = False) -> Dict[str, Any]:
                            "by_name": dict(sorted(table.point_to_point.items()))},
         "notes": list(table.notes) + a.why_notes,
         **rootcause.to_json(table, v),
+        **step_time_text.json_entries(a.step_time),
     }}  # fmt: skip
 
 
@@ -291,6 +292,7 @@ def format_text(table: Any, inputs: Sequence[str] = (), cycle: Optional[int] = N
                 f"by {inst.match}) on ranks {_ranks(inst.ranks)}: arrivals spread {_ms(inst.spread_ns)} ms, "
                 f"last rank {inst.last_rank}"
             )
+    lines += step_time_text.lines(a.step_time)
     for (kind, name, group, why_), n in sorted(table.unmatched.items(), key=lambda kv: (-kv[1], kv[0])):
         lines.append(
             f"unmatched: {n} x {printable(kind)} {printable(name)} (group {printable(group or '?')}): {printable(why_)}"

@@ -1,0 +1,95 @@
+"""A stretch of one rank's timeline as the sum of its segments (the why's and the
+diff's raw figures), from the partitions analyze/timeline.py keeps.
+
+Why its own module: the partitioning (timeline.py) runs inside each file's pass; the
+sums here run in the reduce, once the stretches wanted are known.
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import Any, Dict, List, Optional, Tuple
+
+from tracefuse_stream.analyze.timeline import (
+    KINDS,
+    OUTSIDE_ALL,
+    Breakdown,
+    Key,
+    Part,
+    Segments,
+    rows_between,
+)
+
+
+def _combine(rows: Any, names: List[str], bd: Breakdown) -> None:
+    """Sum segment rows (in time order) into ``bd``'s parts, joining pieces that meet at a cut."""
+    acc: Dict[Tuple[int, int], List[int]] = {}
+    for _seg, kind, nid, ns, count, runs, pa, pb, sa, sb, fa, fb, la, lb in rows:
+        x = acc.get((kind, nid))
+        if x is None:
+            acc[(kind, nid)] = [ns, count, runs, pa, pb, sa, sb, la, lb]
+            continue
+        x[0] += ns
+        x[1] += count
+        if not runs:
+            continue
+        if not x[2]:  # the first segment where it holds time
+            x[2:9] = [runs, pa, pb, sa, sb, la, lb]
+            continue
+        if x[8] == fa:  # its last piece so far runs on into this segment: one piece
+            joined = (x[7], fb)
+            x[2] += runs - 1
+            if joined[1] - joined[0] > x[4] - x[3]:
+                x[3], x[4] = joined
+            x[7], x[8] = joined if runs == 1 else (la, lb)
+        else:
+            x[2] += runs
+            x[7], x[8] = la, lb
+        if pb - pa > x[4] - x[3]:
+            x[3], x[4] = pa, pb
+        x[6] = sb
+    for (kind, nid), x in acc.items():
+        if kind in (1, 3):
+            name = names[nid] if nid >= 0 else (OUTSIDE_ALL if kind == 1 else "idle")
+            count = x[2]
+        else:
+            name, count = names[nid], x[1]
+        bd.parts[(KINDS[kind], name)] = Part(x[0], count, (x[3], x[4]), (x[5], x[6]))
+
+
+def breakdown(segments: Segments, step: int, lo: int, hi: int, gpu_tid: Any = None) -> Optional[Breakdown]:
+    """The stretch [lo, max(lo, hi)] of ``step`` (file-relative ns, both cuts), or None
+    when the pass did not cut there."""
+    hi = max(lo, hi)
+    cuts = segments.cuts
+    i, j = bisect.bisect_left(cuts, lo), bisect.bisect_left(cuts, hi)
+    if i >= len(cuts) or cuts[i] != lo or j >= len(cuts) or cuts[j] != hi:
+        return None
+    bd = Breakdown(hi - lo)
+    thread = segments.step_thread.get(step)
+    if thread is not None and thread in segments.cpu:
+        bd.main_thread = segments.labels.get(thread)
+        starts, packed = segments.cpu[thread]
+        _combine(rows_between(segments.rows_of(packed), starts[i], starts[j]), segments.names, bd)
+    if gpu_tid is not None:
+        dev = segments.gpu_dev.get((gpu_tid, hi))
+        if dev is None:
+            dev = next((d for (t, _a), d in sorted(segments.gpu_dev.items(), key=str) if t == gpu_tid), None)
+        if dev is not None and dev in segments.gpu:
+            bd.stream = segments.labels.get(dev)
+            starts, packed = segments.gpu[dev]
+            _combine(rows_between(segments.rows_of(packed), starts[i], starts[j]), segments.names, bd)
+        else:
+            bd.stream = "GPU ?"
+    return bd
+
+
+def unit_parts(segments: Segments, unit: Tuple[List[int], bytes], lo: int, hi: int) -> Dict[Key, Part]:
+    """One unit's (``segments.cpu`` / ``.gpu`` value) parts over [lo, hi], both cuts."""
+    i, j = bisect.bisect_left(segments.cuts, lo), bisect.bisect_left(segments.cuts, hi)
+    bd = Breakdown(hi - lo)
+    _combine(rows_between(segments.rows_of(unit[1]), unit[0][i], unit[0][j]), segments.names, bd)
+    return bd.parts
+
+
+__all__ = ["breakdown", "unit_parts"]
