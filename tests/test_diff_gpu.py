@@ -52,9 +52,15 @@ def test_gemm_kernels_longer_on_every_rank(tmp_path: Path, fixture_path: Path) -
     new = _build(tmp_path / "new", fixture_path, 3.0)
     d = tracefuse_stream.diff(_files(base), _files(new))
     assert d["ranks"] == [0, 1] and d["steps"]["pairs"] == [[4, 4], [5, 5], [6, 6]]
-    causes = [c for c in d["changes"] if not c["waiting"]]
+    every = [c for c in d["changes"] if not c["waiting"]]
+    # the step's GPU compute (issue 36's union) grew on every rank, by the GEMMs' extra
+    union = [c for c in every if c["kind"] == "gpu_step"]
+    assert union and (union[0]["name"], union[0]["ranks"], union[0]["class"]) == ("compute", "all", "uniform")
+    assert not [c for c in union if c["name"] in ("comm", "memcpy")]
+    causes = [c for c in every if c["kind"] != "gpu_step"]
     top: Optional[Dict[str, Any]] = causes[0] if causes else None
     assert top is not None, d["changes"]
+    assert union[0]["delta_us"] == pytest.approx(top["delta_us"], rel=0.05)
     # by category first: every GEMM kernel of the step together (all of them 3x)
     assert (top["kind"], top["name"], top["where"]) == ("kernel_category", "GEMM", "GPU")
     assert (top["ranks"], top["class"], top["how"]) == ("all", "uniform", "longer calls")

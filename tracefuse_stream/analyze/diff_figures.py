@@ -38,8 +38,11 @@ WHERE = {
     "kernel": "GPU",
     "kernel_category": "GPU",
     "gpu_idle": "GPU",
+    "gpu_step": "GPU",
     "wait": "collectives",
 }
+#: the step-time figures of the step's GPU (analyze/step_time.py, issue 36) a diff compares
+GPU_STEP_FIGURES = ("compute", "comm", "comm_exposed", "memcpy", "idle")
 
 
 #: GPU kernel categories by name, first match wins (convolutions before GEMMs: cuDNN's
@@ -132,6 +135,10 @@ def run_figures(
                 out.add(kind, name, rank, step, part.ns, part.count)
                 if kind == "kernel":  # by category too: "GEMM +3.1 ms" over many kernel names
                     out.add("kernel_category", kernel_category(name), rank, step, part.ns, part.count)
+        for st in getattr(scan, "step_time", None) or []:  # the step's GPU union (issue 36)
+            if st.gpu is not None and st.step in scan.steps:
+                for fig in GPU_STEP_FIGURES:
+                    out.add("gpu_step", fig, rank, st.step, getattr(st.gpu.figures, fig + "_ns"), 0)
     if analysis is not None:
         out.stragglers = [s.rank for s in analysis.verdict.stragglers]
         for row in analysis.verdict.by_step:

@@ -20,6 +20,7 @@ KIND_WORDS = {
     "kernel": "kernel",
     "kernel_category": "kernel category",
     "gpu_idle": "GPU idle",
+    "gpu_step": "GPU step",
     "wait": "collective wait",
 }
 
