@@ -226,7 +226,11 @@ def test_workers_that_cannot_see_an_input_are_named(cluster: Cluster, tmp_path: 
 def test_workers_with_another_tracefuse_stream_are_refused_before_any_work(tmp_path: Path) -> None:
     old = tmp_path / "old" / "tracefuse_stream"  # an install without cluster.py shadows this tree
     old.mkdir(parents=True)
-    (old / "__init__.py").write_text("")
+    # an old install: no cluster.py, and no editable install's finder (which would
+    # serve this tree's submodules under the shadowing package)
+    (old / "__init__.py").write_text(
+        "import sys\nsys.meta_path[:] = [f for f in sys.meta_path if '__editable__' not in getattr(f, '__module__', '')]\n"
+    )
     with started(tmp_path, str(old.parent), workers=1) as c:
         code, out, err = run(["info", str(SAMPLE), "--dask", str(c.scheduler_file)], REPO)
     assert (code, out) == (1, "")

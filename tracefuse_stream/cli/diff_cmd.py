@@ -7,9 +7,9 @@ definitions below are needed for ``--help``.
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 
-from tracefuse_stream.cli.argtypes import JOBS_HELP, jobs_count
+from tracefuse_stream.cli.argtypes import JOBS_HELP, add_dask_arg, jobs_count
 
 ALIGN_STEPS = ("number", "position")
 
@@ -53,33 +53,38 @@ def add_diff_arguments(p: argparse.ArgumentParser) -> None:
         "--new-cycle", metavar="N|latest", help="the profiling cycle of NEW_RUN (instead of --cycle)"
     )
     p.add_argument("-j", "--jobs", type=jobs_count, default=0, help=JOBS_HELP)
+    add_dask_arg(p, "the two runs are compared here")
     p.add_argument("--json", action="store_true", help="the diff as JSON (schema: docs/diff.md)")
 
 
 def cmd_diff(a: argparse.Namespace) -> int:
     # lazy on purpose: the parser imports this module for its arguments; the analysis
     # loads only when the command runs (cli/app.py: a command imports its own modules)
+    from tracefuse_stream.cluster import dask_backend  # lazy: see above
     from tracefuse_stream.errors import EXIT_OK  # lazy: see above
     from tracefuse_stream.report.diff_api import diff  # lazy: see above
     from tracefuse_stream.report.diff_text import render  # lazy: see above
+    from tracefuse_stream.report.json_stream import write_json  # lazy: see above
     from tracefuse_stream.textout import terminal  # lazy: see above
 
-    report = diff(
-        [a.base, *a.base_files],
-        [a.new, *a.new_files],
-        ranks=a.ranks,
-        rank_from=a.rank_from,
-        steps=a.steps,
-        base_steps=a.base_steps,
-        new_steps=a.new_steps,
-        align_steps=a.align_steps,
-        cycle=a.cycle,
-        jobs=a.jobs,
-        base_cycle=a.base_cycle,
-        new_cycle=a.new_cycle,
-    )
+    base, new = [a.base, *a.base_files], [a.new, *a.new_files]
+    with dask_backend(a.dask, base + new):  # the per-rank passes on a cluster (--dask), if given
+        report = diff(
+            base,
+            new,
+            ranks=a.ranks,
+            rank_from=a.rank_from,
+            steps=a.steps,
+            base_steps=a.base_steps,
+            new_steps=a.new_steps,
+            align_steps=a.align_steps,
+            cycle=a.cycle,
+            jobs=a.jobs,
+            base_cycle=a.base_cycle,
+            new_cycle=a.new_cycle,
+        )
     if a.json:
-        print(json.dumps(report, indent=2))
+        write_json(report, sys.stdout)  # json.dumps(indent=2)'s text, strict (no NaN)
     else:
         print(terminal(render(report)))
     return EXIT_OK
