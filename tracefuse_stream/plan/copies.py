@@ -32,6 +32,7 @@ from tracefuse_stream.errors import ErrorKind, InputError
 from tracefuse_stream.plan.rankplan import RankPlan
 from tracefuse_stream.plan.ranks import rank_from_name
 from tracefuse_stream.plan.starts import earliest_ns
+from tracefuse_stream.textout import printable
 from tracefuse_stream.timeunits import iso_utc
 
 BLOCK = 1 << 20
@@ -131,7 +132,7 @@ def find_copies(plans: Sequence[RankPlan], by_rank: bool = True) -> List[Copy]:
 def copies_text(copies: Sequence[Copy]) -> List[str]:
     """One line per copy: ``FIRST and COPY hold the same bytes`` (which one is the copy
     no file says: the first by position is kept)."""
-    return [f"{c.original.path} and {c.copy.path} {c.why}" for c in copies]
+    return [f"{printable(c.original.path)} and {printable(c.copy.path)} {c.why}" for c in copies]
 
 
 __all__ = ["Copy", "copies_text", "find_copies", "same_bytes"]

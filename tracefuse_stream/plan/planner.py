@@ -43,6 +43,7 @@ from tracefuse_stream.read.toplevel import (  # noqa: F401  (re-exported: stream
     read_tail,
     trailer_of_file,
 )
+from tracefuse_stream.textout import printable
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -247,7 +248,7 @@ class PlanList(List[RankPlan]):
         ranks, the cycle merged, files skipped in directories (the first ``limit``;
         ``info`` names them all)."""
         out = rank_source_note(self) + empty_rank_note(self) + list(self.notes)
-        skipped = [f"skipped {path}: {why}" for path, why in self.skipped]
+        skipped = [f"skipped {printable(path)}: {printable(why)}" for path, why in self.skipped]
         if limit is not None and len(skipped) > limit + 1:
             more = f"skipped {len(skipped) - limit} more files (`tracefuse info` names every one)"
             skipped = skipped[:limit] + [more]
@@ -434,7 +435,8 @@ def _without_copies(
             "twice):\n" + "\n".join(bounded(lines)) + "\n" + advice
         )
     out.cautions.extend(
-        f"{c.copy.path} left out: it and {c.original.path} {c.why} (one trace twice)" for c in copies
+        f"{printable(c.copy.path)} left out: it and {printable(c.original.path)} {c.why} (one trace twice)"
+        for c in copies
     )
     left_out = {id(c.copy) for c in copies}
     out.left_out.extend(c.copy.path for c in copies)

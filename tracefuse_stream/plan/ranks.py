@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Dict, Hashable, List, Optional, Sequence
 
 from tracefuse_stream.errors import UsageError
 from tracefuse_stream.rankset import compress_ranges
+from tracefuse_stream.textout import printable
 
 if TYPE_CHECKING:  # pragma: no cover
     from tracefuse_stream.plan.rankplan import RankPlan
@@ -89,8 +90,8 @@ def assign_ranks(plans: Sequence[RankPlan], rank_from: str = "auto") -> None:
         if p.rank in seen:
             other = seen[p.rank]
             raise UsageError(
-                f"rank {p.rank} appears twice: {other.path} (from {other.rank_source}) and "
-                f"{p.path} (from {p.rank_source}); use --rank-from order to number files by "
+                f"rank {p.rank} appears twice: {printable(other.path)} (from {other.rank_source}) and "
+                f"{printable(p.path)} (from {p.rank_source}); use --rank-from order to number files by "
                 f"their position instead"
             )
         seen[p.rank] = p

@@ -45,6 +45,7 @@ from tracefuse_stream.listing import bounded, inline
 from tracefuse_stream.plan.rankplan import RankPlan
 from tracefuse_stream.plan.starts import earliest_ns
 from tracefuse_stream.rankset import compress_ranges
+from tracefuse_stream.textout import printable
 from tracefuse_stream.timeunits import iso_utc
 
 #: the smallest gap between two ranks' recordings that makes them two runs (see above)
@@ -115,7 +116,7 @@ class RunCheck:
         return out
 
     def edited_text(self, group: Sequence[RankPlan]) -> str:
-        files = ", ".join(f"rank {p.rank} {p.path}" for p in group)
+        files = ", ".join(f"rank {p.rank} {printable(p.path)}" for p in group)
         return (
             f"{self._where()}one recording under {len(group)} ranks (rank numbers edited?): {files} start at "
             f"the same nanosecond ({iso_utc(group[0].start_ns)}) with the same events; two processes never do"
