@@ -76,24 +76,6 @@ def why_instance(row: Any, rank: int, suspects: Set[int]) -> int:
     return best
 
 
-def wanted(verdict: Verdict, every_rank: bool = True) -> Dict[Optional[int], List[int]]:
-    """step -> the instance ids to break down there: the step's worst instance (for
-    the every-rank ``breakdown``) and each named straggler's latest one (the why)."""
-    named = {s.rank for s in verdict.stragglers}
-    suspects = _suspects(verdict)[0]
-    out: Dict[Optional[int], List[int]] = {}
-    for row in verdict.by_step:
-        if row.step is None:
-            continue
-        ids = [] if row.worst_instance is None or not every_rank else [row.worst_instance]
-        for r in sorted(named & set(row.stragglers)):
-            i = why_instance(row, r, suspects.get(row.step, set()))
-            if i >= 0 and i not in ids:
-                ids.append(i)
-        out[row.step] = ids
-    return out
-
-
 def step_breakdowns(
     table: CollectiveTable,
     by_id: Dict[int, Any],
@@ -335,11 +317,6 @@ class EveryRank:
     def __iter__(self) -> Iterator[Dict[str, Any]]:
         return self._explain.every_rank() if self._explain is not None else iter(())
 
-    def __bool__(self) -> bool:
-        return self._explain is not None and any(
-            row.step is not None and row.worst_instance is not None for row in self._explain.verdict.by_step
-        )
-
 
 class _Step:
     """One step's breakdowns at some instances, the references and views of them."""
@@ -412,4 +389,4 @@ def _view(bd: Breakdown, gpu: bool) -> Breakdown:
     )
 
 
-__all__ = ["TOP", "EveryRank", "Explain", "segments_of", "step_breakdowns", "wanted"]
+__all__ = ["TOP", "EveryRank", "Explain", "segments_of", "step_breakdowns"]
