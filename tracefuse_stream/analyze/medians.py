@@ -9,7 +9,7 @@ rule.
 from __future__ import annotations
 
 import bisect
-from typing import Sequence
+from typing import Any, Sequence
 
 
 def median(values: Sequence[int]) -> int:
@@ -21,18 +21,22 @@ def median(values: Sequence[int]) -> int:
     return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) // 2
 
 
+def kth_without(ordered: Sequence[Any], value: Any, k: int) -> Any:
+    """Item ``k`` of sorted ``ordered`` with one occurrence of ``value`` left out
+    (O(log n): the others' figure for every rank of an instance from one sort)."""
+    j = bisect.bisect_left(ordered, value)
+    return ordered[k] if k < j else ordered[k + 1]
+
+
 def median_without(ordered: Sequence[int], value: int) -> int:
     """The median of sorted ``ordered`` with one occurrence of ``value`` left out
     (O(log n): asked for every rank of an instance)."""
-    j = bisect.bisect_left(ordered, value)
     m = len(ordered) - 1
     if m <= 0:
         return 0
-
-    def at(k: int) -> int:
-        return ordered[k] if k < j else ordered[k + 1]
-
-    return at(m // 2) if m % 2 else (at(m // 2 - 1) + at(m // 2)) // 2
+    if m % 2:
+        return int(kth_without(ordered, value, m // 2))
+    return (kth_without(ordered, value, m // 2 - 1) + kth_without(ordered, value, m // 2)) // 2
 
 
-__all__ = ["median", "median_without"]
+__all__ = ["kth_without", "median", "median_without"]

@@ -24,10 +24,10 @@ such pass per file (:func:`segments_of`).
 
 from __future__ import annotations
 
-import bisect
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 from tracefuse_stream.align.collectives import CollectiveTable
+from tracefuse_stream.analyze.medians import kth_without
 from tracefuse_stream.analyze.stragglers import Verdict
 from tracefuse_stream.analyze.stretch import breakdown
 from tracefuse_stream.analyze.timeline import Breakdown, Key, Segments
@@ -105,13 +105,6 @@ def step_breakdowns(
     return out
 
 
-def _kth_without(ordered: Sequence[Any], value: Any, k: int) -> Any:
-    """Item ``k`` of sorted ``ordered`` with one occurrence of ``value`` left out
-    (O(log n): the others' figure for every rank of an instance from one sort)."""
-    j = bisect.bisect_left(ordered, value)
-    return ordered[k] if k < j else ordered[k + 1]
-
-
 class _Reference:
     """One instance's members at one step, sorted once: each rank's reference (the
     median rank of the other members, named stragglers and delayed ranks left out while
@@ -138,7 +131,7 @@ class _Reference:
         k = (n - 1) // 2
         if r in self.suspects and pool is self.clean:
             return int(pool[k][1])
-        return int(_kth_without(pool, mine, k)[1])
+        return int(kth_without(pool, mine, k)[1])
 
     def others_median(self, r: int, gpu: bool, key: Key) -> int:
         """The lower median of ``key``'s time over the other members (0 where absent)."""
@@ -151,7 +144,7 @@ class _Reference:
         if len(vals) <= 1:
             return 0
         mine = self.view(self.members[r], gpu).parts.get(key)
-        return int(_kth_without(vals, mine.ns if mine is not None else 0, (len(vals) - 2) // 2))
+        return int(kth_without(vals, mine.ns if mine is not None else 0, (len(vals) - 2) // 2))
 
 
 def _contributors(mine: Breakdown, ref: Breakdown, others_median: Any, top: int) -> List[Dict[str, Any]]:
@@ -220,7 +213,7 @@ class _EnteredWhere:
         if tails is None:
             tails = self._tails[prev.step] = sorted(max(0, g.offset[(q, -1)]) for q in g.order)
         mine = max(0, g.offset[(rank, -1)])
-        extra = mine - (_kth_without(tails, mine, (len(tails) - 1) // 2) if len(tails) > 1 else 0)
+        extra = mine - (kth_without(tails, mine, (len(tails) - 1) // 2) if len(tails) > 1 else 0)
         if 2 * extra < skew_ns:
             return f"between steps (its step {prev.step} ended on time: not in a profiled step)"
         return (f"before the step: after its last collective of step {prev.step} it worked "
