@@ -26,6 +26,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from tracefuse_stream.analyze.gpu_union import KERNEL_WAIT_NS, GpuFigures, from_row
 from tracefuse_stream.analyze.kernel_categories import OTHER, KernelCategories
+from tracefuse_stream.analyze.stragglers import union_ns
 from tracefuse_stream.analyze.timeline import OUTSIDE_ALL, ROW_FIELDS, Segments
 
 TOP_N = 5
@@ -201,19 +202,9 @@ def cpu_step(
         ops, outside = sums
         cs.ops = _top(ops, names)
         cs.outside = [(n, ns) for n, ns, _c in _top({k: [v, 0] for k, v in outside.items()}, names)]
-    cs.dataloader_ns = _union_in([(a, b) for a, b, k in annotations if k == "dataloader" and a < hi], lo, hi)
-    cs.optimizer_ns = _union_in([(a, b) for a, b, k in annotations if k == "optimizer" and a < hi], lo, hi)
+    cs.dataloader_ns = union_ns([(a, b) for a, b, k in annotations if k == "dataloader" and a < hi], lo, hi)
+    cs.optimizer_ns = union_ns([(a, b) for a, b, k in annotations if k == "optimizer" and a < hi], lo, hi)
     return cs
-
-
-def _union_in(spans: List[Tuple[int, int]], lo: int, hi: int) -> int:
-    total, at = 0, lo
-    for a, b in sorted(spans):
-        a, b = max(a, at), min(b, hi)
-        if b > a:
-            total += b - a
-            at = b
-    return total
 
 
 def compute(
@@ -282,8 +273,8 @@ def fill_blocked(table: Any, rows: Sequence[StepTime]) -> None:
             continue
         lo, hi = win
         mine = [x for x in spans.get(st.rank, []) if lo <= x[0] < hi]
-        wait = _union_in([(a, w) for a, w, _e in mine], lo, hi)
-        blocked = _union_in([(a, max(w, e)) for a, w, e in mine], lo, hi)
+        wait = union_ns([(a, w) for a, w, _e in mine], lo, hi)
+        blocked = union_ns([(a, max(w, e)) for a, w, e in mine], lo, hi)
         st.cpu.collective_wait_ns, st.cpu.collective_comm_ns = wait, blocked - wait
 
 
