@@ -1,7 +1,8 @@
 """``merge NEW --against BASE --steps N``: one step of each run side by side.
 
 On the recorded pair ddp4_runs_c (NEW) / ddp4_runs_a (BASE): BASE's rank r must come
-out as ``RANK 10+r``, its step N starting at the very microsecond NEW's does on rank 0,
+out as its own processes titled ``BASE RANK r`` (merged as rank 10+r: pids and flow ids
+apart), sorted right under ``NEW RANK r``, its step N starting at the very microsecond NEW's does on rank 0,
 and every other step option refused with the option to use.
 """
 
@@ -36,23 +37,34 @@ def _steps(path: Path) -> Dict[Tuple[str, str], Tuple[float, float]]:
     }
 
 
+def _sorted_titles(path: Path) -> List[str]:
+    """The process titles in the order Perfetto lists them (by process_sort_index)."""
+    ev = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    meta = [e for e in ev if e.get("ph") == "M"]
+    names = {e["pid"]: e["args"]["name"] for e in meta if e["name"] == "process_name"}
+    sort = {e["pid"]: e["args"]["sort_index"] for e in meta if e["name"] == "process_sort_index"}
+    assert len(set(sort.values())) == len(sort)  # no two processes share a place
+    return [names[p] for p in sorted(sort, key=sort.__getitem__)]
+
+
 def test_base_ranks_are_offset_and_the_steps_start_together(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "side.json.gz"
     assert main(["merge", NEW, "--against", BASE, "--steps", "3", "-o", str(out), "-j", "1"]) == 0
-    assert "its rank r is RANK 10+r" in capsys.readouterr().err
+    assert "merged as rank 10+r" in capsys.readouterr().err
     st = _steps(out)
     procs: List[str] = sorted({p for p, _ in st})
-    assert procs == [f"RANK {r} - CPU" for r in (0, 1, 10, 11, 12, 13, 2, 3)]
-    assert st[("RANK 0 - CPU", "ProfilerStep#3")][0] == st[("RANK 10 - CPU", "ProfilerStep#3")][0]
+    assert procs == sorted(f"{run} RANK {r} - CPU" for run in ("NEW", "BASE") for r in range(4))
+    assert _sorted_titles(out) == [f"{run} RANK {r} - CPU" for r in range(4) for run in ("NEW", "BASE")]
+    assert st[("NEW RANK 0 - CPU", "ProfilerStep#3")][0] == st[("BASE RANK 0 - CPU", "ProfilerStep#3")][0]
     # BASE keeps its own skew between ranks: its rank 1 starts as far from its rank 0 as recorded
     plans = {p.rank: p for p in plan_all([BASE])}
     rec = {r: find_step_window(plans[r].path, plans[r].base_time_ns, 3, 3)[0] for r in (0, 1)}
-    skew_us = st[("RANK 11 - CPU", "ProfilerStep#3")][0] - st[("RANK 10 - CPU", "ProfilerStep#3")][0]
+    skew_us = st[("BASE RANK 1 - CPU", "ProfilerStep#3")][0] - st[("BASE RANK 0 - CPU", "ProfilerStep#3")][0]
     assert skew_us == pytest.approx((rec[1] - rec[0]) / 1000, abs=0.002)
-    new_step = st[("RANK 0 - CPU", "ProfilerStep#3")]
-    assert new_step[1] > st[("RANK 10 - CPU", "ProfilerStep#3")][1]  # NEW's step is the longer: the window
+    new_step = st[("NEW RANK 0 - CPU", "ProfilerStep#3")]
+    assert new_step[1] > st[("BASE RANK 0 - CPU", "ProfilerStep#3")][1]  # NEW's step is the longer: the window
 
 
 def test_base_step_shows_another_step_of_base(tmp_path: Path) -> None:
@@ -61,7 +73,7 @@ def test_base_step_shows_another_step_of_base(tmp_path: Path) -> None:
         main(["merge", NEW, "--against", BASE, "--steps", "3", "--base-step", "4", "-o", str(out), "-q"]) == 0
     )
     st = _steps(out)
-    assert st[("RANK 0 - CPU", "ProfilerStep#3")][0] == st[("RANK 10 - CPU", "ProfilerStep#4")][0]
+    assert st[("NEW RANK 0 - CPU", "ProfilerStep#3")][0] == st[("BASE RANK 0 - CPU", "ProfilerStep#4")][0]
 
 
 @pytest.mark.parametrize(

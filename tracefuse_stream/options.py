@@ -196,6 +196,10 @@ class OutputOptions:
     dry_run: bool = False
     verify: Optional[bool] = None  # None (not asked) and False: no verification
     link_collectives: bool = False  # flows joining each collective instance across ranks: align/links.py
+    #: rank -> (the processes' title in place of ``RANK r``, the rank's place in the
+    #: sort order): ``merge --against`` names BASE's ranks ``BASE rank r`` and puts each
+    #: under NEW's rank r (pipeline/against.py); None: ``RANK r``, in rank order
+    rank_titles: Optional[Tuple[Tuple[int, str, int], ...]] = None
 
     def __post_init__(self) -> None:
         if self.split_ranks is not None and (not _is_int(self.split_ranks) or self.split_ranks < 1):

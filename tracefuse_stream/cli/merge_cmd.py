@@ -67,7 +67,11 @@ def cmd_merge(a: argparse.Namespace) -> int:
     if a.against:  # one step of each run side by side (pipeline/against.py)
         summary, off = merge_against(a.inputs, a.against, a.output, merge_options(a), a.base_step)
         if not a.quiet:
-            print(f"BASE ({' '.join(a.against)}): its rank r is RANK {off}+r", file=sys.stderr)
+            print(
+                f"BASE ({' '.join(a.against)}): its processes are 'BASE RANK r', each under 'NEW RANK r' "
+                f"(pid and flow-id rules: merged as rank {off}+r)",
+                file=sys.stderr,
+            )
     else:
         if a.base_step is not None:
             raise UsageError("--base-step goes with --against BASE")

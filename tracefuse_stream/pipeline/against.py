@@ -4,7 +4,9 @@ Why: after ``tracefuse diff`` says what changed, the user wants to *see* it: the
 step of both runs on one timeline, rank under rank. This is the ordinary merge (no
 second writer) of both runs' files as one set of ranks: NEW's ranks keep their numbers,
 BASE's rank r becomes rank ``OFFSET + r`` (``OFFSET``: the smallest power of ten above
-every rank of both runs, so ``RANK 10 - CPU`` is BASE's rank 0 in a 4-rank job), and
+every rank of both runs: pids and flow ids stay apart by the merge's own rules), and
+its processes are titled ``BASE RANK r - CPU`` (NEW's ``NEW RANK r - CPU``), each
+BASE rank sorted right under the same NEW rank so the two steps read rank under rank;
 BASE's clock is shifted by one known offset (the ``--clock-offsets`` mechanism) so
 that its step starts where NEW's step starts on their lowest ranks (BASE's own
 rank-to-rank skew is kept). The window is the longer of the two steps (``--steps N``
@@ -64,6 +66,17 @@ def side_by_side_inputs(
     return mapping, off, shift, window_rank
 
 
+def side_by_side_titles(
+    new: Sequence[int], base: Sequence[int], off: int
+) -> Tuple[Tuple[int, str, int], ...]:
+    """``MergeOptions.output.rank_titles``: NEW's rank r is ``NEW RANK r``, BASE's
+    (merged as ``off + r``) ``BASE RANK r``, sorted NEW 0, BASE 0, NEW 1, BASE 1, ...:
+    a rank's two steps one under the other (a rank only one run has keeps its place)."""
+    return tuple((r, f"NEW RANK {r}", 2 * r) for r in new) + tuple(
+        (off + r, f"BASE RANK {r}", 2 * r + 1) for r in base
+    )
+
+
 def merge_against(
     new_inputs: Sequence[str],
     base_inputs: Sequence[str],
@@ -100,10 +113,11 @@ def merge_against(
             selection=replace(options.selection, ranks=None, cycle=None),
             window=replace(w, steps=steps, step_rank=window_rank),
             alignment=replace(options.alignment, clock_offsets=path),
+            output=replace(options.output, rank_titles=side_by_side_titles(list(new), list(base), off)),
         )
         return merge(mapping, output, opts), off
     finally:
         os.unlink(path)
 
 
-__all__ = ["base_offset", "merge_against", "side_by_side_inputs"]
+__all__ = ["base_offset", "merge_against", "side_by_side_inputs", "side_by_side_titles"]

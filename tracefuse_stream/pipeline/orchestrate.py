@@ -254,6 +254,7 @@ def _write_files(
         if links is not None:  # --link-collectives: the "Collectives" summary process first
             links.summary_notes = write_summaries(sinks, links, base_ns, plans, n_jobs)
         group_of = {p.rank: gi for gi, g in enumerate(groups) for p in g}
+        titles = {r: (t, place) for r, t, place in opts.output.rank_titles or ()}
         tasks = [
             RankTask(
                 p,
@@ -262,6 +263,7 @@ def _write_files(
                 None if frags is None else frags.file_for(p.rank),
                 opts.execution.salvage,
                 None if links is None else tuple(links.by_rank.get(p.rank, ())),
+                titles.get(p.rank),
             )
             for p in plans
         ]

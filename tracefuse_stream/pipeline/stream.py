@@ -48,6 +48,7 @@ class RankTask:
     fragment_path: Optional[str]  # None: compress and count only (dry run)
     salvage: bool = False
     links: Optional[Tuple[Any, ...]] = None  # --link-collectives: this rank's LinkSpecs (align/links.py)
+    title: Optional[Tuple[str, int]] = None  # (process title, sort place) instead of RANK r (rewrite/labels.py)
 
 
 @dataclass
@@ -236,11 +237,11 @@ class _Sink:
         if len(self.skip_examples) < 5:
             self.skip_examples.append(f"event #{self.rw.index}: {e}")
 
-    def finish(self, host: Optional[str] = None) -> Tuple[Piece, int]:
+    def finish(self, host: Optional[str] = None, title: Optional[Tuple[str, int]] = None) -> Tuple[Piece, int]:
         """Append the rank's metadata (``labels``) after its events and close the piece."""
         meta_out = 0
         buf, first = self.buf, self.first
-        for m in rank_metadata(self.rw, host):
+        for m in rank_metadata(self.rw, host, title):
             if not first:
                 buf += b",\n"
             first = False
@@ -275,7 +276,7 @@ def _drive(
                 use_kernel(kernel)
     try:
         sink.pump(reader.batches())
-        piece, meta_out = sink.finish(task.plan.host_name)
+        piece, meta_out = sink.finish(task.plan.host_name, task.title)
     except BaseException:
         w.abort()
         progress_at.close()

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Dict, Iterator, Optional, Tuple
 
 from tracefuse_stream.rewrite.rules import PID_DEVICE_LIMIT, RankRewriter, pid_key
 
@@ -89,9 +89,12 @@ def _kinds(rw: RankRewriter, names: Dict[Any, str], labels: Dict[Any, str]) -> D
     return out
 
 
-def process_detail(r: int, orig: Any, name: Optional[str], label: Optional[str], host: Optional[str]) -> str:
-    """The ``process_labels`` text: what the short name leaves out."""
-    parts = [f"rank {r}"]
+def process_detail(
+    r: int, orig: Any, name: Optional[str], label: Optional[str], host: Optional[str], who: Optional[str] = None
+) -> str:
+    """The ``process_labels`` text: what the short name leaves out (``who``: the
+    rank's own title where the merge gave one, ``BASE rank 0``)."""
+    parts = [who or f"rank {r}"]
     if host:
         parts.append(f"host {host}")
     parts.append(f"pid {orig!r}" if isinstance(orig, str) else f"pid {orig}")
@@ -102,10 +105,15 @@ def process_detail(r: int, orig: Any, name: Optional[str], label: Optional[str],
     return ", ".join(parts)
 
 
-def rank_metadata(rw: RankRewriter, host: Optional[str] = None) -> Iterator[Event]:
+def rank_metadata(
+    rw: RankRewriter, host: Optional[str] = None, title: Optional[Tuple[str, int]] = None
+) -> Iterator[Event]:
     """Yield the metadata events of one finished rank (rewritten and generated);
-    ``host``: the rank's host name, for ``process_labels``."""
+    ``host``: the rank's host name, for ``process_labels``; ``title``: (the name its
+    processes carry instead of ``RANK r``, its place in the sort order instead of r),
+    ``merge --against``'s ``BASE rank 0`` under NEW's rank 0."""
     r = rw.rank
+    who, place = title if title is not None else (f"RANK {r}", r)
     names: Dict[Any, str] = {}  # by output pid: 1, 1.0 and true are three processes
     labels: Dict[Any, str] = {}
     for ev in rw.metadata:
@@ -127,28 +135,28 @@ def rank_metadata(rw: RankRewriter, host: Optional[str] = None) -> Iterator[Even
     for out, (orig, kind, dev, accel) in kinds.items():
         if kind == "GPU":
             # the device index only where the rank has several devices of that kind
-            title = f"RANK {r} - {accel} {dev}" if per_accel[accel] > 1 else f"RANK {r} - {accel}"
+            pname = f"{who} - {accel} {dev}" if per_accel[accel] > 1 else f"{who} - {accel}"
             sort = SORT_GPU + min(int(dev), SORT_OTHER - SORT_GPU - 1)
         elif kind == "CPU":
-            title = f"RANK {r} - CPU"
+            pname = f"{who} - CPU"
             sort = min(cpu_order, SORT_GPU - 1)
             cpu_order += 1
         else:
             # Kineto's pid "" (its "Record Window End" instant): named as the pid it is,
             # not as an empty name (``RANK 0 - ''`` read as a process without a name)
             blank = type(orig) is str and not orig.strip()
-            title = f"RANK {r} - pid {pid_text(orig)}" if blank else f"RANK {r} - {pid_text(orig)}"
+            pname = f"{who} - pid {pid_text(orig)}" if blank else f"{who} - {pid_text(orig)}"
             sort = min(SORT_OTHER + other_order, SORT_STRIDE - 1)
             other_order += 1
         ts = rw.pid_first_ts[out]
         base = {"ph": "M", "ts": ts, "pid": out, "tid": 0}
-        yield {**base, "name": "process_name", "args": {"name": title, "rank": r}}
-        detail = process_detail(r, orig, names.get(out), labels.get(out), host)
+        yield {**base, "name": "process_name", "args": {"name": pname, "rank": r}}
+        detail = process_detail(r, orig, names.get(out), labels.get(out), host, None if title is None else who)
         yield {**base, "name": "process_labels", "args": {"labels": detail, "rank": r}}
         yield {
             **base,
             "name": "process_sort_index",
-            "args": {"sort_index": r * SORT_STRIDE + sort, "rank": r},
+            "args": {"sort_index": place * SORT_STRIDE + sort, "rank": r},
         }
     named_threads = set()
     for ev in rw.metadata:
