@@ -64,7 +64,8 @@ def test_base_ranks_are_offset_and_the_steps_start_together(
     skew_us = st[("BASE RANK 1 - CPU", "ProfilerStep#3")][0] - st[("BASE RANK 0 - CPU", "ProfilerStep#3")][0]
     assert skew_us == pytest.approx((rec[1] - rec[0]) / 1000, abs=0.002)
     new_step = st[("NEW RANK 0 - CPU", "ProfilerStep#3")]
-    assert new_step[1] > st[("BASE RANK 0 - CPU", "ProfilerStep#3")][1]  # NEW's step is the longer: the window
+    # NEW's step is the longer: the window
+    assert new_step[1] > st[("BASE RANK 0 - CPU", "ProfilerStep#3")][1]
 
 
 def test_base_step_shows_another_step_of_base(tmp_path: Path) -> None:

@@ -48,7 +48,7 @@ class RankTask:
     fragment_path: Optional[str]  # None: compress and count only (dry run)
     salvage: bool = False
     links: Optional[Tuple[Any, ...]] = None  # --link-collectives: this rank's LinkSpecs (align/links.py)
-    title: Optional[Tuple[str, int]] = None  # (process title, sort place) instead of RANK r (rewrite/labels.py)
+    title: Optional[Tuple[str, int]] = None  # (title, sort place) for RANK r: rewrite/labels.py
 
 
 @dataclass
@@ -237,7 +237,9 @@ class _Sink:
         if len(self.skip_examples) < 5:
             self.skip_examples.append(f"event #{self.rw.index}: {e}")
 
-    def finish(self, host: Optional[str] = None, title: Optional[Tuple[str, int]] = None) -> Tuple[Piece, int]:
+    def finish(
+        self, host: Optional[str] = None, title: Optional[Tuple[str, int]] = None
+    ) -> Tuple[Piece, int]:
         """Append the rank's metadata (``labels``) after its events and close the piece."""
         meta_out = 0
         buf, first = self.buf, self.first

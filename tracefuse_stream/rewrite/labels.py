@@ -90,7 +90,12 @@ def _kinds(rw: RankRewriter, names: Dict[Any, str], labels: Dict[Any, str]) -> D
 
 
 def process_detail(
-    r: int, orig: Any, name: Optional[str], label: Optional[str], host: Optional[str], who: Optional[str] = None
+    r: int,
+    orig: Any,
+    name: Optional[str],
+    label: Optional[str],
+    host: Optional[str],
+    who: Optional[str] = None,
 ) -> str:
     """The ``process_labels`` text: what the short name leaves out (``who``: the
     rank's own title where the merge gave one, ``BASE rank 0``)."""
@@ -151,7 +156,9 @@ def rank_metadata(
         ts = rw.pid_first_ts[out]
         base = {"ph": "M", "ts": ts, "pid": out, "tid": 0}
         yield {**base, "name": "process_name", "args": {"name": pname, "rank": r}}
-        detail = process_detail(r, orig, names.get(out), labels.get(out), host, None if title is None else who)
+        detail = process_detail(
+            r, orig, names.get(out), labels.get(out), host, None if title is None else who
+        )
         yield {**base, "name": "process_labels", "args": {"labels": detail, "rank": r}}
         yield {
             **base,
