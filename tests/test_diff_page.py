@@ -54,3 +54,23 @@ def test_no_against_no_section(tmp_path: Path) -> None:
     out = tmp_path / "r.html"
     assert run_cli("report", NEW, "-o", out, "-j", "1", "-q").returncode == 0
     assert "diff" not in embedded(out.read_text())
+
+
+def test_each_file_is_read_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The page and its diff section share NEW's pass: every file of both runs is opened
+    for its events once (the page's diff equals ``diff()``, test above)."""
+    from tracefuse_stream.cli.app import main
+    from tracefuse_stream.report import diff_api, page_data
+
+    passes: list = []
+    for mod in (diff_api, page_data):
+        real = mod.collect_info
+
+        def counting(inputs, *args, _real=real, **kw):  # type: ignore[no-untyped-def]
+            passes.append(sorted(str(Path(x).name) for x in inputs))
+            return _real(inputs, *args, **kw)
+
+        monkeypatch.setattr(mod, "collect_info", counting)
+    out = tmp_path / "r.html"
+    assert main(["report", str(NEW), "--against", str(BASE), "-o", str(out), "-j", "1", "-q"]) == 0
+    assert passes == [[NEW.name], [BASE.name]]

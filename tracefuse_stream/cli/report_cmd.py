@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any, Dict
 from pathlib import Path
 
 from tracefuse_stream.cli.argtypes import JOBS_HELP, add_dask_arg, jobs_count
@@ -49,6 +50,22 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _diff_section(a: argparse.Namespace, data: Any) -> Dict[str, Any]:
+    """The diff BASE -> this run, exactly ``tracefuse diff``'s object, with this run's
+    figures taken from the page's own pass (each file read once, not twice)."""
+    from tracefuse_stream.report.diff_api import run_diff, run_from_pass  # lazy: see above
+    from tracefuse_stream.report.diff_json import to_json
+
+    plans, scans = data.read
+    data.read = None  # the scans hold the run's timelines: gone once the figures are made
+    new = run_from_pass(a.inputs, plans, scans, cycle=a.cycle, jobs=a.jobs, label="NEW")
+    del plans, scans
+    d, b, n = run_diff(
+        a.against, new, ranks=a.ranks, rank_from=a.rank_from, cycle=a.cycle, steps=a.steps, jobs=a.jobs
+    )
+    return to_json(d, b.paths, n.paths, b.warnings, n.warnings)
+
+
 def cmd_report(a: argparse.Namespace) -> int:
     # lazy on purpose: the parser imports this module for its arguments; the page and the
     # pass load only when the command runs (cli/app.py: a command imports its own modules)
@@ -74,19 +91,10 @@ def cmd_report(a: argparse.Namespace) -> int:
             command=command_line(
                 a.inputs, a.output, ranks=a.ranks, cycle=a.cycle, steps=a.steps, against=a.against
             ),
+            keep_pass=bool(a.against),
         )
         if a.against:  # the diff BASE -> these inputs, as tracefuse diff gives it (docs/diff.md)
-            from tracefuse_stream.report.diff_api import diff  # lazy: see above
-
-            data.document["diff"] = diff(
-                a.against,
-                a.inputs,
-                ranks=a.ranks,
-                rank_from=a.rank_from,
-                cycle=a.cycle,
-                steps=a.steps,
-                jobs=a.jobs,
-            )
+            data.document["diff"] = _diff_section(a, data)
     html = render_page(data.document).encode("utf-8")
     out = AtomicOutput(a.output, force=a.force, inputs=data.input_paths)
     try:

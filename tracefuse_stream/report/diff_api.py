@@ -18,6 +18,7 @@ from tracefuse_stream.analyze.diff_figures import RunFigures, run_figures
 from tracefuse_stream.analyze.diff_match import Matched, match_ranks, match_steps, run_steps
 from tracefuse_stream.errors import InputError
 from tracefuse_stream.listing import inline
+from tracefuse_stream.plan.planner import PlanList
 from tracefuse_stream.plan.runcheck import require_one_run
 from tracefuse_stream.rankset import parse_rank_spec, parse_steps
 from tracefuse_stream.report.collectives import verdict_sentence
@@ -59,6 +60,15 @@ def load_run(
     plans, _rows, _out, _text = collect_info(
         paths, rank_from=rank_from, ranks=ranks, jobs=jobs, sections=["collectives"], scans_out=scans
     )
+    return run_from_pass(paths, plans, scans, cycle=cycle, jobs=jobs, label=label)
+
+
+def run_from_pass(
+    paths: Sequence[str], plans: PlanList, scans: Sequence[Any], *, cycle: Any, jobs: int, label: str
+) -> Run:
+    """One run's figures from a pass already made (``collect_info``'s plans and scans):
+    ``report --against`` reads its own run once, for the page and for the diff."""
+    paths = list(paths)
     if plans.broken:
         path, why = plans.broken[0]
         raise InputError(path, f"{label}: {why}")
@@ -105,7 +115,7 @@ def match(
 
 def run_diff(
     base: Inputs,
-    new: Inputs,
+    new: Union[Inputs, Run],
     *,
     ranks: Ranks = None,
     rank_from: str = "auto",
@@ -118,12 +128,17 @@ def run_diff(
     base_cycle: Any = None,
     new_cycle: Any = None,
 ) -> Tuple[Diff, Run, Run]:
-    """Both runs read and compared (the command line's and :func:`diff`'s work)."""
+    """Both runs read and compared (the command line's and :func:`diff`'s work);
+    ``new`` may be a :class:`Run` already read (:func:`run_from_pass`)."""
     wanted = _ranks(ranks)
     bc = cycle if base_cycle is None else base_cycle
     nc = cycle if new_cycle is None else new_cycle
     b = load_run(base, ranks=wanted, rank_from=rank_from, cycle=bc, jobs=jobs, label="BASE")
-    n = load_run(new, ranks=wanted, rank_from=rank_from, cycle=nc, jobs=jobs, label="NEW")
+    n = (
+        new
+        if isinstance(new, Run)
+        else load_run(new, ranks=wanted, rank_from=rank_from, cycle=nc, jobs=jobs, label="NEW")
+    )
     m = match(
         b.figures, n.figures, ranks_given=wanted is not None,
         steps=steps, base_steps=base_steps, new_steps=new_steps, align_steps=align_steps,
@@ -167,4 +182,4 @@ def diff(
     return to_json(d, b.paths, n.paths, b.warnings, n.warnings)
 
 
-__all__ = ["Run", "diff", "load_run", "match", "run_diff"]
+__all__ = ["Run", "diff", "load_run", "match", "run_diff", "run_from_pass"]

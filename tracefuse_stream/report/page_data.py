@@ -40,6 +40,10 @@ class ReportData:
     document: Dict[str, Any]
     plans: List[RankPlan] = field(default_factory=list)
     broken: List[Tuple[str, str]] = field(default_factory=list)
+    #: ``keep_pass=True``: the pass itself (every cycle's plans and scans), for
+    #: ``report --against``'s diff to use instead of reading the run again; drop it
+    #: (``None``) once used, the scans hold the run's timelines
+    read: Optional[Tuple[PlanList, List[Any]]] = None
 
     @property
     def input_paths(self) -> List[str]:
@@ -118,9 +122,11 @@ def report_data(
     steps: Optional[Tuple[int, int]] = None,
     jobs: int = 0,
     command: str = "",
+    keep_pass: bool = False,
 ) -> ReportData:
     """Plan and read ``inputs`` as ``info --collectives`` does (one pass per file, in
-    ``jobs`` workers) and return the page's data (see the module docstring)."""
+    ``jobs`` workers) and return the page's data (see the module docstring);
+    ``keep_pass``: with the pass's plans and scans (``ReportData.read``)."""
     scans: List[Any] = []
     plans, _rows, _out, _text = collect_info(
         inputs, rank_from=rank_from, ranks=ranks, jobs=jobs, sections=["collectives"], scans_out=scans
@@ -159,7 +165,8 @@ def report_data(
         "warnings": list(plans.warnings()),
         "not_assessed": collectives["not_assessed"],
     }
-    return ReportData({"collectives": collectives, "page": page}, list(ps), list(plans.broken))
+    read = (plans, scans) if keep_pass else None
+    return ReportData({"collectives": collectives, "page": page}, list(ps), list(plans.broken), read)
 
 
 __all__ = ["ReportData", "command_line", "only_steps", "report_data"]
