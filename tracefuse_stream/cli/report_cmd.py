@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, Dict
 from pathlib import Path
+from typing import Any, Dict
 
 from tracefuse_stream.cli.argtypes import JOBS_HELP, add_dask_arg, jobs_count
 
