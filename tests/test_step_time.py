@@ -262,11 +262,52 @@ def test_imbalance_verdicts() -> None:
     assert imbalance.verdicts(balanced, imbalance.spreads(balanced)) == []
     assert step_time_text.lines(balanced)[-1].startswith("imbalance: none named (compute within 1.10x")
     cpu_only = [StepTime(r, 1, 0, 1000 + r, None, CpuStep(None)) for r in range(2)]
+    # not in a matched step: no CPU busy figure (what it waited for is unknown)
     assert step_time_text.lines(cpu_only)[-3:] == [
-        "  step                step",
-        "     1  0.0 (r1 0.0 1.00x)",
-        "imbalance: not assessed (no GPU events; the CPU side per step is in --json collectives.step_time)",
+        "  step                step  CPU busy",
+        "     1  0.0 (r1 0.0 1.00x)         -",
+        "imbalance: none named (CPU only: no rank busy over 1.10x the median rank and by 10% of the step in "
+        "every step, in one operator or annotation; the CPU side per step is in --json collectives.step_time)",
     ]
+
+
+def _cpu_row(rank: int, step: int, wait: int, ops: list) -> StepTime:
+    return StepTime(
+        rank,
+        step,
+        0,
+        100_000_000,
+        None,
+        CpuStep(None, ops, collective_wait_ns=wait, collective_comm_ns=1_000_000),
+    )
+
+
+def test_cpu_imbalance_is_named_only_when_material() -> None:
+    """CPU busy = step - wait - comm; one rank busier by >= 10% of the step in every step,
+    half of it in one operator: named with that operator's extra per step."""
+    rows = [
+        _cpu_row(r, s, 0 if r == 2 else 30_000_000, [("aten::mm", 20_000_000, 5)] + ([("aten::svd", 28_000_000, 20)] if r == 2 else []))
+        for r in range(4) for s in (1, 2)
+    ]  # fmt: skip
+    sp = imbalance.spreads(rows)
+    assert [(s.step, s.median_ns, s.max_ns, s.max_rank) for s in sp if s.figure == "cpu_busy"] == [
+        (1, 69_000_000, 99_000_000, 2), (2, 69_000_000, 99_000_000, 2)
+    ]  # fmt: skip
+    assert imbalance.verdicts(rows, sp) == [
+        "CPU busy spread 1.43x: rank 2 has +28.0 ms/step of aten::svd self time in every step "
+        "(the step outside collectives at least 1.43x the median rank's)"
+    ]
+    # the same excess with no one operator holding half of it: the straggler's why says where
+    spread_out = [
+        _cpu_row(r, 1, 0 if r == 2 else 30_000_000, [("aten::mm", 20_000_000, 5)]) for r in range(4)
+    ]
+    assert imbalance.verdicts(spread_out, imbalance.spreads(spread_out)) == []
+    # busier by 9% of the step only: not material
+    small = [
+        _cpu_row(r, 1, 0 if r == 2 else 9_000_000, [("aten::svd", 9_000_000 if r == 2 else 0, 1)])
+        for r in range(4)
+    ]
+    assert imbalance.verdicts(small, imbalance.spreads(small)) == []
 
 
 def _reference(trace: Dict[str, Any], lo: int, hi: int) -> Tuple[int, int, int, int]:
@@ -372,3 +413,24 @@ def test_an_empty_step_has_figures_of_nothing(tmp_path: Path, capsys: pytest.Cap
     assert [(r["rank"], r["step_us"], r["gpu"]["idle_us"], r["gpu"]["overlap_pct"], r["cpu"]["top_ops"]) for r in empty] == [
         (0, 0.0, 0.0, None, []), (1, 0.0, 0.0, None, [])
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "run, verdict",
+    [
+        # rank 2 runs torch.linalg.svd 20x per step, nobody else does (recorded README)
+        ("ddp4_runs_c", "CPU busy spread 1.23x: rank 2 has +35.5 ms/step of aten::_linalg_svd self time"),
+        # rank 3 runs a QR the others never run
+        ("ddp4_case_c", "CPU busy spread 2.07x: rank 3 has +72.3 ms/step of aten::linalg_qr self time"),
+        ("ddp4_balanced", None),  # nobody sleeps or computes more: nothing named
+        ("ddp4_runs_a_again", None),
+    ],
+)
+def test_cpu_imbalance_on_recorded_runs(run: str, verdict: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    rec = Path(__file__).parent / "data" / "recorded" / run
+    assert main(["info", "--collectives", str(rec), "--json", "-j", "1"]) == 0
+    got = json.loads(capsys.readouterr().out)["collectives"]["step_time_verdicts"]
+    if verdict is None:
+        assert got == []
+    else:
+        assert len(got) == 1 and got[0].startswith(verdict + " in every step")

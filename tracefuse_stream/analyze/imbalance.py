@@ -9,6 +9,19 @@ rank and max / median. Two verdicts:
   least :data:`SPREAD` x the median and on the same rank ("compute spread 1.31x: rank
   12 has 31% more GEMM time in every step"; the category is the one where that rank
   is furthest above the others' median);
+* **CPU compute imbalance** (a run without GPU events, as gloo's): the same rule on
+  ``cpu_busy``, the step less the rank's time blocked in its matched collectives
+  (waiting + communicating, analyze/step_time.py), naming the operator (self time) or
+  the time outside operators (by annotation) where that rank is furthest above the
+  others' median ("CPU busy spread 1.37x: rank 2 has +34.9 ms/step of
+  aten::_linalg_svd self time in every step"). Named only when material: the rank's
+  excess is at least :data:`CPU_MATERIAL` of the median step in every step, and the
+  one operator or annotation named holds at least half of it (else the why of the
+  straggler verdict says where the time went). With gloo the collectives run on
+  their own threads, so the step thread may still work while its collective waits:
+  ``cpu_busy`` is then a lower bound for the waiting ranks, which can only make the
+  spread look larger for the rank nobody waits for -- the same rank in every step
+  is what is asked, as on the GPU;
 * **bound by a part**: a part (exposed communication, exposed copies, GPU idle) is at
   least :data:`BOUND_SHARE` of the step on every rank ("38% of the step is exposed
   communication on every rank": the smallest rank's share over all its steps).
@@ -23,6 +36,7 @@ from tracefuse_stream.analyze.medians import median
 from tracefuse_stream.analyze.step_time import StepTime
 
 SPREAD = 1.10
+CPU_MATERIAL = 0.10  # a CPU busy excess named: at least this share of the median step
 BOUND_SHARE = 0.20
 #: (figure, what the verdict calls it) of the GPU parts a step can be bound by
 BOUND_PARTS = (
@@ -30,7 +44,7 @@ BOUND_PARTS = (
     ("memcpy", "exposed memory copies"),
     ("idle", "GPU idle"),
 )
-FIGURES = ("step", "compute", "comm", "comm_exposed", "memcpy", "idle", "idle_host_wait")
+FIGURES = ("step", "compute", "comm", "comm_exposed", "memcpy", "idle", "idle_host_wait", "cpu_busy")
 
 
 @dataclass
@@ -59,6 +73,11 @@ def figure_ns(st: StepTime, figure: str) -> Optional[int]:
     """One figure of one rank's step (None: a GPU figure of a step without GPU events)."""
     if figure == "step":
         return st.step_ns
+    if figure == "cpu_busy":
+        c = st.cpu
+        if c.collective_wait_ns is None:
+            return None  # not in a matched step: what it waited for is unknown
+        return max(0, st.step_ns - c.collective_wait_ns - (c.collective_comm_ns or 0))
     if st.gpu is None:
         return None
     return int(getattr(st.gpu.figures, figure + "_ns"))
@@ -100,21 +119,74 @@ def _category_excess(rows: Sequence[StepTime], rank: int) -> Tuple[str, float]:
     return best[0], best[1]
 
 
+def _cpu_excess(rows: Sequence[StepTime], rank: int) -> Tuple[str, int]:
+    """What ``rank`` spends most above the others' median per step on the step thread:
+    an operator's self time or the time outside operators under one annotation
+    (``(what, ns per step)``; a name the others never show counts from 0)."""
+    totals: Dict[int, Dict[str, int]] = {}
+    steps: Dict[int, int] = {}
+    for st in rows:
+        t = totals.setdefault(st.rank, {})
+        steps[st.rank] = steps.get(st.rank, 0) + 1
+        for name, self_ns, _calls in st.cpu.ops:
+            if name != "other":  # the ops beyond the top N: no one name to give
+                t[f"{name} self time"] = t.get(f"{name} self time", 0) + self_ns
+        for ann, ns in st.cpu.outside:
+            key = f"time outside operators in {ann}"
+            t[key] = t.get(key, 0) + ns
+    mine = totals.get(rank, {})
+    best: Tuple[str, int] = ("time", 0)
+    for what, ns in sorted(mine.items()):
+        others = [t.get(what, 0) // max(1, steps[r]) for r, t in totals.items() if r != rank]
+        extra = ns // max(1, steps[rank]) - int(median(others) if others else 0)
+        if extra > best[1]:
+            best = (what, extra)
+    return best
+
+
+def _spread_verdict(comp: Sequence[Spread]) -> Optional[Tuple[int, float, str]]:
+    """(rank, smallest ratio, "in every step" / "in the one step") when one rank has
+    the largest value, at least :data:`SPREAD` x the median, in every step."""
+    ranks = {s.max_rank for s in comp}
+    if not comp or len(ranks) != 1 or not all(s.ratio is not None and s.ratio >= SPREAD for s in comp):
+        return None
+    worst = min(s.ratio for s in comp if s.ratio is not None)
+    return ranks.pop(), worst, "in every step" if len(comp) > 1 else "in the one step"
+
+
+def _material(busy: Sequence[Spread], sp: Sequence[Spread], named_ns: int) -> bool:
+    """The CPU busy excess is worth a line: at least :data:`CPU_MATERIAL` of the median
+    step in every step, half of it (the mean over the steps) in the one thing named."""
+    step_med = {s.step: s.median_ns for s in sp if s.figure == "step"}
+    extra = [s.max_ns - s.median_ns for s in busy]
+    if any(e < CPU_MATERIAL * step_med.get(s.step, 0) for s, e in zip(busy, extra)):
+        return False
+    return named_ns >= 0.5 * sum(extra) / len(extra)
+
+
 def verdicts(rows: Sequence[StepTime], sp: Sequence[Spread]) -> List[str]:
     """The verdict lines (see the module docstring); empty: balanced and no part dominates."""
     out: List[str] = []
+    if len({st.rank for st in rows}) < 2:
+        return out
     comp = [s for s in sp if s.figure == "compute"]
-    if comp and len({st.rank for st in rows}) > 1:
-        ranks = {s.max_rank for s in comp}
-        if len(ranks) == 1 and all(s.ratio is not None and s.ratio >= SPREAD for s in comp):
-            rank = ranks.pop()
-            worst = min(s.ratio for s in comp if s.ratio is not None)
-            cat, extra = _category_excess(rows, rank)
-            every = "in every step" if len(comp) > 1 else "in the one step"
-            out.append(
-                f"compute spread {worst:.2f}x: rank {rank} has {100 * extra:.0f}% more {cat} time {every} "
-                f"(GPU compute at least {worst:.2f}x the median rank's)"
-            )
+    found = _spread_verdict(comp)
+    if found is not None:
+        rank, worst, every = found
+        cat, extra = _category_excess(rows, rank)
+        out.append(
+            f"compute spread {worst:.2f}x: rank {rank} has {100 * extra:.0f}% more {cat} time {every} "
+            f"(GPU compute at least {worst:.2f}x the median rank's)"
+        )
+    busy = [s for s in sp if s.figure == "cpu_busy"]
+    cpu = _spread_verdict(busy) if not comp else None
+    what, ns = _cpu_excess(rows, cpu[0]) if cpu is not None else ("", 0)
+    if cpu is not None and _material(busy, sp, ns):
+        rank, worst, every = cpu
+        out.append(
+            f"CPU busy spread {worst:.2f}x: rank {rank} has +{ns / 1e6:.1f} ms/step of {what} {every} "
+            f"(the step outside collectives at least {worst:.2f}x the median rank's)"
+        )
     for fig, what in BOUND_PARTS:
         shares = _shares(rows, fig)
         if shares and min(shares.values()) >= BOUND_SHARE:
@@ -136,4 +208,4 @@ def _shares(rows: Sequence[StepTime], fig: str) -> Dict[int, float]:
     return {r: part[r] / total[r] for r in part if total[r] > 0}
 
 
-__all__ = ["BOUND_SHARE", "FIGURES", "SPREAD", "Spread", "figure_ns", "spreads", "verdicts"]
+__all__ = ["BOUND_SHARE", "CPU_MATERIAL", "FIGURES", "SPREAD", "Spread", "figure_ns", "spreads", "verdicts"]

@@ -24,6 +24,8 @@ COLUMNS = (
     ("memcpy", "memcpy"),
     ("idle", "GPU idle"),
 )
+#: the columns of a run without GPU events
+CPU_COLUMNS = (("step", "step"), ("cpu_busy", "CPU busy"))
 
 
 def json_entries(rows: Sequence[StepTime]) -> Dict[str, Any]:
@@ -49,10 +51,14 @@ def lines(rows: Sequence[StepTime]) -> List[str]:
     at = {(s.step, s.figure): s for s in sp}
     steps = sorted({s.step for s in sp})
     gpu = any(st.gpu is not None for st in rows)
-    cols = COLUMNS if gpu else COLUMNS[:1]
+    cols = COLUMNS if gpu else CPU_COLUMNS
     out = [
         "where the steps go (ms: median over the ranks (worst rank, its value, x the median)"
-        + ("; GPU parts add up to the step: compute > comm > memcpy > idle" if gpu else "; no GPU events")
+        + (
+            "; GPU parts add up to the step: compute > comm > memcpy > idle"
+            if gpu
+            else "; no GPU events: CPU busy = the step less its time blocked in collectives"
+        )
         + "):"
     ]
     table = [["step"] + [t for _f, t in cols] + (["overlap"] if gpu else [])]
@@ -65,17 +71,19 @@ def lines(rows: Sequence[StepTime]) -> List[str]:
     out += ["  " + "  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in table]
     if len(steps) > STEPS_SHOWN:
         out.append(f"  ... {len(steps) - STEPS_SHOWN} more step(s) in --json (collectives.step_time)")
-    if not gpu:
-        return out + [
-            "imbalance: not assessed (no GPU events; the CPU side per step is in --json collectives.step_time)"
-        ]
     verdicts = imbalance.verdicts(rows, sp)
-    out += [f"imbalance: {printable(v)}" for v in verdicts] or [
-        "imbalance: none named (compute within "
-        f"{imbalance.SPREAD:.2f}x of the median rank, no part over {100 * imbalance.BOUND_SHARE:.0f}% "
-        "of the step on every rank)"
-    ]
-    return out
+    if gpu:
+        none = (
+            f"imbalance: none named (compute within {imbalance.SPREAD:.2f}x of the median rank, no part over "
+            f"{100 * imbalance.BOUND_SHARE:.0f}% of the step on every rank)"
+        )
+    else:
+        none = (
+            f"imbalance: none named (CPU only: no rank busy over {imbalance.SPREAD:.2f}x the median rank and "
+            f"by {100 * imbalance.CPU_MATERIAL:.0f}% of the step in every step, in one operator or annotation; "
+            "the CPU side per step is in --json collectives.step_time)"
+        )
+    return out + ([f"imbalance: {printable(v)}" for v in verdicts] or [none])
 
 
 def _overlap(rows: Sequence[StepTime], step: int) -> str:
