@@ -138,7 +138,7 @@ def to_json(table: Any, stream: bool = False) -> Dict[str, Any]:
                            "by_name": dict(sorted(table.point_to_point.items()))},
         "notes": list(table.notes) + a.why_notes,
         **rootcause.to_json(table, v),
-        **step_time_text.json_entries(a.step_time),
+        **step_time_text.json_entries(a.step_time, stream),
     }}  # fmt: skip
 
 

@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Sequence
 
 from tracefuse_stream.analyze import imbalance
 from tracefuse_stream.analyze.step_time import StepTime, to_json
+from tracefuse_stream.report.json_stream import LazyArray
 from tracefuse_stream.textout import printable
 
 STEPS_SHOWN = 12
@@ -28,11 +29,13 @@ COLUMNS = (
 CPU_COLUMNS = (("step", "step"), ("cpu_busy", "CPU busy"))
 
 
-def json_entries(rows: Sequence[StepTime]) -> Dict[str, Any]:
-    """``step_time`` (every rank and step), ``step_time_spread`` and ``step_time_verdicts``."""
+def json_entries(rows: Sequence[StepTime], stream: bool = False) -> Dict[str, Any]:
+    """``step_time`` (every rank and step), ``step_time_spread`` and ``step_time_verdicts``;
+    ``stream``: ``step_time`` made one entry at a time as it is written
+    (report/json_stream.py ``LazyArray``), never as one list of every rank's dicts."""
     sp = imbalance.spreads(rows)
     return {
-        "step_time": [to_json(st) for st in rows],
+        "step_time": LazyArray(lambda: map(to_json, rows)) if stream else [to_json(st) for st in rows],
         "step_time_spread": [s.to_json() for s in sp],
         "step_time_verdicts": imbalance.verdicts(rows, sp),
     }
