@@ -54,7 +54,7 @@ def _diff_section(a: argparse.Namespace, data: Any) -> Dict[str, Any]:
     """The diff BASE -> this run, exactly ``tracefuse diff``'s object, with this run's
     figures taken from the page's own pass (each file read once, not twice)."""
     from tracefuse_stream.report.diff_api import run_diff, run_from_pass  # lazy: see above
-    from tracefuse_stream.report.diff_json import to_json
+    from tracefuse_stream.report.diff_json import to_json  # lazy: see above
 
     plans, scans = data.read
     data.read = None  # the scans hold the run's timelines: gone once the figures are made
