@@ -415,13 +415,22 @@ def _call(fn_args: Tuple[Callable[..., Any], Tuple[Any, ...]], progress: Callabl
     return fn(*args)
 
 
-def parallel_map(fn: Callable[..., R], arglist: List[Tuple[Any, ...]], jobs: int) -> List[R]:
+def parallel_map(
+    fn: Callable[..., R],
+    arglist: List[Tuple[Any, ...]],
+    jobs: int,
+    each: Optional[Callable[[R], R]] = None,
+) -> List[R]:
     """``[fn(*a) for a in arglist]``, in worker processes when ``jobs > 1``, or on the
-    cluster of the enclosing :func:`remote_backend` block (``jobs`` then unused)."""
+    cluster of the enclosing :func:`remote_backend` block (``jobs`` then unused);
+    ``each``: applied in this process to every result as it arrives (e.g. to share
+    what results repeat, before the next one comes in)."""
     mapper = _remote.get()
     if mapper is not None and arglist:
-        return mapper(fn, arglist)
-    return list(run_in_order(_call, [(fn, a) for a in arglist], jobs, lambda n: None))
+        out = mapper(fn, arglist)
+        return out if each is None else [each(r) for r in out]
+    results = run_in_order(_call, [(fn, a) for a in arglist], jobs, lambda n: None)
+    return list(results) if each is None else [each(r) for r in results]
 
 
 __all__ = [

@@ -37,7 +37,7 @@ COMPUTE_C, COMM_C, MEMORY_C = 0, 1, 2
 _IDLE = 3
 
 
-@dataclass
+@dataclass(slots=True)
 class GpuFigures:
     """One window's parts, ns (see the module docstring)."""
 

@@ -141,7 +141,16 @@ def scan_files(
         raise ValueError(f"unknown info sections: {sorted(unknown)}")
     want = tuple(s for s in SECTIONS if s in sections)
     args = [(p, want, kernel_categories) for p in plans]
-    return parallel_map(scan_file, args, resolve_jobs(jobs, len(plans)))
+    cache: Dict[str, str] = {}  # every rank names the same ops: one string each, shared
+
+    def share(fs: FileScan) -> FileScan:
+        if fs.scan is not None:
+            if fs.scan.timeline is not None:
+                fs.scan.timeline.share_names(cache)
+            step_time.share_names(fs.scan.step_time, cache)
+        return fs
+
+    return parallel_map(scan_file, args, resolve_jobs(jobs, len(plans)), each=share)
 
 
 def steps_us(scan: RankScan) -> Dict[int, Tuple[float, float]]:

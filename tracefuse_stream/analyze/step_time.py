@@ -38,7 +38,7 @@ DATALOADER = re.compile(r"DataLoader")
 OPTIMIZER = re.compile(r"^Optimizer\.")
 
 
-@dataclass
+@dataclass(slots=True)
 class GpuStep:
     """The GPU side of one rank's step (ns). ``categories``: kernel time per category
     (durations clipped to the step, streams summed: a category's own busy time);
@@ -58,7 +58,7 @@ class GpuStep:
         return None if f.comm_ns == 0 else 100.0 * (f.comm_ns - f.comm_exposed_ns) / f.comm_ns
 
 
-@dataclass
+@dataclass(slots=True)
 class CpuStep:
     """The CPU side of one rank's step on its step thread (ns): operators by self
     time and time outside operators by innermost annotation (the top names, then
@@ -74,7 +74,7 @@ class CpuStep:
     collective_comm_ns: Optional[int] = None
 
 
-@dataclass
+@dataclass(slots=True)
 class StepTime:
     """One rank's step: its window and where it went (``gpu`` None: no GPU events)."""
 
@@ -282,6 +282,28 @@ def _us(ns: Optional[int]) -> Optional[float]:
     return None if ns is None else round(ns / 1000.0, 3)
 
 
+def share_names(rows: List[StepTime], cache: Dict[str, str]) -> None:
+    """Make the names of ``rows`` the strings ``cache`` already holds (every rank
+    names the same operators and kernels: one string each in the reduce, not one per
+    rank; issue 38's memory per rank)."""
+
+    def one(name: str) -> str:
+        return cache.setdefault(name, name)
+
+    for st in rows:
+        c = st.cpu
+        c.ops = [(one(n), ns, k) for n, ns, k in c.ops]
+        c.outside = [(one(n), ns) for n, ns in c.outside]
+        if c.thread is not None:
+            c.thread = one(c.thread)
+        g = st.gpu
+        if g is not None:
+            g.device = one(g.device)
+            g.categories = {one(k): v for k, v in g.categories.items()}
+            g.kernels = [(one(n), ns, k) for n, ns, k in g.kernels]
+            g.unknown = [(one(n), ns) for n, ns in g.unknown]
+
+
 def to_json(st: StepTime) -> Dict[str, Any]:
     """One rank and step as ``collectives.step_time`` holds it (docs/collectives.md)."""
     gpu = None
@@ -323,6 +345,7 @@ __all__ = [
     "TOP_N",
     "compute",
     "cpu_step",
+    "share_names",
     "fill_blocked",
     "gpu_steps",
     "to_json",

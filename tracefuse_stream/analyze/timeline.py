@@ -319,6 +319,12 @@ class Segments:
             _UNPACKED[:] = [(packed, hit)] + _UNPACKED[:1]
         return hit
 
+    def share_names(self, cache: Dict[str, str]) -> None:
+        """Make the names and labels the strings ``cache`` already holds (one string per
+        distinct name in the reduce, not one per rank; issue 38)."""
+        self.names = [cache.setdefault(n, n) for n in self.names]
+        self.labels = {k: cache.setdefault(v, v) for k, v in self.labels.items()}
+
 
 _UNPACKED: List[Tuple[bytes, array[int]]] = []  # (packed, its rows): the last two decompressed
 
