@@ -72,3 +72,44 @@ def test_a_key_json_cannot_write_is_refused() -> None:
         assert "keys must be" in str(e)
     else:
         raise AssertionError("a tuple key was written")
+
+
+def test_lazy_array_items_by_orjson_are_the_same_values() -> None:
+    """A LazyArray's items go through orjson: the text parses to what json.dumps'
+    does, stays ASCII and indented as json.dumps indents; what orjson cannot write
+    as json.dumps would (non-ASCII text, an int beyond 64 bits, a list given as an
+    iterator inside, a dataclass for ``default``) is written by the Python encoder,
+    exactly as json.dumps."""
+    from dataclasses import dataclass
+
+    @dataclass
+    class Odd:
+        x: int
+
+    items = [
+        {
+            "rank": 1,
+            "gpu": {"compute_us": 1.25, "tiny": 1e-05, "cats": {"GEMM": 3.5}},
+            "top": [["aten::mm", 2, 3]],
+        },
+        {"name": "é", "n": 2**70},
+        {"lazy": iter([1, 2])},
+        {"odd": Odd(3), 7: None, "nan": math.nan},
+        [],
+        {},
+    ]
+    doc = {"a": {"b": json_stream.LazyArray(lambda: iter(items))}}
+    text = _written(doc)
+    assert text.isascii()
+    plain = [dict(i) if isinstance(i, dict) else i for i in items]
+    plain[2] = {"lazy": [1, 2]}
+    assert json.loads(text) == json.loads(json.dumps({"a": {"b": plain}}, default=str).replace("NaN", "null"))
+    # the items orjson may not write as json.dumps does fall back to it, byte for byte
+    for i in (1, 2, 3):
+        one = json.dumps({"a": {"b": [plain[i]]}}, indent=2, default=str).replace("NaN", "null")
+        assert one in _written(
+            {"a": {"b": json_stream.LazyArray(lambda i=i: [items[i] if i != 2 else {"lazy": iter([1, 2])}])}}
+        )
+    # the first item: same indentation as json.dumps, only the small float's spelling differs
+    want = json.dumps({"a": {"b": [items[0]]}}, indent=2).replace("1e-05", "0.00001")
+    assert _written({"a": {"b": json_stream.LazyArray(lambda: [items[0]])}}) == want + "\n"
