@@ -48,10 +48,12 @@ def synth_doc(
     instances_per_step: int = 3,
     interleave: bool = False,
     seed: int = 1,
+    step_time: bool = False,
 ) -> Dict[str, Any]:
     """A ``{"collectives", "page"}`` dict of the documented shape (docs/collectives.md and
     the keys issue 27 adds), every rank of ``slow_host`` ~40 ms late in every step.
-    ``interleave``: rank r on host r % hosts (the page must still group them)."""
+    ``interleave``: rank r on host r % hosts (the page must still group them).
+    ``step_time``: also ``collectives.step_time`` (issue 36), :func:`synth_step_time`."""
     rnd = random.Random(seed)
     hosts_n = ranks // per_host
     host_of = {r: (r % hosts_n if interleave else r // per_host) for r in range(ranks)}
@@ -137,11 +139,44 @@ def synth_doc(
             "count": steps * instances_per_step, "min_duration_us": 480.0, "start_skew_us": 45000.0,
             "end_skew_us": 12.0, "algbw_gbps": 8.7, "busbw_gbps": 17.4, "first_arrivals": {"0": 12, "17": 9},
         }]  # fmt: skip
+    if step_time:
+        coll["step_time"] = synth_step_time(ranks, steps, rnd)
+        coll["step_time_verdicts"] = []
     page = {"tool": "test", "command": "tracefuse report synthetic -o report.html", "inputs": ["synthetic"],
             "files": ranks, "hosts": hosts, "cycle": None, "cycles": [], "steps": None,
             "merge_command": "tracefuse merge synthetic --steps 3:3 --ranks 0,24 --link-collectives -o s.json.gz",
             "broken": [], "warnings": []}  # fmt: skip
     return {"collectives": coll, "page": page}
+
+
+def synth_step_time(ranks: int, steps: int, rnd: random.Random) -> List[Dict[str, Any]]:
+    """``collectives.step_time`` of the documented shape, as big as a real one (~2 KB a
+    rank and step: kernel names of ~150 characters, the CPU side's operators)."""
+    kernels = [f"void at::native::vectorized_elementwise_kernel<4, at::native::Functor{k}<float>, std::array<char*, 3ul> >"
+               f"(int, at::native::Functor{k}<float>, std::array<char*, 3ul>)" for k in range(5)]  # fmt: skip
+    out = []
+    for r in range(ranks):
+        for s in range(steps):
+            f = [round(rnd.uniform(200, 400), 3) for _ in range(4)]
+            step_us = round(250000.0 + rnd.uniform(0, 2000), 3)
+            gpu = {
+                "device": "GPU 0", "compute_us": f[0], "comm_us": f[1], "comm_exposed_us": f[2], "memcpy_us": 12.5,
+                "idle_us": round(step_us - f[0] - f[2] - 12.5, 3), "overlap_pct": 25.0, "idle_host_wait_us": 100.0,
+                "idle_kernel_wait_us": 10.0, "idle_other_us": f[3],
+                "categories_us": {"GEMM": f[0], "communication: AllReduce": f[1], "memory": 12.5, "elementwise/reduction": 1.0},
+                "top_kernels": [{"name": k, "us": 1.5, "count": 3} for k in kernels] + [{"name": "other", "us": 9.0, "count": 20}],
+                "unknown_kernels": [],
+            }  # fmt: skip
+            cpu = {
+                "thread": f"thread {1000 + r}",
+                "top_ops": [{"name": f"aten::op_number_{k}", "self_us": 10.0 + k, "count": 2} for k in range(5)]
+                + [{"name": "other", "self_us": 148.2, "count": 42}],
+                "outside_ops": [{"annotation": "outside every annotation", "us": 2706.3},
+                                {"annotation": "Optimizer.step#AdamW.step", "us": 188.9}],
+                "dataloader_us": 0.0, "optimizer_us": 443.9, "collective_wait_us": 1816.6, "collective_comm_us": 0.0,
+            }  # fmt: skip
+            out.append({"rank": r, "step": s, "step_us": step_us, "gpu": gpu, "cpu": cpu})
+    return out
 
 
 def embedded(page: str) -> Dict[str, Any]:
@@ -252,6 +287,9 @@ def test_report_ranks_and_steps_select_as_info_and_merge_do(tmp_path):
     assert [s["step"] for s in c["by_step"]] == [3]
     assert c["straggler"] == 5
     assert {i["step"] for i in c["instances"]} == {3}
+    # where every rank's step goes: of the steps and ranks chosen only (step 2 was in it)
+    assert sorted((e["rank"], e["step"]) for e in c["step_time"]) == [(2, 3), (5, 3)]
+    assert {x["step"] for x in c["step_time_spread"]} == {3}
     p = run_cli("report", DDP8, "--cycle", "all", "-o", tmp_path / "x.html")
     assert p.returncode == 2 and "one profiling cycle" in p.stderr
 
@@ -322,7 +360,8 @@ def test_browser_ddp8_page_renders_with_one_cell_per_rank_and_step(ddp8_report):
 
 
 def test_browser_1024_ranks_renders_fast_grouped_by_host(tmp_path):
-    doc = synth_doc(interleave=True)  # rank r on host r % 128: the page must group them
+    # rank r on host r % 128: the page must group them; step_time as info writes it (~20 MB)
+    doc = synth_doc(interleave=True, step_time=True)
     page = tmp_path / "big.html"
     page.write_text(render_page(doc))
     assert len(page.read_bytes()) < 5_000_000
@@ -454,3 +493,235 @@ def test_browser_hover_text_names_rank_host_step_and_figures(ddp8_report):
     assert text.startswith("rank 5 \u00b7 host vm\nstep #3\n")
     assert f"the others waited for it: {row['held_us']['5'] / 1000:.1f} ms" in text
     assert "straggler of this step" in text and "last to arrive in this step" in text
+
+
+# --------------------------------------------------------------------------- step-time colours (issue 36)
+SAMPLE = REPO / "fixtures" / "sample_run"  # 4 ranks with GPU events, node0: 0-1, node1: 2-3
+GPU_METRICS = ("comm_exposed", "idle", "compute")
+
+
+def test_step_time_is_trimmed_to_what_the_page_draws():
+    """1024 ranks x 10 steps of ``step_time`` are ~20 MB (kernel and operator names): past
+    the budget the CPU side and the names go first, the figures the page shows stay,
+    exactly; by_step stays whole."""
+    from tracefuse_stream.report.page import STEP_TIME_SHOWN
+
+    doc = synth_doc(step_time=True)
+    full = doc["collectives"]["step_time"]
+    assert len(json.dumps(full, separators=(",", ":"))) > 20_000_000
+    page = render_page(doc)
+    assert len(page.encode("utf-8")) < 5_000_000
+    data = embedded(page)
+    trimmed = data["page"]["trimmed"]
+    assert trimmed[0] == "step_time: the CPU side, kernel categories and kernel names of every rank and step"
+    assert not any(t.startswith("step_time (") for t in trimmed)  # the figures were not left out
+    got = data["collectives"]["step_time"]
+    assert len(got) == len(full) == 1024 * 10
+    for g, f in zip(got, full):
+        assert g == {
+            "rank": f["rank"],
+            "step": f["step"],
+            "step_us": f["step_us"],
+            "gpu": {k: f["gpu"][k] for k in STEP_TIME_SHOWN},
+        }
+    assert data["collectives"]["by_step"] == doc["collectives"]["by_step"]
+
+
+def metric_probe(rank: int, step: str, host: str) -> str:
+    """A script put after the page's own: it picks every metric the selector offers, as
+    a click would (the radio's change event), and copies the drawn heatmap, host map,
+    URL hash and the hover texts of rank ``rank`` / host ``host`` in ``step`` into
+    ``<section data-dump=KEY>``: one browser start for every metric."""
+    return """<script>
+(function () {
+  var out = document.createElement("div");
+  out.id = "metric-dumps";
+  out.setAttribute("data-first", document.getElementById("heatmap").getAttribute("data-metric"));
+  Array.prototype.forEach.call(document.querySelectorAll('input[name="metric"]'), function (inp) {
+    if (inp.disabled) return;
+    inp.checked = true;
+    inp.dispatchEvent(new Event("change"));
+    var d = document.createElement("section");
+    d.setAttribute("data-dump", inp.value);
+    d.setAttribute("data-hash", location.hash);
+    d.innerHTML = document.getElementById("heat").innerHTML + document.getElementById("hosts").innerHTML +
+      document.getElementById("host-how").outerHTML;
+    var pre = document.createElement("pre");
+    pre.textContent = window.tracefuseCellText(%d, "%s") + "\\n--\\n" + window.tracefuseHostText("%s", "%s");
+    d.appendChild(pre);
+    out.appendChild(d);
+  });
+  document.body.appendChild(out);
+})();
+</script>""" % (rank, step, host, step)
+
+
+def probed_page(path: Path, text: str, rank: int, step: str, host: str) -> Path:
+    path.write_text(text.replace("</body>", metric_probe(rank, step, host) + "</body>"))
+    return path
+
+
+def dumps(dom: str) -> Dict[str, Dict[str, Any]]:
+    """Each metric's dump: its hash, the heatmap's and host map's rects, the hover text."""
+    out: Dict[str, Dict[str, Any]] = {}
+    for key, hsh, body in re.findall(
+        r'<section data-dump="(\w+)" data-hash="([^"]*)">(.*?)</section>', dom, re.S
+    ):
+        heat = re.search(r'<svg id="heatmap" data-metric="(\w+)".*?</svg>', body, re.S)
+        hosts = re.search(r'<svg id="hostmap" data-metric="(\w+)" data-rollup="(\w+)".*?</svg>', body, re.S)
+        assert heat and hosts, key
+        rects = [dict(re.findall(r'([\w-]+)="([^"]*)"', t)) for t in re.findall(r"<rect\b[^>]*>", body)]
+        out[key] = {
+            "hash": hsh,
+            "heat_metric": heat.group(1),
+            "host_metric": hosts.group(1),
+            "rollup": hosts.group(2),
+            "cells": {(int(a["data-rank"]), a["data-step"]): a for a in rects if "data-rank" in a},
+            "hosts": {(a["data-host"], a["data-step"]): a for a in rects if "data-host" in a},
+            "how": html.unescape(
+                re.search(r'<div class="sub" id="host-how">(.*?)</div>', body, re.S).group(1)
+            ),
+            "hover": html.unescape(re.search(r"<pre>(.*?)</pre>", body, re.S).group(1)),
+        }
+    return out
+
+
+def figure_of(c: Dict[str, Any], key: str, rank: int, step: str) -> Any:
+    """Rank ``rank``'s figure ``key`` in step ``step`` as the JSON has it (None: none)."""
+    if key in ("held", "wait"):
+        row = next(b for b in c["by_step"] if str(b["step"]) == step)
+        return row[key + "_us"].get(str(rank))
+    e = next((e for e in c["step_time"] if e["rank"] == rank and str(e["step"]) == step), None)
+    if e is None:
+        return None
+    if key == "step":
+        return e["step_us"]
+    return e["gpu"][key + "_us"] if e["gpu"] else None
+
+
+def rolled_up(values: List[float], how: str) -> float:
+    """The host's figure as the page documents it: the sum in rank order, or the mean."""
+    total = 0.0
+    for v in values:  # one addition after another, as the page adds (not sum(): compensated)
+        total += v
+    return total / len(values) if how == "mean" else total
+
+
+def js_ms(us: float) -> str:
+    m = us / 1000
+    a = abs(m)
+    return (f"{m:.1f}" if a >= 100 else f"{m:.2f}" if a >= 1 else f"{m:.3f}") + " ms"
+
+
+def check_dumps(
+    got: Dict[str, Dict[str, Any]], c: Dict[str, Any], hosts: Dict[str, str], want: List[str]
+) -> None:
+    """Every metric in ``want`` drew every cell with the JSON's figure, exactly; every host
+    cell is the sum (held, wait) or the mean (step-time figures) of its ranks' figures."""
+    assert list(got) == want
+    ranks = sorted({e["rank"] for e in c["step_time"]} | {r["rank"] for r in c["ranks"]})
+    steps = [str(b["step"]) for b in c["by_step"]]
+    for key in want:
+        d = got[key]
+        assert d["hash"] == ("" if key == "held" else "#" + key)  # the URL opens on it again
+        assert d["heat_metric"] == d["host_metric"] == key
+        assert sorted(d["cells"]) == sorted((r, s) for r in ranks for s in steps)
+        for (r, s), a in d["cells"].items():
+            assert float(a["data-value"]) == figure_of(c, key, r, s), (key, r, s)
+        how = "sum" if key in ("held", "wait") else "mean"
+        assert d["rollup"] == how
+        assert d["how"].startswith(
+            "the same figures summed" if how == "sum" else "the mean over the ranks of each host"
+        )
+        for host in sorted(set(hosts.values())):
+            mine = [r for r in ranks if hosts[str(r)] == host]
+            for s in steps:
+                a = d["hosts"][(host, s)]
+                want_v = rolled_up([figure_of(c, key, r, s) for r in mine], how)
+                assert float(a["data-value"]) == want_v, (key, host, s)
+                assert int(a["data-n"]) == len(mine)
+
+
+def test_browser_step_time_metrics_draw_the_json_figures(tmp_path):
+    """fixtures/sample_run (4 ranks with GPU events on 2 hosts): opened on ``#idle``,
+    then every metric picked in turn. Each cell carries the JSON's figure exactly, each
+    host cell the documented roll-up of its 2 ranks, the hash follows the choice; step 1
+    is 14% longer on every rank: its step-time column is dark, steps 0 and 2 (within 1%
+    of the median) stay pale; the hover gives each figure with its unit."""
+    from tracefuse_stream.report.page_data import report_data
+
+    doc = report_data([str(SAMPLE)], jobs=1).document
+    c = doc["collectives"]
+    assert c["step_time"] == tracefuse_stream_stragglers(SAMPLE)["step_time"]  # the API's figures
+    page = probed_page(tmp_path / "s.html", render_page(doc), 1, "1", "node0")
+    dom = dump_dom(page, "#idle")
+    rendered_ok(dom)
+    assert re.search(r'id="metric-dumps" data-first="idle"', dom)
+    assert 'disabled=""' not in dom.split('id="metric-dumps"')[0]  # every metric offered
+    got = dumps(dom)
+    check_dumps(got, c, doc["page"]["hosts"], ["held", "wait", "step", "comm_exposed", "idle", "compute"])
+    green = {k: int(re.findall(r"\d+", a["fill"])[1]) for k, a in got["step"]["cells"].items()}
+    assert all(green[(r, "1")] < 120 for r in range(4)), green
+    assert all(green[(r, s)] > 200 for r in range(4) for s in ("0", "2")), green
+    e = next(e for e in c["step_time"] if (e["rank"], e["step"]) == (1, 1))
+    share = int(100 * e["gpu"]["idle_us"] / e["step_us"] + 0.5)
+    hover = got["idle"]["hover"]
+    assert hover.startswith("rank 1 \u00b7 host node0\nstep #1\n")
+    assert f"\nstep time: {js_ms(e['step_us'])}\n" in hover
+    assert f"\nGPU idle: {js_ms(e['gpu']['idle_us'])} ({share}% of the step)" in hover
+    assert f"\nexposed communication: {js_ms(e['gpu']['comm_exposed_us'])} (" in hover
+    mean = rolled_up([figure_of(c, "idle", r, "1") for r in (0, 1)], "mean")
+    assert f"\nGPU idle: {js_ms(mean)}, the mean of 2 ranks (largest " in hover  # the host's hover
+    assert "against the median" in got["step"]["hover"] and "against the median" not in hover
+
+
+def tracefuse_stream_stragglers(path: Path) -> Dict[str, Any]:
+    import tracefuse_stream
+
+    return dict(tracefuse_stream.stragglers(str(path)))
+
+
+def test_browser_a_cpu_only_run_offers_no_gpu_metric(ddp8_report, tmp_path):
+    """ddp8_straggler (gloo on CPU: ``gpu`` null on every rank and step): the GPU figures
+    are disabled with the reason, ``#idle`` opens on held and says why; step time is
+    offered and its cells and host mean are the JSON's."""
+    text = ddp8_report.read_text()
+    c = embedded(text)["collectives"]
+    assert c["step_time"] and all(e["gpu"] is None for e in c["step_time"])
+    dom = dump_dom(probed_page(tmp_path / "cpu.html", text, 5, "3", "vm"), "#idle")
+    rendered_ok(dom)
+    live = dom.split('id="metric-dumps"')[0]
+    for key in GPU_METRICS:
+        assert re.search(rf'<input type="radio" name="metric" value="{key}" disabled="">', live), key
+    assert not re.search(r'value="(held|wait|step)"[^>]*disabled', live)
+    note = re.search(r'<div class="sub" id="metric-note">(.*?)</div>', live, re.S).group(1)
+    note = html.unescape(re.sub(r"<[^>]+>", "", note.replace("<br>", "\n")))
+    assert (
+        "#idle asks for GPU idle, not offered here: showing how long the others waited for the rank" in note
+    )
+    assert "exposed communication, GPU idle, GPU compute: not available" in note
+    assert "no GPU events in these traces: a CPU-only run" in note
+    assert re.search(r'id="metric-dumps" data-first="held"', dom)
+    got = dumps(dom)
+    check_dumps(got, c, embedded(text)["page"]["hosts"], ["held", "wait", "step"])
+    assert "\nGPU: no GPU events on this rank" in got["step"]["hover"]
+
+
+def test_browser_step_time_left_out_last_and_the_page_says_so(tmp_path):
+    """Past the budget even with every other part trimmed, ``step_time`` goes last: the
+    page names it in what was left out and offers no step-time colour, saying why."""
+    from tracefuse_stream.report.page import STEP_TIME_LEFT_OUT
+
+    doc = synth_doc(ranks=16, steps=3, per_host=8, step_time=True)
+    page = tmp_path / "tiny.html"
+    page.write_text(render_page(doc, budget=1))
+    data = embedded(page.read_text())
+    assert "step_time" not in data["collectives"] and data["page"]["trimmed"][-1] == STEP_TIME_LEFT_OUT
+    assert data["collectives"]["by_step"] == doc["collectives"]["by_step"]
+    dom = dump_dom(page, "#step")
+    rendered_ok(dom)
+    for key in ("step",) + GPU_METRICS:
+        assert re.search(rf'value="{key}" disabled=""', dom), key
+    assert "step time, exposed communication, GPU idle, GPU compute: " in html.unescape(dom)
+    assert "left out of this page to keep it small" in dom
+    assert re.search(r'<svg id="heatmap" data-metric="held"', dom) and len(cells(dom)) == 48

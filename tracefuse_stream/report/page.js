@@ -73,32 +73,6 @@ function colour(v, max) {
   var t = max > 0 ? Math.sqrt(Math.max(0, Math.min(1, v / max))) : 0;
   return PALETTE[Math.round(t * 255)];
 }
-// the top of the colour scale: the data's maximum, but never below a floor tied to the
-// run, so that a quiet run's noise stays pale (never dark red because it is all there
-// is): "held" -- twice the largest threshold a rank had to pass to stand out (a rank at
-// the threshold is orange); "wait" -- a typical whole step (else the busy step, else the
-// threshold's floor). For the per-host sums the floor is multiplied by the largest host.
-function scaleFloor() {
-  var T = C.threshold || {}, f = 0;
-  if (metric === "held") {
-    steps.forEach(function (row) { var m = row.threshold_us || {}; Object.keys(m).forEach(function (k) { if (num(m[k])) f = Math.max(f, m[k]); }); });
-    if (!f && num(T.min_us)) f = T.min_us;
-    return 2 * f;
-  }
-  return num(T.typical_step_us) ? T.typical_step_us : num(T.busy_step_us) ? T.busy_step_us : num(T.min_us) ? 2 * T.min_us : 0;
-}
-function legend(max, label) {
-  var w = 220, s = '<div class="legend"><svg width="' + (w + 40) + '" height="30">';
-  for (var i = 0; i < 44; i++) {
-    var t = i / 43;
-    s += '<rect x="' + (i * 5) + '" y="2" width="5" height="12" fill="' + colour(t * t * max, max) + '"/>';
-  }
-  s += '<text x="0" y="26">0</text><text x="' + (w / 2 - 14) + '" y="26">' + esc(ms(max / 4)) + "</text>";
-  s += '<text x="' + (w - 40) + '" y="26">' + esc(ms(max)) + "</text>";
-  s += '</svg><span class="sub">' + esc(label) + " (square-root scale; at least " + (metric === "held" ? "twice the largest threshold" : "a typical step") + ": noise stays pale)</span></div>";
-  return s;
-}
-
 var setupError = null;  // thrown while the data is read: shown like an error while drawing
 try {
 var doc = JSON.parse(el("tracefuse-report").textContent);
@@ -116,6 +90,30 @@ steps.forEach(function (s, i) { stepByKey[stepKey(s.step)] = s; });
 var stragglers = C.stragglers || [];
 var strSet = dict();
 stragglers.forEach(function (s) { strSet[s.rank] = true; });
+// where every rank's step goes (collectives.step_time; absent from an older tracefuse's
+// JSON or left out of a page past its budget): rank -> step key -> entry
+var stepTimes = Array.isArray(C.step_time) ? C.step_time : null;
+var ST = dict(), gpuAny = false;
+(stepTimes || []).forEach(function (e) {
+  var rk = String(e.rank);
+  if (!ST[rk]) ST[rk] = dict();
+  ST[rk][stepKey(e.step)] = e;
+  if (e.gpu) gpuAny = true;
+});
+// the heatmap's columns: by_step's steps and any step with step-time figures only (no
+// matched collective in it), in by_step's order (numbers up, "outside" last)
+var cols = [], colByKey = dict();
+function addCol(s, row) {
+  var k = stepKey(s);
+  if (!colByKey[k]) { colByKey[k] = {step: s === undefined ? null : s, key: k, row: row || null}; cols.push(colByKey[k]); }
+}
+steps.forEach(function (row) { addCol(row.step, row); });
+(stepTimes || []).forEach(function (e) { addCol(e.step, null); });
+cols.sort(function (a, b) { return (a.step === null) - (b.step === null) || (a.step === null ? 0 : a.step - b.step); });
+var known = dict();
+ranks.forEach(function (r) { known[r] = true; });
+(stepTimes || []).forEach(function (e) { if (!known[e.rank]) { known[e.rank] = true; ranks.push(e.rank); } });
+ranks.sort(function (a, b) { return a - b; });
 } catch (e) { setupError = e; }
 function inRange(s) { return !P.steps || (s !== null && s >= P.steps[0] && s <= P.steps[1]); }
 function host(r) { var h = hostOf[String(r)]; return h === null || h === undefined || h === "" ? "(host unknown)" : String(h); }
@@ -133,9 +131,7 @@ function rankAtY(yy) {
   while (lo <= hi) { var mid = (lo + hi) >> 1; if (rowTops[mid][0] <= yy) { best = rowTops[mid][1]; lo = mid + 1; } else hi = mid - 1; }
   return best;
 }
-var metric = location.hash === "#wait" ? "wait" : "held";  // report.html#wait: open on the own wait
-var METRIC = {held: "the others waited for this rank (held_us)", wait: "this rank's own wait (wait_us)"};
-function val(row, r) { var m = row[metric + "_us"]; return m && has(m, String(r)) ? m[String(r)] : undefined; }
+// @MAPS@ -- report/page_maps.js goes here (report/page_assets.py): the heatmap and the per-host map
 
 function render() {
   var app = el("app"), h = [];
@@ -154,11 +150,8 @@ function render() {
   }
   h.push(verdictHtml());
   if (doc.diff) h.push('<h2 id="h-diff">Against the base run</h2><div id="diff"></div>');
-  h.push('<h2 id="h-heat">Ranks \u00d7 steps</h2><div class="ctl">colour: ' +
-    '<label><input type="radio" name="metric" value="held"' + (metric === "held" ? " checked" : "") + '> how long the others waited for the rank</label>' +
-    '<label><input type="radio" name="metric" value="wait"' + (metric === "wait" ? " checked" : "") + '> the rank\'s own wait</label></div>' +
-    '<div id="heat-legend"></div><div id="heat"></div>');
-  h.push('<h2 id="h-hosts">Per host</h2><div class="sub">the same figures summed over the ranks of each host</div>' +
+  h.push('<h2 id="h-heat">Ranks \u00d7 steps</h2>' + metricControls() + '<div id="heat-legend"></div><div id="heat"></div>');
+  h.push('<h2 id="h-hosts">Per host</h2><div class="sub" id="host-how"></div>' +
     '<div id="host-legend"></div><div id="hosts"></div><div id="host-table"></div>');
   h.push('<h2 id="h-root">Root cause across ranks</h2><div class="lazy" id="rootcause"></div>');
   h.push('<h2 id="h-why">Why the straggler is late</h2><div class="lazy" id="why"></div>');
@@ -176,7 +169,7 @@ function render() {
   Array.prototype.forEach.call(document.querySelectorAll('input[name="metric"]'), function (inp) {
     inp.addEventListener("change", function () {
       metric = inp.value;
-      try { history.replaceState(null, "", metric === "wait" ? "#wait" : "#"); } catch (e) { /* file:// may refuse */ }
+      try { history.replaceState(null, "", metric === "held" ? "#" : "#" + metric); } catch (e) { /* file:// may refuse */ }
       drawMaps();
     });
   });
@@ -283,129 +276,6 @@ function drawDiff(D) {
       ')</div><svg id="diff-heat" width="' + (X0 + pairs.length * cw + 10) + '" height="' + (Y0 + hr.length * chh + 4) + '">' + cellsOut.join("") + "</svg>");
   }
   el("diff").innerHTML = h.join("");
-}
-
-function drawMaps() {
-  drawHeat();
-  drawHosts();
-}
-
-function drawHeat() {
-  var n = ranks.length, ns = steps.length;
-  if (!n || !ns) {
-    el("heat").innerHTML = '<div class="muted">no ranks and steps to draw (no matched collective)</div>';
-    el("heat-legend").innerHTML = "";
-    return;
-  }
-  var rowH = n <= 48 ? 14 : n <= 128 ? 5 : n <= 512 ? 2 : 1;
-  var gap = groups.length > 1 ? (rowH >= 5 ? 3 : 1) : 0;
-  var cellW = Math.max(8, Math.min(72, Math.floor(640 / ns)));
-  var labW = rowH >= 12 ? 200 : 160, top = 30, x0 = labW, barX = x0 + ns * cellW + 14, barW = 130;
-  var max = 0, totals = dict(), tmax = 0;
-  steps.forEach(function (row) { ranks.forEach(function (r) { var v = val(row, r); if (num(v)) { max = Math.max(max, v); totals[r] = (totals[r] || 0) + v; } }); });
-  ranks.forEach(function (r) { tmax = Math.max(tmax, totals[r] || 0); });
-  max = Math.max(max, scaleFloor());
-  var s = [], y = top, lastLab = -100, marks = [], bars = [], barsS = [];  // the totals: two paths, not 2 x n rects
-  rowTops = [];
-  var k = 1;
-  var gh0 = groups.length ? groups[0].ranks.length * rowH + gap : 10;
-  if (gh0 < 11) k = Math.ceil(11 / gh0);
-  steps.forEach(function (row, j) {
-    var lx = x0 + j * cellW + cellW / 2;
-    if (ns <= 24 || j % Math.ceil(ns / 24) === 0) {
-      s.push('<text x="' + lx + '" y="' + (top - 8) + '" text-anchor="middle">' + esc(row.step === null ? "out" : row.step) + "</text>");
-    }
-  });
-  s.push('<text x="' + (x0 - 6) + '" y="' + (top - 8) + '" text-anchor="end" font-weight="600">host / rank \u2193  step \u2192</text>');
-  s.push('<text x="' + barX + '" y="' + (top - 8) + '" font-weight="600">all steps</text>');
-  groups.forEach(function (g, gi) {
-    var gh = g.ranks.length * rowH;
-    var hasStr = g.ranks.some(function (r) { return strSet[r]; });
-    var forced = hasStr;
-    if ((gi % k === 0 || forced) && (forced || y - lastLab >= 11)) {
-      var ty = Math.max(y + Math.min(gh, 11) - 2, lastLab + 11);
-      s.push('<text x="' + (x0 - (rowH >= 12 ? 44 : 6)) + '" y="' + ty + '" text-anchor="end"' + (hasStr ? ' fill="#a50026" font-weight="600"' : "") + ">" +
-        esc(g.host) + (rowH >= 12 ? "" : " (" + rangesShort(g.ranks) + ")") + "</text>");
-      lastLab = ty;
-    }
-    if (groups.length > 1) s.push('<rect x="' + (x0 - 4) + '" y="' + y + '" width="2" height="' + Math.max(gh, 1) + '" fill="' + (gi % 2 ? "#999" : "#555") + '"/>');
-    g.ranks.forEach(function (r) {
-      if (rowH >= 12) s.push('<text x="' + (x0 - 8) + '" y="' + (y + rowH - 3) + '" text-anchor="end"' + (strSet[r] ? ' fill="#a50026" font-weight="600"' : "") + ">" + r + "</text>");
-      steps.forEach(function (row, j) {
-        var v = val(row, r), st = (row.stragglers || []).indexOf(r) >= 0;
-        s.push('<rect ' + (st && rowH >= 5 ? 'class="s" ' : "") + 'x="' + (x0 + j * cellW) + '" y="' + y + '" width="' + (cellW - (cellW > 12 ? 1 : 0)) +
-          '" height="' + rowH + '" fill="' + colour(v, max) + '" data-rank="' + r + '" data-step="' + stepKey(row.step) + '"' + (st ? ' data-straggler="1"' : "") + "/>");
-      });
-      var t = totals[r] || 0;
-      var bw = tmax > 0 ? Math.max(0, t / tmax * barW) : 0, bh = Math.max(rowH - (rowH >= 5 ? 1 : 0), 1);
-      if (bw > 0) (strSet[r] ? barsS : bars).push("M" + barX + " " + y + "h" + bw.toFixed(1) + "v" + bh + "h-" + bw.toFixed(1) + "z");
-      rowTops.push([y, r]);
-      if (strSet[r]) {
-        var lb = marks.length ? marks[marks.length - 1] : null;
-        if (lb && y - lb.last < 11) { lb.ranks.push(r); lb.last = y; } else { marks.push({y: y, last: y, ranks: [r], t: t}); }
-      }
-      y += rowH;
-    });
-    y += gap;
-  });
-  s.push('<path id="totals" d="' + bars.join("") + '" fill="#8d99ae"/><path id="totals-s" d="' + barsS.join("") + '" fill="#a50026"/>');
-  s.push('<rect id="totals-hit" x="' + barX + '" y="' + top + '" width="' + barW + '" height="' + (y - top) + '" fill="transparent"/>');
-  marks.forEach(function (m) {
-    s.push('<text x="' + (barX + barW + 6) + '" y="' + (m.y + 9) + '" fill="#a50026" font-weight="600">\u25c0 ' + (m.ranks.length > 1 ? (ranges(m.ranks).length <= 16 ? "ranks " + ranges(m.ranks) : m.ranks.length + " stragglers") :
-      "rank " + m.ranks[0] + " (" + esc(ms(m.t)) + ")") + "</text>");
-  });
-  var W = barX + barW + 130, H = y + 6;
-  el("heat").innerHTML = '<svg id="heatmap" data-metric="' + metric + '" width="' + W + '" height="' + H + '" viewBox="0 0 ' + W + " " + H + '">' +
-    "<style>.s{stroke:#000;stroke-width:1.2}</style>" + s.join("") + "</svg>";
-  el("heat-legend").innerHTML = legend(max, METRIC[metric]) +
-    '<div class="sub">' + (rowH >= 5 ? "outlined: the step's straggler(s); " : "") + "grey-blue: the rank has no collective in that step; right: the rank's sum over the steps; hover a cell for rank, host, step and figures</div>";
-}
-
-function drawHosts() {
-  var ns = steps.length;
-  if (!groups.length || !ns) { el("hosts").innerHTML = ""; el("host-table").innerHTML = ""; el("host-legend").innerHTML = ""; return; }
-  var sums = groups.map(function (g) {
-    var per = steps.map(function (row) {
-      var t = 0, any = false;
-      g.ranks.forEach(function (r) { var v = val(row, r); if (num(v)) { t += v; any = true; } });
-      return any ? t : undefined;
-    });
-    var held = 0, wait = 0;
-    g.ranks.forEach(function (r) { var i = rankInfo[r] || {}; held += num(i.held_us) ? i.held_us : 0; wait += num(i.wait_us) ? i.wait_us : 0; });
-    return {g: g, per: per, held: held, wait: wait};
-  });
-  var max = 0;
-  sums.forEach(function (x) { x.per.forEach(function (v) { if (num(v)) max = Math.max(max, v); }); });
-  var biggest = 1;
-  groups.forEach(function (g) { biggest = Math.max(biggest, g.ranks.length); });
-  max = Math.max(max, scaleFloor() * biggest);
-  var nh = groups.length, rowH = nh <= 40 ? 13 : nh <= 128 ? 5 : 3;
-  var cellW = Math.max(8, Math.min(72, Math.floor(640 / ns))), x0 = 200, top = 22, s = [];
-  var k = rowH >= 11 ? 1 : Math.ceil(11 / rowH);
-  steps.forEach(function (row, j) {
-    if (ns <= 24 || j % Math.ceil(ns / 24) === 0) s.push('<text x="' + (x0 + j * cellW + cellW / 2) + '" y="' + (top - 8) + '" text-anchor="middle">' + esc(row.step === null ? "out" : row.step) + "</text>");
-  });
-  sums.forEach(function (x, i) {
-    var y = top + i * rowH, hasStr = x.g.ranks.some(function (r) { return strSet[r]; });
-    if (i % k === 0 || hasStr) s.push('<text x="' + (x0 - 6) + '" y="' + (y + Math.min(rowH, 11) - 2) + '" text-anchor="end"' + (hasStr ? ' fill="#a50026" font-weight="600"' : "") + ">" + esc(x.g.host) + " (" + rangesShort(x.g.ranks) + ")</text>");
-    x.per.forEach(function (v, j) {
-      s.push('<rect x="' + (x0 + j * cellW) + '" y="' + y + '" width="' + (cellW - (cellW > 12 ? 1 : 0)) + '" height="' + Math.max(rowH - (rowH >= 5 ? 1 : 0), 1) + '" fill="' + colour(v, max) +
-        '" data-host="' + esc(x.g.host) + '" data-step="' + stepKey(steps[j].step) + '"/>');
-    });
-  });
-  var W = x0 + ns * cellW + 20, H = top + nh * rowH + 6;
-  el("hosts").innerHTML = '<svg id="hostmap" width="' + W + '" height="' + H + '">' + s.join("") + "</svg>";
-  el("host-legend").innerHTML = legend(max, "summed over the host's ranks: " + METRIC[metric]);
-  var order = sums.slice().sort(function (a, b) { return b.held - a.held || a.g.ranks[0] - b.g.ranks[0]; });
-  var rows = order.map(function (x) {
-    var st = x.g.ranks.filter(function (r) { return strSet[r]; });
-    return "<tr><td class=\"l\">" + esc(x.g.host) + '</td><td class="l">' + ranges(x.g.ranks) + "</td><td>" + x.g.ranks.length + "</td><td>" + esc(ms(x.held)) +
-      "</td><td>" + esc(ms(x.wait)) + '</td><td class="l">' + (st.length ? (st.length > 1 ? "ranks " : "rank ") + ranges(st) : "") + "</td></tr>";
-  });
-  var head = '<table id="host-sums"><tr><th class="l">host</th><th class="l">ranks</th><th>n</th><th>others waited for its ranks</th><th>its ranks\' own wait</th><th class="l">stragglers</th></tr>';
-  var shown = 16;
-  el("host-table").innerHTML = head + rows.slice(0, shown).join("") + "</table>" +
-    (rows.length > shown ? "<details><summary>all " + rows.length + " hosts</summary>" + head + rows.slice(shown).join("") + "</table></details>" : "");
 }
 
 var KIND = {op: "op", outside_ops: "outside ops", kernel: "kernel", gpu_idle: "GPU idle", entered_late: "entered the step late"};
@@ -554,15 +424,16 @@ function drawDefs() {
 
 /** The hover text of the heatmap cell of rank ``r`` in step ``sk`` (a data-step value). */
 function cellText(r, sk) {
-  var row = stepByKey[sk] || {}, rk = String(r);
-  var lines = ["rank " + r + " \u00b7 host " + host(+r), "step " + stepLabel(row.step),
+  var row = stepByKey[sk] || {}, rk = String(r), col = colByKey[sk];
+  var lines = ["rank " + r + " \u00b7 host " + host(+r), "step " + stepLabel(col ? col.step : row.step),
     "the others waited for it: " + ms((row.held_us || {})[rk]), "its own wait: " + ms((row.wait_us || {})[rk])];
   if (row.threshold_us && has(row.threshold_us, rk)) lines.push("threshold: " + ms(row.threshold_us[rk]));
   if (row.last_rank === +r) lines.push("last to arrive in this step");
   if ((row.stragglers || []).indexOf(+r) >= 0) lines.push("straggler of this step");
-  return lines.join("\n");
+  return lines.concat(stepTimeLines(ST[rk] && ST[rk][sk])).join("\n");
 }
 window.tracefuseCellText = cellText;  // for a user's script (and the page's tests: report.html#probe=RANK:STEP)
+window.tracefuseHostText = hostText;
 
 function tooltips() {
   var tip = el("tip");
@@ -586,9 +457,7 @@ function tooltips() {
     if (r !== null && sk !== null && t.tagName.toLowerCase() === "rect") {
       show(e, cellText(r, sk));
     } else if (hh !== null && sk !== null) {
-      var g = groups[gIndex[hh]], row2 = stepByKey[sk] || {}, held = 0, wait = 0;
-      (g ? g.ranks : []).forEach(function (q) { held += (row2.held_us || {})[q] || 0; wait += (row2.wait_us || {})[q] || 0; });
-      show(e, "host " + hh + " (ranks " + (g ? ranges(g.ranks) : "?") + ")\nstep " + stepLabel(row2.step) + "\nthe others waited for its ranks: " + ms(held) + "\nits ranks' own wait: " + ms(wait));
+      show(e, hostText(hh, sk));
     } else if (tr !== null) {
       var i = rankInfo[tr] || {};
       show(e, "rank " + tr + " \u00b7 host " + host(+tr) + "\nall steps: the others waited " + ms(i.held_us) + " for it\nits own wait " + ms(i.wait_us) +

@@ -5,7 +5,9 @@ file that draws itself (inline JavaScript into hand-drawn SVG).
 ``{"collectives": <info --collectives --json's "collectives">, "page": {...}}``
 (report/page_data.py makes it); it is embedded unchanged as
 ``<script type="application/json" id="tracefuse-report">`` -- the page is a view of it
-and computes no figure of its own beyond sums per host and the colour scales. Keys
+and computes no figure of its own beyond the per-host roll-ups (sums of held and wait,
+means of the step-time figures) and the colour scales (a median of each step-time
+figure: the step-time colours are time above it, or a share of the typical step). Keys
 the JSON may not have yet (``verdict``, ``why``, ``per_collective``, ``hosts``,
 ``definitions``) are shown when present and as "not available" when absent.
 
@@ -16,14 +18,18 @@ heatmap cell is an SVG ``rect`` with ``data-rank`` and ``data-step`` attributes
 When rendered, ``<body>`` gets ``data-rendered="ok"`` (``"error"`` when a script error
 happened: ``data-error-text`` says which) and ``data-render-ms``.
 
-Size: for 1024 ranks x 10 steps the per-rank maps of ``by_step`` are ~0.6 MB. When the
-embedded JSON would pass :data:`EMBED_BUDGET` bytes, the parts the page does not draw
-are left out, largest first (first every string longer than :data:`NAME_CAP` characters
-is cut with a marker -- a 1 MB op name in every step made a 12 MB page --, then instances'
-per-rank times, the ``breakdown`` of every rank and step, the instances, the per-rank
-figures of ``by_step`` the page does not draw, and the lists that grow with distinct
-names past :data:`LIST_CAP`), and the page says what was left out (``page.trimmed``):
-``info --collectives --json`` always has everything.
+Size: for 1024 ranks x 10 steps the per-rank maps of ``by_step`` are ~0.6 MB and
+``step_time`` ~20 MB (~2 KB a rank and step, most of it kernel and operator names).
+When the embedded JSON would pass :data:`EMBED_BUDGET` bytes, the parts the page does
+not draw are left out, largest first (first ``step_time``'s CPU side, kernel categories
+and names; every string longer than :data:`NAME_CAP` characters is cut with a marker --
+a 1 MB op name in every step made a 12 MB page --, then instances' per-rank times, the
+``breakdown`` of every rank and step, the instances, the GPU figures of ``step_time``
+the heatmap does not colour by (:data:`STEP_TIME_DRAWN` stay: ~1.1 MB at 1024 x 10), the
+per-rank figures of ``by_step`` the page does not draw, and the lists that grow with
+distinct names past :data:`LIST_CAP`); only then, as the last resort, ``step_time``
+itself, and the page offers no step-time colours, saying why. The page says what was
+left out (``page.trimmed``): ``info --collectives --json`` always has everything.
 """
 
 from __future__ import annotations
@@ -42,6 +48,15 @@ EMBED_BUDGET = 4_000_000
 NAME_CAP = 200
 #: ... and, last, the lists that grow with distinct names to this many entries
 LIST_CAP = 100
+#: the figures of a ``step_time`` entry's ``gpu`` object the page shows (hover), and ...
+STEP_TIME_SHOWN = (
+    "compute_us", "comm_exposed_us", "memcpy_us", "idle_us", "overlap_pct",
+    "idle_host_wait_us", "idle_kernel_wait_us", "idle_other_us",
+)  # fmt: skip
+#: ... those the heatmap colours by (page.js ``METRICS``): kept until ``step_time`` goes
+STEP_TIME_DRAWN = ("compute_us", "comm_exposed_us", "idle_us")
+#: what ``page.trimmed`` says when ``step_time`` itself is left out (page.js looks for it)
+STEP_TIME_LEFT_OUT = "step_time (every rank and step): the step-time colours are not offered"
 
 
 def _exact(obj: Any) -> Any:
@@ -68,6 +83,28 @@ def _dumps(obj: Any) -> str:
     text = raw.decode("utf-8")
     # inside <script>: no "</script>", no "<!--"; JSON.parse reads the \\u escapes back
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _step_time_keeping(keys: Tuple[str, ...]) -> Any:
+    """A trim step: every ``step_time`` entry as rank, step, ``step_us`` and ``keys`` of
+    its ``gpu`` object (``null`` stays ``null``: no GPU events on that rank)."""
+
+    def gpu(g: Any) -> Any:
+        return {k: v for k, v in g.items() if k in keys} if isinstance(g, dict) else None
+
+    def f(c: Dict[str, Any]) -> None:
+        c["step_time"] = [
+            {
+                "rank": e.get("rank"),
+                "step": e.get("step"),
+                "step_us": e.get("step_us"),
+                "gpu": gpu(e.get("gpu")),
+            }
+            for e in c["step_time"]
+            if isinstance(e, dict)
+        ]
+
+    return f
 
 
 def _trim_steps(doc: Dict[str, Any]) -> List[Tuple[str, Any]]:
@@ -106,7 +143,16 @@ def _trim_steps(doc: Dict[str, Any]) -> List[Tuple[str, Any]]:
 
     c = doc.get("collectives") or {}
     steps: List[Tuple[str, Any]] = []
-    if _has_long(c) or _has_long(doc.get("page")):
+    st = c.get("step_time") if isinstance(c.get("step_time"), list) and c["step_time"] else None
+    if st:
+        steps.append(
+            (
+                "step_time: the CPU side, kernel categories and kernel names of every rank and step",
+                _step_time_keeping(STEP_TIME_SHOWN),
+            )
+        )
+    rest = {k: v for k, v in c.items() if k != "step_time"}  # step_time's names went above
+    if _has_long(rest) or _has_long(doc.get("page")):
         steps.append(
             (f"text longer than {NAME_CAP} characters (names, notes): cut, marked \u2026", cap_names)
         )
@@ -120,9 +166,18 @@ def _trim_steps(doc: Dict[str, Any]) -> List[Tuple[str, Any]]:
     if c.get("instances"):
         steps.append(("instances: wait_us per rank", drop_instance_keys(("arrival_ns", "end_ns", "wait_us"))))
         steps.append(("instances (the list; by_step has their sums)", drop("instances")))
+    if st:
+        steps.append(
+            (
+                "step_time: the GPU figures the heatmap does not colour by (copies, overlap, the idle split)",
+                _step_time_keeping(STEP_TIME_DRAWN),
+            )
+        )
     if c.get("by_step"):
         steps.append(("by_step: lateness_us and busy_us per rank", drop_step_keys))
     steps.append((f"per_collective, unmatched reasons, notes and why after the first {LIST_CAP}", cut_lists))
+    if st:  # drawn: the last resort
+        steps.append((STEP_TIME_LEFT_OUT, drop("step_time")))
     return steps
 
 
@@ -173,8 +228,9 @@ def embedded_json(doc: Dict[str, Any], budget: int = EMBED_BUDGET) -> str:
     return text
 
 
-def render_page(doc: Dict[str, Any]) -> str:
-    """The whole HTML page for ``doc`` (see the module docstring)."""
+def render_page(doc: Dict[str, Any], budget: int = EMBED_BUDGET) -> str:
+    """The whole HTML page for ``doc`` (see the module docstring), its JSON within
+    ``budget`` bytes where leaving out what may go is enough."""
     c = doc.get("collectives") or {}
     n = len(c.get("ranks") or [])
     title = f"tracefuse report: {n} ranks"
@@ -182,8 +238,19 @@ def render_page(doc: Dict[str, Any]) -> str:
         _HEAD.replace("@TITLE@", html.escape(title))
         .replace("@CSS@", _CSS)
         .replace("@JS@", _JS)
-        .replace("@DATA@", embedded_json(doc))  # last: the data's text is never searched
+        .replace("@DATA@", embedded_json(doc, budget))  # last: the data's text is never searched
     )
 
 
-__all__ = ["EMBED_BUDGET", "LIST_CAP", "NAME_CAP", "cap_text", "capped", "embedded_json", "render_page"]
+__all__ = [
+    "EMBED_BUDGET",
+    "LIST_CAP",
+    "NAME_CAP",
+    "STEP_TIME_DRAWN",
+    "STEP_TIME_LEFT_OUT",
+    "STEP_TIME_SHOWN",
+    "cap_text",
+    "capped",
+    "embedded_json",
+    "render_page",
+]

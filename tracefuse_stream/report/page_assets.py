@@ -1,7 +1,8 @@
 """The report page's fixed parts: its HTML head, style sheet and script (report/page.py
 fills in the data). Kept apart so that page.py holds the logic and this file the
-page's text; the script draws the heatmap, the per-host map and the why charts as SVG
-from the embedded ``info --collectives --json`` object, with no fetch of any kind."""
+page's text; the script (page.js, with page_maps.js for the heatmap and the per-host
+map) draws the maps and the why charts as SVG from the embedded ``info --collectives
+--json`` object, with no fetch of any kind."""
 
 # ruff: noqa: E501
 
@@ -42,17 +43,30 @@ table{border-collapse:collapse;font-size:12.5px;margin:6px 0}th,td{padding:2px 8
 th{background:#fafafa;font-weight:600}td.l,th.l{text-align:left}
 svg{display:block;font-size:10px}#heatmap,#hostmap{shape-rendering:crispEdges}
 .lazy{content-visibility:auto;contain-intrinsic-size:auto 900px}svg text{fill:#333}
-.ctl{margin:6px 0;font-size:13px}.ctl label{margin-right:14px;cursor:pointer}
+.ctl{margin:6px 0;font-size:13px}.ctl label{margin-right:14px;cursor:pointer}.ctl label.off{color:#999;cursor:default}
 #tip{position:fixed;pointer-events:none;background:rgba(25,25,30,.92);color:#fff;font-size:12px;padding:5px 8px;
 border-radius:4px;display:none;white-space:pre;z-index:9;max-width:520px}
 .card{border:1px solid #e3e3e3;border-radius:4px;padding:6px 10px;margin:8px 0}
-.warn{color:#9a3412}.legend{display:flex;align-items:flex-start;gap:10px}
+.warn{color:#9a3412}.legend{display:flex;align-items:flex-start;gap:10px}.legend svg{flex:none}
 #diff-summary{font-size:15px;margin:8px 0 4px;padding:8px 12px;background:#fdf0f0;border-left:4px solid #b2182b}
 #diff-summary.none{background:#eef7ee;border-left-color:#2f8f46}
 """
 
-#: the page's script (report/page.js, shipped in the wheel as package data)
-_JS = "\n" + (resources.files("tracefuse_stream.report") / "page.js").read_text(encoding="utf-8")
+
+def _script() -> str:
+    """report/page.js with report/page_maps.js (the heatmap and the per-host map) at its
+    ``// @MAPS@`` line: one script, one closure; two files a reader can hold."""
+    here = resources.files("tracefuse_stream.report")
+    page = (here / "page.js").read_text(encoding="utf-8")
+    maps = (here / "page_maps.js").read_text(encoding="utf-8")
+    head, marker, tail = page.partition("// @MAPS@")
+    if not marker:
+        raise RuntimeError("report/page.js has no // @MAPS@ line for report/page_maps.js")
+    return "\n" + head + maps + tail.partition("\n")[2]
+
+
+#: the page's script (report/page.js and page_maps.js, shipped in the wheel as package data)
+_JS = _script()
 
 
 __all__ = ["_CSS", "_HEAD", "_JS"]

@@ -52,8 +52,9 @@ class ReportData:
 
 
 def only_steps(table: Any, first: int, last: int) -> Any:
-    """``table`` with only the instances (and step spans) of ProfilerSteps
-    ``first``..``last``: the report on those steps, as a merge of them would show.
+    """``table`` with only the instances, step spans and step-time figures of
+    ProfilerSteps ``first``..``last``: the report on those steps, as a merge of them
+    would show (``step_time``, its spreads and verdicts too: they were of every step).
     Unmatched counts stay those of the whole recording (they have no step)."""
 
     def keep(step: Optional[int]) -> bool:
@@ -63,6 +64,7 @@ def only_steps(table: Any, first: int, last: int) -> Any:
         table,
         instances=[i for i in table.instances if keep(i.step)],
         steps={r: {s: v for s, v in st.items() if keep(s)} for r, st in table.steps.items()},
+        step_times={r: [x for x in rows if keep(x.step)] for r, rows in table.step_times.items()},
         steps_selected=(first, last),
     )
 
