@@ -35,6 +35,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 from importer_model import model_counters  # noqa: E402
 
+from tracefuse_stream import native  # noqa: E402
 from tracefuse_stream.cli.app import main  # noqa: E402
 from tracefuse_stream.pipeline.orchestrate import merge  # noqa: E402
 from tracefuse_stream.report.step_counters import EXPOSED, IDLE, KEY, TRACKS  # noqa: E402
@@ -152,9 +153,19 @@ def _check_against_info(trace: Dict[str, Any], rows: List[Dict[str, Any]]) -> in
 
 
 # ---------------------------------------------------------------- hand-built, always
+@pytest.mark.parametrize("kernel", ["1", "0"])
 def test_hand_built_run_counters_by_hand(
-    hand_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture, h: Any
+    hand_run: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    h: Any,
+    kernel: str,
 ) -> None:
+    """With the compiled kernel and without it (its Python twin): one answer."""
+    if kernel == "1" and native.kernel is None:
+        pytest.skip("the compiled kernel is not built here")
+    monkeypatch.setenv("TRACEFUSE_KERNEL", kernel)
     rows = _info_steps(capsys, hand_run)
     out = tmp_path / "merged.json"
     summary = merge([str(hand_run)], str(out), link_collectives=True, jobs=1, verify=True)
