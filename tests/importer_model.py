@@ -26,8 +26,12 @@ The rules modelled, each as the facts file states it:
   innermost slice open on its thread at its ts; ``f`` with ``bp: "e"`` to the enclosing
   slice, without it to the next slice that starts at or after its ts.
 
-What the model does not do (and the tests do not need): args tables, counters, the
-UI's own limits. Where it and trace_processor disagree, trace_processor is right; the
+* counters (``ph: "C"``): each numeric arg is one value of the process counter track
+  ``"<name> <arg key>"`` (``"<name> id: <id> <arg key>"`` with an ``id``) of the event's
+  process; args that are not an object count one ``json_parser_failure``
+  (:func:`model_counters`).
+
+What the model does not do (and the tests do not need): args tables, the UI's own limits. Where it and trace_processor disagree, trace_processor is right; the
 tests that use it run wherever ``TRACEFUSE_TRACE_PROCESSOR`` points at one.
 """
 
@@ -250,6 +254,23 @@ def model_import(path: Path, trace: Optional[Dict[str, Any]] = None) -> ModelTra
 
 def model_view(path: Path) -> View:
     return model_import(Path(path)).view
+
+
+def model_counters(path: Path) -> Dict[Tuple[Hashable, str], List[Tuple[int, float]]]:
+    """The counter tracks the importer makes: ``(pid as the importer keeps it, track
+    name)`` -> the ``(ts ns, value)`` points in time order (Perfetto's
+    ``PushProcessCounterForThread`` on the track named ``"<name> <arg key>"``)."""
+    tracks: Dict[Tuple[Hashable, str], List[Tuple[int, float]]] = defaultdict(list)
+    for ev in load_trace(Path(path)).get("traceEvents") or []:
+        if not isinstance(ev, dict) or ev.get("ph") != "C" or not isinstance(ev.get("args"), dict):
+            continue
+        ts = _ts_ns(ev.get("ts"))
+        pid = _id32(ev.get("pid"))
+        prefix = str(ev.get("name", "")) + (f" id: {ev['id']}" if "id" in ev else "")
+        for key, v in ev["args"].items():
+            if ts is not None and isinstance(v, (int, float, Decimal)) and not isinstance(v, bool):
+                tracks[(pid, f"{prefix} {key}")].append((ts, float(v)))
+    return {k: sorted(v, key=lambda p: p[0]) for k, v in tracks.items()}
 
 
 def _arg_text(ev: Dict[str, Any], key: str) -> str:

@@ -238,7 +238,7 @@ class CollectiveTable:
     )  # rank -> the why's segments (analyze/timeline.py)
     step_times: Dict[int, List[Any]] = field(
         default_factory=dict
-    )  # rank -> its analyze/step_time.StepTime per step (info's single pass)
+    )  # rank -> its analyze/step_time.StepTime per step (info's single pass, or the why's pass: analyse())
     p2p_spans: Dict[int, List[Tuple[int, int]]] = field(
         default_factory=dict
     )  # rank -> its gloo send/recv, abs ns

@@ -85,6 +85,10 @@ class LinkPlan:
     linked: Dict[int, List[Instance]] = field(default_factory=dict)  # output file -> linked instances
     summary_notes: List[str] = field(default_factory=list)  # what align/summary_track.py wrote
     summary_events: int = 0  # events of the Collectives process written (slices, labels, why tracks)
+    analysis: Any = None  # the summary's analysis, made once (report/summary_track.link_analysis)
+    counters: Dict[int, Any] = field(
+        default_factory=dict
+    )  # rank -> its step counters (report/step_counters.py)
 
     def notes(self) -> List[str]:
         t = self.table

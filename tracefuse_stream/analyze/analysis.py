@@ -112,27 +112,30 @@ def analyse(
     """Judge ``table``; with ``plans`` (same ranks), also break the stretches down
     (analyze/why.py) from the timelines info's single pass kept (``table.timelines``);
     for a rank without one (the merge's link table), one more pass over its file, in
-    ``jobs`` workers. ``every_rank=False``: the why only, not the ``breakdown`` of
+    ``jobs`` workers, whose step-time figures go into ``table.step_times`` too (every
+    rank it read, an empty list for one without steps). ``every_rank=False``: the why only, not the ``breakdown`` of
     every rank and step (what only the JSON holds: the human report and the merge's why
     track skip its cost)."""
     v = judge(table)
     a = Analysis(table, v, rank_stats(table, v))
-    a.step_time = sorted(
-        (st for rows in table.step_times.values() for st in rows), key=lambda st: (st.rank, st.step)
-    )
-    step_time.fill_blocked(table, a.step_time)
     if plans and table.instances:
         mine = [p for p in plans if p.rank in set(table.ranks)]
         segs = [table.timelines.get(p.rank) for p in mine]
         missing = [k for k, s in enumerate(segs) if s is None]
         if missing:  # a table not from info's single pass: one pass per file for the why
             got = parallel_map(why.segments_of, [(mine[k],) for k in missing], jobs)
-            for k, (s, err) in zip(missing, got):
+            for k, (s, rows, err) in zip(missing, got):
                 segs[k] = s
+                if rows is not None:  # the same pass's step figures (the merge's counters)
+                    table.step_times[mine[k].rank] = rows
                 if err:
                     a.why_notes.append(f"rank {mine[k].rank}: why not read: {err}")
         ex = why.Explain(table, v, mine, segs)
         a.why, a.breakdown = ex.why, why.EveryRank(ex if every_rank else None)
+    a.step_time = sorted(
+        (st for rows in table.step_times.values() for st in rows), key=lambda st: (st.rank, st.step)
+    )
+    step_time.fill_blocked(table, a.step_time)
     return a
 
 

@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from tracefuse_stream.analyze.gpu_union import KERNEL_WAIT_NS, GpuFigures, from_row
 from tracefuse_stream.analyze.kernel_categories import OTHER, KernelCategories
 from tracefuse_stream.analyze.stragglers import union_ns
-from tracefuse_stream.analyze.timeline import OUTSIDE_ALL, ROW_FIELDS, Segments
+from tracefuse_stream.analyze.timeline import OUTSIDE_ALL, ROW_FIELDS, Segments, pid_of_key
 
 TOP_N = 5
 OTHER_NAMES = "other"
@@ -50,6 +50,7 @@ class GpuStep:
     categories: Dict[str, int] = field(default_factory=dict)
     kernels: List[Tuple[str, int, int]] = field(default_factory=list)
     unknown: List[Tuple[str, int]] = field(default_factory=list)
+    device_pid: Any = None  # the device's pid in the file (an int or a string): its process
 
     @property
     def overlap_pct(self) -> Optional[float]:
@@ -147,7 +148,7 @@ def gpu_steps(
                 unknown[nid] = [ns, 0]
         top = _top(per[i], names)
         unknown_top = [(n, v) for n, v, _c in _top(unknown, names)[:TOP_N]] if unknown else []
-        out.append(GpuStep(f, label, dict(sorted(cats.items())), top, unknown_top))
+        out.append(GpuStep(f, label, dict(sorted(cats.items())), top, unknown_top, pid_of_key(dev)))
     return out
 
 

@@ -96,6 +96,13 @@ def value_key(v: Any) -> Optional[bytes]:
     return None
 
 
+def pid_of_key(key: bytes) -> Any:
+    """The pid (or tid) a :func:`value_key` spells: an int or a string (the merge maps a
+    rank's GPU device back to its output process by it: report/step_counters.py)."""
+    text = key[5:].decode("utf-8", "surrogatepass")
+    return int(text) if key[:1] == b"i" else text
+
+
 def _hashable(v: Any) -> bool:
     return type(v) is int or type(v) is str
 
@@ -454,6 +461,7 @@ __all__ = [
     "Segments",
     "TimelineFeed",
     "new_timeline",
+    "pid_of_key",
     "unpack_rows",
     "value_key",
 ]

@@ -37,13 +37,17 @@ TOP = 8  # contributors listed per (rank, step) in ``why``
 TOP_BREAKDOWN = 5  # ... and in ``breakdown`` (every rank and step)
 
 
-def segments_of(plan: RankPlan) -> Tuple[Optional[Segments], Optional[str]]:
+def segments_of(plan: RankPlan) -> Tuple[Optional[Segments], Optional[List[Any]], Optional[str]]:
     """The why's partitions of one file from a pass of its own: for a table that did not
-    come from info's single pass (the merge's plan, the report page's)."""
+    come from info's single pass (the merge's plan, the report page's); with the
+    step-time figures the same pass computes (analyze/step_time.py: the merge's
+    per-rank counters), None when the file could not be read."""
     from tracefuse_stream.analyze.onepass import scan_file  # the pass itself is info's
 
     fs = scan_file(plan, ("collectives",))
-    return (fs.scan.timeline if fs.scan is not None else None), fs.broken
+    if fs.scan is None:
+        return None, None, fs.broken
+    return fs.scan.timeline, list(fs.scan.step_time or []), fs.broken
 
 
 def _rel(table: CollectiveTable, plan: RankPlan, abs_ns: int) -> int:

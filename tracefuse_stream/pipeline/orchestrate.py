@@ -14,7 +14,7 @@ import os
 import time
 from typing import Any, Callable, Dict, List, Optional, ParamSpec
 
-from tracefuse_stream.align.links import plan_links
+from tracefuse_stream.align.links import LinkPlan, plan_links
 from tracefuse_stream.cluster import dask_backend
 from tracefuse_stream.errors import Interrupted, TerminateSignal, VerifyFailed
 from tracefuse_stream.listing import by_ranks
@@ -23,7 +23,7 @@ from tracefuse_stream.pipeline.each_cycle import merge_each_cycle
 from tracefuse_stream.pipeline.interrupts import SignalsRaise, raise_if_signalled
 from tracefuse_stream.pipeline.outputs import file_meta, head_bytes, output_names, rank_groups, tail_bytes
 from tracefuse_stream.pipeline.progress import Progress
-from tracefuse_stream.pipeline.sidepasses import apply_alignment, resolve_window
+from tracefuse_stream.pipeline.sidepasses import apply_alignment, resolve_window, step_figures
 from tracefuse_stream.pipeline.stream import RankResult, RankTask, stream_rank
 from tracefuse_stream.pipeline.summary import MergeSummary, RankSummary, size_warning
 from tracefuse_stream.plan.planner import (
@@ -35,7 +35,8 @@ from tracefuse_stream.plan.planner import (
 )
 from tracefuse_stream.plan.starts import EarlyEvents, check_early, output_base
 from tracefuse_stream.rankset import compress_ranges
-from tracefuse_stream.report.summary_track import write_summaries
+from tracefuse_stream.report.step_counters import plan_counters
+from tracefuse_stream.report.summary_track import link_analysis, write_summaries
 from tracefuse_stream.report.viewer import ViewerCounts, estimate_viewer_bytes, largest
 from tracefuse_stream.select.filters import EventFilter
 from tracefuse_stream.verify.archive import verify_archive
@@ -134,10 +135,7 @@ def _merge(inputs: InputSpec, output: str, opts: MergeOptions) -> MergeSummary:
     groups = rank_groups(plans, out_opts.split_ranks)
     split = bool(out_opts.split_ranks)
     names = output_names(output, groups, split)
-    links = None
-    if out_opts.link_collectives:  # one pass over collective events only (align/links.py)
-        links = plan_links(plans, flt, groups, n_jobs)
-        notes.extend(links.notes())
+    links = _links(plans, flt, groups, n_jobs, notes) if out_opts.link_collectives else None
     try:
         results, sinks = _write_files(plans, groups, names, split, codec, flt, base_ns, opts, n_jobs, links)
     except EarlyEvents as e:  # events before the chosen base: again, from the earliest one
@@ -173,6 +171,7 @@ def _merge(inputs: InputSpec, output: str, opts: MergeOptions) -> MergeSummary:
                 metadata_in=r.metadata_in,
                 skipped=r.skipped,
                 flows_added=r.flows_added,
+                counters_added=r.counters_added,
                 json_bytes_in=r.json_bytes_in,
             )
             for p, r in zip(plans, results)
@@ -194,6 +193,24 @@ def _merge(inputs: InputSpec, output: str, opts: MergeOptions) -> MergeSummary:
     if out_opts.verify and not out_opts.dry_run and output != "-" and not is_special_file(output):
         _verify_outputs(summary, groups)
     return summary
+
+
+def _links(
+    plans: List[RankPlan], flt: EventFilter, groups: List[List[RankPlan]], jobs: int, notes: List[str]
+) -> LinkPlan:
+    """``--link-collectives``: the links (one pass over collective events only:
+    align/links.py) and every GPU rank's step counters (report/step_counters.py) in
+    ``links.counters``, from the summary's analysis (made once, here: its pass per file
+    gives every rank's step figures) and, for the ranks it did not read (no instance
+    matched), info's pass over their files (sidepasses.step_figures); notes into ``notes``."""
+    links = plan_links(plans, flt, groups, jobs)
+    notes.extend(links.notes())
+    link_analysis(links, plans, jobs)
+    known = links.table.step_times if links.table is not None else {}
+    rows, unread = step_figures(plans, known, jobs)
+    links.counters, more = plan_counters(plans, rows, flt, unread)
+    notes.extend(more)
+    return links
 
 
 def _result_warnings(results: List[RankResult], flt: EventFilter, opts: MergeOptions) -> List[str]:
@@ -263,7 +280,8 @@ def _write_files(
                 None if frags is None else frags.file_for(p.rank),
                 opts.execution.salvage,
                 None if links is None else tuple(links.by_rank.get(p.rank, ())),
-                titles.get(p.rank),
+                title=titles.get(p.rank),
+                counters=None if links is None else links.counters.get(p.rank),
             )
             for p in plans
         ]

@@ -1,4 +1,5 @@
-"""The passes a merge may need before streaming: clock alignment and time windows.
+"""The passes a merge may need before streaming: clock alignment, time windows and
+(``--link-collectives``) the step figures of the ranks the summary's analysis did not read.
 
 Each returns values; none changes the plans it is given (alignment returns new plans
 with the corrected shifts). Both read only what they need — collective kernel ends,
@@ -8,7 +9,7 @@ event reader, in worker processes when there are several.
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from tracefuse_stream.align.clock import (
     collect_collective_ends,
@@ -17,6 +18,7 @@ from tracefuse_stream.align.clock import (
     load_clock_offsets,
     offsets_from_file,
 )
+from tracefuse_stream.analyze.onepass import scan_file
 from tracefuse_stream.errors import UsageError
 from tracefuse_stream.options import Alignment, TimeWindow
 from tracefuse_stream.plan.rankplan import RankPlan
@@ -92,3 +94,26 @@ def resolve_window(
             raise UsageError("--window: the inputs have no timed events")
         return window_from_ms(min(known), window.window_ms[0], window.window_ms[1])
     return None
+
+
+def _step_rows(plan: RankPlan) -> Tuple[Optional[List[Any]], Optional[str]]:
+    fs = scan_file(plan, ("collectives",))  # info --collectives' own pass: its figures, not a copy
+    return (None if fs.scan is None else list(fs.scan.step_time or [])), fs.broken
+
+
+def step_figures(
+    plans: Sequence[RankPlan], known: Dict[int, List[Any]], jobs: int
+) -> Tuple[Dict[int, List[Any]], Dict[int, str]]:
+    """Every rank's step-time figures (analyze/step_time.py) for the per-rank counters of
+    ``--link-collectives``: ``known`` (the summary's analysis read those ranks already:
+    report/summary_track.link_analysis), the others from info's single pass over their
+    files, in ``jobs`` workers; with the ranks that could not be read and why. The figures
+    read here go into ``known`` too, so a second write of the merge reads nothing again."""
+    missing = [p for p in plans if p.rank not in known]
+    unread: Dict[int, str] = {}
+    for p, (rows, broken) in zip(missing, parallel_map(_step_rows, [(p,) for p in missing], jobs)):
+        if rows is None:
+            unread[p.rank] = broken or "unreadable"
+        else:
+            known[p.rank] = rows
+    return {p.rank: known[p.rank] for p in plans if p.rank in known}, unread

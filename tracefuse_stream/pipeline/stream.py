@@ -24,9 +24,11 @@ import orjson
 
 from tracefuse_stream.align.links import CollectiveLinker
 from tracefuse_stream.errors import InputError
+from tracefuse_stream.exactjson import dumps_exact
 from tracefuse_stream.gcpause import cyclic_gc_paused
 from tracefuse_stream.plan.rankplan import RankPlan
 from tracefuse_stream.read.readers import BatchedReader, EventReader, ExactReader, Handover, SalvageReader
+from tracefuse_stream.report.step_counters import RankCounters, counter_events
 from tracefuse_stream.rewrite.kernel import kernel_for
 from tracefuse_stream.rewrite.labels import rank_metadata
 from tracefuse_stream.rewrite.rules import RankRewriter
@@ -49,6 +51,7 @@ class RankTask:
     salvage: bool = False
     links: Optional[Tuple[Any, ...]] = None  # --link-collectives: this rank's LinkSpecs (align/links.py)
     title: Optional[Tuple[str, int]] = None  # (title, sort place) for RANK r: rewrite/labels.py
+    counters: Optional[RankCounters] = None  # --link-collectives: its step counters (report/step_counters.py)
 
 
 @dataclass
@@ -71,10 +74,12 @@ class RankResult:
     warnings: List[str] = field(default_factory=list)
     early_ts: Any = None  # the earliest written ts below 0 (us; see plan/starts.output_base)
     notes: List[str] = field(default_factory=list)  # facts, not problems (summary "note:" lines)
-    # events_in = kept + dropped + metadata_in + skipped; events_out = kept + flows_added + metadata_out
+    # events_in = kept + dropped + metadata_in + skipped;
+    # events_out = kept + flows_added + counters_added + metadata_out
     metadata_in: int = 0  # the input's process/thread metadata (replaced by the labels written)
     skipped: int = 0  # salvage: events read but left out because they could not be written
     flows_added: int = 0  # --link-collectives: flow events made by the merge
+    counters_added: int = 0  # --link-collectives: step counter events made by the merge
 
 
 def stream_rank(task: RankTask, progress: Progress = None) -> RankResult:
@@ -237,6 +242,15 @@ class _Sink:
         if len(self.skip_examples) < 5:
             self.skip_examples.append(f"event #{self.rw.index}: {e}")
 
+    def add(self, events: Sequence[Dict[str, Any]]) -> None:
+        """Events the merge made, after the rank's own (before its labels)."""
+        for ev in events:
+            if not self.first:
+                self.buf += b",\n"
+            self.first = False
+            self.buf += dumps_exact(ev)
+        self.rw.events_out += len(events)
+
     def finish(
         self, host: Optional[str] = None, title: Optional[Tuple[str, int]] = None
     ) -> Tuple[Piece, int]:
@@ -278,6 +292,8 @@ def _drive(
                 use_kernel(kernel)
     try:
         sink.pump(reader.batches())
+        counters, counter_notes = _counter_events(rw, task.counters, plan)
+        sink.add(counters)
         piece, meta_out = sink.finish(task.plan.host_name, task.title)
     except BaseException:
         w.abort()
@@ -301,6 +317,7 @@ def _drive(
         metadata_in=len(rw.metadata),
         skipped=unreadable + sink.events_skipped,
         flows_added=linker.flows_added if linker is not None else 0,
+        counters_added=len(counters),
         header=header,
         pid_map=rw.pid_map(),
         bytes_in=plan.size_bytes,
@@ -309,8 +326,25 @@ def _drive(
         salvage=_salvage_record(plan, reader, sink, strict_error),
         early_ts=rw.early_ts,
         warnings=list(reader.notes) + (linker.warnings(plan.path) if linker is not None else []),
-        notes=[SPAN_DROPPED_NOTE] if rw.spans_dropped else [],
+        notes=([SPAN_DROPPED_NOTE] if rw.spans_dropped else []) + counter_notes,
     )
+
+
+def _counter_events(
+    rw: RankRewriter, counters: Optional[RankCounters], plan: RankPlan
+) -> Tuple[List[Dict[str, Any]], List[str]]:
+    """The rank's step counters in its GPU process as the rewriter mapped it, shifted
+    as its events; none (and a note) when that process kept no event (filters)."""
+    if counters is None:
+        return [], []
+    pid = rw.out_pid(counters.device_pid)
+    if pid is None or pid not in rw.pid_first_ts:
+        return [], [f"step counters: none, its {counters.device} process has no event in the merge"]
+    events = counter_events(counters, pid, plan.shift_ns)
+    for ev in events:
+        if ev["ts"] < 0:
+            rw._early(ev["ts"])  # before the output base: the merge places it again
+    return events, []
 
 
 def _salvage_record(

@@ -25,14 +25,14 @@ TABLE_ROWS = 32
 class RankSummary:
     """Per-rank numbers reported after a merge. They add up (issue 28, item 6):
     ``events_in = events_kept + dropped + metadata_in + skipped`` and
-    ``events_out = events_kept + flows_added + metadata_out``. The input's process and
+    ``events_out = events_kept + flows_added + counters_added + metadata_out``. The input's process and
     thread metadata is not "kept": the labels are written anew for each rank
     (``rewrite/labels.py``), so they are counted on each side as what they are."""
 
     rank: int
     path: str
     events_in: int  # every event read
-    events_out: int  # every event written: kept + flows_added + metadata_out
+    events_out: int  # every event written: kept + flows_added + counters_added + metadata_out
     dropped: int  # left out by the selection (categories, --name, --window, ...)
     shift_ns: int  # what was added to every ts (exact; the header's shift_ns)
     seconds: float
@@ -43,11 +43,14 @@ class RankSummary:
     metadata_in: int = 0  # process/thread metadata read (replaced by the labels written)
     skipped: int = 0  # --salvage: events read but not writable (bad values), left out
     flows_added: int = 0  # --link-collectives: flow events the merge made
+    counters_added: int = (
+        0  # --link-collectives: step counter events the merge made (report/step_counters.py)
+    )
 
     @property
     def events_kept(self) -> int:
         """Input events written (rewritten): neither dropped, metadata nor skipped."""
-        return self.events_out - self.metadata_out - self.flows_added
+        return self.events_out - self.metadata_out - self.flows_added - self.counters_added
 
 
 @dataclass
@@ -113,6 +116,10 @@ class MergeSummary:
     @property
     def flows_added(self) -> int:
         return sum(r.flows_added for r in self.ranks)
+
+    @property
+    def counters_added(self) -> int:
+        return sum(r.counters_added for r in self.ranks)
 
     def moved_ns(self) -> List[int]:
         """Per rank (in ``ranks`` order), how far its events moved against the ranks of
@@ -202,6 +209,8 @@ class MergeSummary:
         written = [f"{self.events_kept:,} kept", f"{self.metadata_out:,} labels"]
         if self.flows_added:
             written.append(f"{self.flows_added:,} flow events")
+        if self.counters_added:
+            written.append(f"{self.counters_added:,} step counter events")
         if self.collectives_events:
             written.append(f"{self.collectives_events:,} in the Collectives process")
         return (
@@ -229,6 +238,7 @@ COUNTS = (
     "metadata_out",
     "skipped",
     "flows_added",
+    "counters_added",
     "json_bytes_in",
     "mb_per_s",
 )
@@ -236,8 +246,8 @@ COUNTS = (
 
 def _columns(ranks: List[RankSummary]) -> List[Tuple[str, Any, int]]:
     """The count columns (title, value of a row, width): ``events in`` is the sum of
-    the next four, ``kept`` plus ``labels out`` (plus ``flows``) what the file holds;
-    ``skipped`` and ``flows`` only where a rank has some."""
+    the next four, ``kept`` plus ``labels out`` (plus ``flows`` and ``counters``) what the file holds;
+    ``skipped``, ``flows`` and ``counters`` only where a rank has some."""
     cols: List[Tuple[str, Any, int]] = [
         ("events in", lambda r: r.events_in, 12),
         ("kept", lambda r: r.events_kept, 10),
@@ -249,6 +259,8 @@ def _columns(ranks: List[RankSummary]) -> List[Tuple[str, Any, int]]:
     cols.append(("labels out", lambda r: r.metadata_out, 11))
     if any(r.flows_added for r in ranks):
         cols.append(("flow events", lambda r: r.flows_added, 12))
+    if any(r.counters_added for r in ranks):
+        cols.append(("counters", lambda r: r.counters_added, 9))
     return cols
 
 

@@ -35,7 +35,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from tracefuse_stream.align.collectives import Instance
 from tracefuse_stream.align.links import _us as exact_us
-from tracefuse_stream.analyze.analysis import analyse
+from tracefuse_stream.analyze.analysis import Analysis, analyse
 from tracefuse_stream.analyze.stragglers import held_ns
 from tracefuse_stream.exactjson import dumps_exact
 from tracefuse_stream.rankset import compress_ranges
@@ -229,6 +229,16 @@ def critical_path_events(
     return out
 
 
+def link_analysis(plan: Any, plans: Sequence[Any] = (), jobs: int = 1) -> Optional[Analysis]:
+    """The analysis behind the summary (the why tracks, the waits) for ``plan``'s table,
+    made once per merge and kept on ``plan``: its one pass per file for the why
+    (analyze/why.py) also gives every rank's step figures (``plan.table.step_times``,
+    the per-rank counters: report/step_counters.py). None without instances."""
+    if plan.analysis is None and plan.table is not None and plan.table.instances:
+        plan.analysis = analyse(plan.table, list(plans) or None, jobs, every_rank=False)  # the why only
+    return plan.analysis
+
+
 def write_summaries(
     sinks: Sequence[Any], plan: Any, base_ns: int, plans: Sequence[Any] = (), jobs: int = 1
 ) -> List[str]:
@@ -241,8 +251,8 @@ def write_summaries(
     waits: Dict[Optional[int], Dict[int, int]] = {}
     why: List[Dict[str, Any]] = []
     rows: List[Any] = []
-    if plan.table is not None and plan.table.instances:
-        a = analyse(plan.table, list(plans) or None, jobs, every_rank=False)  # the why tracks only
+    a = link_analysis(plan, plans, jobs)
+    if a is not None:
         waits = {row.step: dict(row.wait) for row in a.verdict.by_step}
         why = a.why
         rows = a.verdict.by_step
@@ -318,5 +328,5 @@ def _step_span(
     return None
 
 
-__all__ = ["write_summaries", "COUNTER_NAME", "SUMMARY_ARG", "SUMMARY_CAT", "SUMMARY_PID", "is_summary_event", "slice_name",
+__all__ = ["link_analysis", "write_summaries", "COUNTER_NAME", "SUMMARY_ARG", "SUMMARY_CAT", "SUMMARY_PID", "is_summary_event", "slice_name",
            "summary_events"]  # fmt: skip

@@ -13,6 +13,7 @@ from decimal import Decimal
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from tracefuse_stream.align.links import is_collective_link
+from tracefuse_stream.report.step_counters import is_step_counter
 from tracefuse_stream.report.summary_track import is_summary_event
 from tracefuse_stream.rewrite.rules import FLOW_PHASES, PID_STRIDE, rank_of_pid
 from tracefuse_stream.timeunits import us_to_ns_or_none
@@ -115,6 +116,8 @@ class MergedChecker:
                 if type(rank) is not int:
                     if is_summary_event(ev):  # "Collectives" belongs to no rank: counted apart
                         self.summary_events += 1
+                    elif is_step_counter(ev):  # a rank's step counter (no rank arg: args are values)
+                        rank = rank_of_pid(pid)
                     else:
                         rank = self._rank_missing(ev, ph, pid, idx)
                 st = ranks.get(rank) or self.rank_stats(rank)
@@ -157,6 +160,8 @@ class MergedChecker:
                     st["instants"] += 1
                 elif ph == "C":
                     st["counters"] += 1
+                    if want_digest and is_step_counter(ev):
+                        continue  # --link-collectives adds these: they are in no input
                 if want_digest:
                     self._digest(ev, ph, rank, ts_ns, dur_ns, pid)
         finally:
