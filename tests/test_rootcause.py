@@ -78,7 +78,7 @@ def test_the_knock_on_rank_is_delayed_not_a_straggler() -> None:
     assert [d["rank"] for d in js["delayed"]] == [2, 2, 2]
     assert js["delayed"][0] == {
         "rank": 2, "step": 1, "by_rank": 3, "origin": 3, "collective": "gloo:all_reduce #1", "group": "2",
-        "group_ranks": [2, 3], "wait_us": 100_000.0, "late_at": "gloo:all_reduce #2", "late_group": "0",
+        "group_ranks": [2, 3], "wait_us": 100_000.0, "waits": 1, "late_at": "gloo:all_reduce #2", "late_group": "0",
         "late_group_ranks": [0, 1, 2, 3],
     }  # fmt: skip
     text = format_text(table)

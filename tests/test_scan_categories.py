@@ -115,7 +115,14 @@ def test_an_escaped_category_is_handed_over() -> None:
 
 def test_info_selection_scopes_the_collectives_needles() -> None:
     cats = dict(zip(INFO_SELECTION.name_contains, INFO_SELECTION.name_contains_cats))
-    assert cats == {"gloo:": "user_annotation", "ProfilerStep#": None, "nccl": "kernel", "rccl": "kernel"}
+    assert cats == {
+        "gloo:": "user_annotation",
+        "ProfilerStep#": None,
+        "nccl": "kernel",
+        "rccl": "kernel",
+        "c10d::send": "cpu_op",
+        "c10d::recv_": "cpu_op",
+    }
     assert INFO_SELECTION.text_contains_cat == "kernel"
 
 

@@ -193,9 +193,16 @@ def test_point_to_point_ops_are_not_unmatched_collectives(
         (d / f.name.replace(".gz", "")).write_text(json.dumps(t))
     coll = _info(capsys, str(d))
     assert coll["unmatched"]["total"] == 0
-    assert coll["point_to_point"] == {"total": 4, "by_name": {"gloo:recv": 2, "gloo:send": 2}}
+    no_call = "no c10d::send / c10d::recv_ op around it"  # the copies have no c10d op: no peer
+    assert coll["point_to_point"] == {
+        "total": 4, "by_name": {"gloo:recv": 2, "gloo:send": 2}, "linked": 0, "pairs": [],
+        "not_linked": {"total": 4, "by_reason": {no_call: 4}},
+    }  # fmt: skip
     assert main(["info", "--collectives", str(d)]) == 0
-    assert "point-to-point: 2 x gloo:recv, 2 x gloo:send (not collectives" in capsys.readouterr().out
+    assert (
+        "point-to-point: 2 x gloo:recv, 2 x gloo:send (not collectives: not matched, no wait counted); "
+        f"not linked: 4 op(s), {no_call}"
+    ) in capsys.readouterr().out
 
 
 # --------------------------------------------------------------- why

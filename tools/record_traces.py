@@ -114,6 +114,24 @@ ddp4_two_b      4 ranks, DDP on world, work_s=0.05; rank 1 sleeps 0.12 s more be
                 (~40 ms), every step. Ground truth: two independent slow ranks, rank 1
                 (~120 ms, outside any op) and rank 3 (~40 ms, in aten::linalg_qr).
 
+Point-to-point sets (pinned, active=3, **record_shapes=True**: the c10d::send /
+c10d::recv_ ops then carry their peer and tag, which link each send to its recv):
+
+pp4_shapes_a    kind "pipeline" as pp4_stages_a (4 stages, 4 micro-batches, send/recv on
+                the world group, work_s=0.006 per micro-batch forward and backward, one
+                world all_reduce of the loss); rank 1 runs 2 x torch.mm of a fixed
+                640 x 640 matrix in each micro-batch's forward (after its recv, before its
+                compute), every step. Ground truth: root cause rank 1 (its extra compute,
+                aten::mm); rank 2 waits in gloo:recv for rank 1, rank 3 for rank 2 (the
+                cascade's origin: rank 1), rank 0 is held in gloo:send and waits in
+                gloo:recv for rank 1.
+pp4_shapes_b    the same with nobody slower (the pipeline control).
+pp2x2_shapes    kind "pipeline" on sub-groups: groups [0, 2] and [1, 3] (dist.new_group);
+                each is a 2-stage pipeline (stage = the rank's place in its group), 2
+                micro-batches, send/recv on the group, then the world all_reduce of the
+                loss; nobody slower. The send/recv peers in the trace are GROUP ranks
+                (rank 0 sends to "1", i.e. global rank 2).
+
 Issue-37 sets (pinned, defaults, active=3): run-vs-run pairs for ``tracefuse diff``.
 All run one job (_RUN_A: a 256-wide MLP of 3 Linear layers, batch 512, work_s=0.05
 before backward, DDP on world); each but the first changes one thing, and the names say
@@ -224,7 +242,10 @@ class TraceSet:
     # process groups every rank makes with dist.new_group, in this order (pairs, chain)
     groups: tuple[tuple[int, ...], ...] = ()
     # pipeline: micro-batches per step (work_s is then slept per micro-batch, once in its
-    # forward and once in its backward, on every stage)
+    # forward and once in its backward, on every stage); with `groups`, each group is
+    # one pipeline (its members in rank order are its stages), send/recv on that group.
+    # `rank_ops` of a pipeline run in each micro-batch's forward, after the recv, before
+    # the stage's compute (instead of after forward)
     micro_batches: int = 0
 
     @property
@@ -394,6 +415,41 @@ SETS: dict[str, TraceSet] = {
             groups=((0, 1), (1, 2), (2, 3)),
             pauses=((0, "comm", 0.1),),
         ),
+        # as pp4_stages_a with record_shapes (send/recv peers recorded); rank 1: 2 x
+        # mm(640 x 640) in each micro-batch's forward; pp4_shapes_b: nobody slower
+        TraceSet(
+            "pp4_shapes_a",
+            4,
+            active=3,
+            pin=True,
+            record_shapes=True,
+            work_s=0.006,
+            kind="pipeline",
+            micro_batches=4,
+            rank_ops=((1, "mm", 2, 640),),
+        ),
+        TraceSet(
+            "pp4_shapes_b",
+            4,
+            active=3,
+            pin=True,
+            record_shapes=True,
+            work_s=0.006,
+            kind="pipeline",
+            micro_batches=4,
+        ),
+        # two 2-stage pipelines on the groups [0, 2] and [1, 3] (send/recv peers: group ranks)
+        TraceSet(
+            "pp2x2_shapes",
+            4,
+            active=3,
+            pin=True,
+            record_shapes=True,
+            work_s=0.006,
+            kind="pipeline",
+            micro_batches=2,
+            groups=((0, 2), (1, 3)),
+        ),
         # as mg4_pairs_a, nobody slower
         TraceSet("mg4_pairs_b", 4, active=3, pin=True, work_s=0.05, kind="pairs", groups=((0, 1), (2, 3))),
         # rank 1: 0.12 s more before backward; rank 3: 90 x qr(128 x 128) after forward
@@ -535,14 +591,15 @@ def run_worker(ts: TraceSet, rank: int, outdir: Path) -> None:
 
 
 def _rank_ops(ts: TraceSet, rank: int, mats: dict) -> None:
-    """The extra ops of ``ts.rank_ops`` this rank runs after forward: ``qr`` is
-    torch.linalg.qr, ``svd`` torch.linalg.svd, of the fixed n x n matrix."""
+    """The extra ops of ``ts.rank_ops`` this rank runs after forward (pipeline: in each
+    micro-batch's forward): ``qr`` is torch.linalg.qr, ``svd`` torch.linalg.svd, ``mm``
+    torch.mm of the fixed n x n matrix with itself."""
     import torch
 
     for r, op, calls, n in ts.rank_ops:
         if r != rank:
             continue
-        fn = {"qr": torch.linalg.qr, "svd": torch.linalg.svd}[op]
+        fn = {"qr": torch.linalg.qr, "svd": torch.linalg.svd, "mm": lambda m: torch.mm(m, m)}[op]
         for _ in range(calls):
             fn(mats[n])
 
@@ -618,7 +675,7 @@ def _run_kind(ts: TraceSet, rank: int, outdir: Path, known: set[int]) -> None:
     loss_fn = nn.MSELoss()
     gen = torch.Generator().manual_seed(SEED + 1000 + rank)
     if ts.kind == "pipeline":
-        _run_pipeline(ts, rank, outdir, gen)
+        _run_pipeline(ts, rank, outdir, next(iter(mine.values()), None))
         dist.barrier()
         dist.destroy_process_group()
         return
@@ -656,42 +713,51 @@ def _run_kind(ts: TraceSet, rank: int, outdir: Path, known: set[int]) -> None:
     dist.destroy_process_group()
 
 
-def _run_pipeline(ts: TraceSet, rank: int, outdir: Path, gen) -> None:
+def _run_pipeline(ts: TraceSet, rank: int, outdir: Path, group=None) -> None:
     """One stage per rank, GPipe-like: every micro-batch's forward (recv the activation
-    from rank - 1, compute, send to rank + 1), then every micro-batch's backward (recv
-    the grad from rank + 1, backward, send the input's grad to rank - 1), opt.step, and
-    an all_reduce of the step's loss on the world group."""
+    from the stage before, compute, send to the next), then every micro-batch's
+    backward (recv the grad from the next stage, backward, send the input's grad to the
+    one before), opt.step, and an all_reduce of the step's loss on the world group.
+    ``group``: the rank's pipeline (its members in rank order are the stages; send/recv
+    on it); None: every rank, on the world group."""
     import torch
     import torch.distributed as dist
     from torch import nn
 
-    last = ts.world_size - 1
+    members = list(range(ts.world_size)) if group is None else dist.get_process_group_ranks(group)
+    me = members.index(rank)
+    last = len(members) - 1
+    prev_r = members[me - 1] if me > 0 else None
+    next_r = members[me + 1] if me < last else None
     torch.manual_seed(SEED + rank)
-    d_in = ts.d_in if rank == 0 else ts.d_hidden
-    d_out = ts.d_out if rank == last else ts.d_hidden
-    stage = nn.Sequential(nn.Linear(d_in, d_out), nn.ReLU()) if rank < last else nn.Linear(d_in, d_out)
+    gen = torch.Generator().manual_seed(SEED + 1000 + rank)
+    d_in = ts.d_in if me == 0 else ts.d_hidden
+    d_out = ts.d_out if me == last else ts.d_hidden
+    stage = nn.Sequential(nn.Linear(d_in, d_out), nn.ReLU()) if me < last else nn.Linear(d_in, d_out)
     opt = torch.optim.SGD(stage.parameters(), lr=0.01)
     loss_fn = nn.MSELoss()
+    mats = {n: torch.randn(n, n, generator=torch.Generator().manual_seed(SEED)) for _, _, _, n in ts.rank_ops}
     with _profiler(ts, outdir) as prof:
         for step in range(ts.steps):
             opt.zero_grad()
             ins, outs = [], []
             total = torch.zeros(1)
             for _ in range(ts.micro_batches):
-                if rank == 0:
+                if prev_r is None:
                     x = torch.randn(ts.batch, d_in, generator=gen)
                 else:
                     x = torch.empty(ts.batch, d_in)
-                    dist.recv(x, rank - 1)
+                    dist.recv(x, prev_r, group=group)
                     x.requires_grad_()
                 pause = ts.pause_s(rank, step, "micro_batch")
                 if pause:
                     time.sleep(pause)
+                _rank_ops(ts, rank, mats)
                 out = stage(x)
                 if ts.work_s:
                     time.sleep(ts.work_s)
-                if rank < last:
-                    dist.send(out.detach(), rank + 1)
+                if next_r is not None:
+                    dist.send(out.detach(), next_r, group=group)
                 else:
                     out = loss_fn(out, torch.randn(ts.batch, d_out, generator=gen))
                     total += out.detach()
@@ -700,14 +766,14 @@ def _run_pipeline(ts: TraceSet, rank: int, outdir: Path, gen) -> None:
             for x, out in zip(ins, outs):
                 if ts.work_s:
                     time.sleep(ts.work_s)
-                if rank == last:
+                if next_r is None:
                     out.backward()
                 else:
                     grad = torch.empty_like(out)
-                    dist.recv(grad, rank + 1)
+                    dist.recv(grad, next_r, group=group)
                     out.backward(grad)
-                if rank > 0:
-                    dist.send(x.grad, rank - 1)
+                if prev_r is not None:
+                    dist.send(x.grad, prev_r, group=group)
             opt.step()
             dist.all_reduce(total)  # the step's loss, on every rank (world)
             prof.step()

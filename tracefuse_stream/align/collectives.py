@@ -47,6 +47,7 @@ from tracefuse_stream.align import gloo_groups
 from tracefuse_stream.align.clock import is_collective_kernel
 from tracefuse_stream.align.collective_event import STEP_PREFIX, CollectiveEvent, Key, _describe, _step_of
 from tracefuse_stream.align.instance_ends import check_ends, drop_apart
+from tracefuse_stream.align.p2p import ANY_SOURCE, GLOO_P2P, P2P_CALLS, P2pCall, match_pairs, p2p_call
 from tracefuse_stream.align.pg_config import PgConfig, pg_config_of, pg_count_of
 from tracefuse_stream.align.sequences import match_group
 from tracefuse_stream.errors import ErrorKind, InputError
@@ -57,12 +58,15 @@ from tracefuse_stream.read.sources import PathLike
 from tracefuse_stream.timeunits import analysable, us_to_ns_or_none
 
 GLOO_PREFIX = "gloo:"
-#: point-to-point gloo ops: not collectives (no group-wide instance), reported apart
-P2P_GLOO = frozenset({"gloo:send", "gloo:recv", "gloo:recvAnysource", "gloo:recv_anysource"})
+#: point-to-point gloo ops: not collectives (no group-wide instance), linked apart (align/p2p.py)
+P2P_GLOO = frozenset(GLOO_P2P) | ANY_SOURCE
 GLOO_CAT = "user_annotation"
-#: what the compiled kernel hands over for a collective scan (a superset: checked again)
+#: what the compiled kernel hands over for a collective scan (a superset: checked again);
+#: the c10d send/recv ops for their peer and tag (few: one per point-to-point op)
 COLLECTIVE_SELECTION = ScanSelection(
-    ph="X", name_contains=("gloo:", STEP_PREFIX, "nccl", "rccl"), text_contains='"Collective name"'
+    ph="X",
+    name_contains=("gloo:", STEP_PREFIX, "nccl", "rccl", *P2P_CALLS),
+    text_contains='"Collective name"',
 )
 
 
@@ -78,6 +82,7 @@ class RankScan:
     timeline: Any = None  # the why's partitions from the same pass (report/timeline.Segments), if made
     far: int = 0  # collective and step events left out: times beyond the analysis' range (analysable)
     step_time: List[Any] = field(default_factory=list)  # analyze/step_time.StepTime per step, if made
+    p2p_calls: List[P2pCall] = field(default_factory=list)  # c10d::send / c10d::recv_ (peer, tag)
 
 
 def is_gloo_op(event: Mapping[str, Any]) -> bool:
@@ -111,6 +116,11 @@ class CollectiveCollector:
                 self.scan.steps[step[0]] = (lo, hi)
             return
         cat = event.get("cat")
+        if cat == "cpu_op":
+            call = p2p_call(event, self.scan.base_ns) if name in P2P_CALLS else None
+            if call is not None:
+                self.scan.p2p_calls.append(call)
+            return
         if cat == "kernel":  # args may still be raw JSON (projected events): decoded to judge
             event["args"] = decode_args(event)
             if not is_collective_kernel(event):
@@ -185,6 +195,7 @@ class Instance:
     match: str  # "seq", "order" (GPU kernels without seq), "gloo order"
     entries: Dict[int, Entry]
     step: Optional[int] = None  # ProfilerStep#N of its lowest rank at arrival; None outside steps
+    sender: Optional[int] = None  # a point-to-point pair (align/p2p.py): its sending rank
 
     @property
     def ranks(self) -> List[int]:
@@ -241,7 +252,9 @@ class CollectiveTable:
     )  # rank -> its analyze/step_time.StepTime per step (info's single pass, or the why's pass: analyse())
     p2p_spans: Dict[int, List[Tuple[int, int]]] = field(
         default_factory=dict
-    )  # rank -> its gloo send/recv, abs ns
+    )  # rank -> its gloo send/recv not linked to their peer, abs ns
+    p2p_pairs: List[Instance] = field(default_factory=list)  # linked send/recv pairs (ids after instances)
+    p2p_unlinked: Counter = field(default_factory=Counter)  # reason -> point-to-point ops not linked
     #: ``report --steps A:B``: the ProfilerSteps chosen (then one step is "selected", not "profiled")
     steps_selected: Optional[Tuple[int, int]] = None
 
@@ -430,10 +443,35 @@ def match_instances(
         for r in merged
     }  # fmt: skip
     table = CollectiveTable(merged, instances, unmatched, notes, steps, p2p, {r: hosts.get(r) for r in merged})  # fmt: skip
-    for r in merged:  # p2p ops: not matched (no peer recorded), but time blocked in them is waiting
-        at = scans[r].base_ns + offsets.get(r, 0)
-        table.p2p_spans[r] = sorted((at + e.ts_ns, at + e.ts_ns + e.dur_ns) for e in scans[r].events if e.name in P2P_GLOO)  # fmt: skip
+    _link_p2p(table, scans, pg_configs, hosts, offsets)
     return table
+
+
+def _link_p2p(
+    table: CollectiveTable,
+    scans: Mapping[int, RankScan],
+    cfgs: Mapping[int, PgConfig],
+    hosts: Mapping[int, Optional[str]],
+    offsets: Mapping[int, int],
+) -> None:
+    """Point-to-point pairs as two-member instances (align/p2p.py); the time of the ops
+    not linked (no peer recorded) stays plain waiting (``p2p_spans``)."""
+    res = match_pairs(scans, cfgs, hosts, offsets)
+    table.p2p_spans, table.p2p_unlinked = res.spans, res.unlinked
+    res.pairs.sort(key=lambda p: (min(p.send.start_ns, p.recv.start_ns), p.src, p.dst))
+    for k, p in enumerate(res.pairs):
+        entries = {
+            p.src: Entry(p.send.event, p.send.start_ns, p.send.end_ns, (p.src, p.dst)),
+            p.dst: Entry(p.recv.event, p.recv.start_ns, p.recv.end_ns, (p.src, p.dst)),
+        }
+        inst = Instance(len(table.instances) + k, f"send/recv {p.src}->{p.dst}", p.group, "p2p", entries)
+        inst.step, inst.sender = p.send.step, p.src
+        table.p2p_pairs.append(inst)
+    if res.pairs:
+        table.notes.append(
+            f"point-to-point: {len(res.pairs)} send/recv pair(s) linked by the peer and tag of their "
+            "c10d::send / c10d::recv_ (recorded shapes): the i-th of each (step, sender, receiver, tag)"
+        )
 
 
 __all__ = [

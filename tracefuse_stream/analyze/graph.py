@@ -42,8 +42,13 @@ which is the point.
 Model limits (docs/collectives.md): an arrival that follows the end of the rank's
 previous collective is taken to depend on it (true of a blocking collective and of a
 runloop thread's queue; an overlapped compute stream that never waited makes saves an
-upper bound). Point-to-point ops are not matched (Kineto writes no peer for gloo's):
-the time a rank sits in one (``table.p2p_spans``) is waiting, left out of its own work.
+upper bound). A linked send/recv pair (align/p2p.py, recorded with shapes) is a
+two-member instance whose departures follow its later arrival: gloo's recv waits for
+the data and its send for the posted recv. Its two ranks do different work, so own
+lateness and skews are read at collectives only, and a pair's gap is cut against the
+other ranks' gaps before their own sends (recvs). Point-to-point ops not linked (no
+peer recorded): the time a rank sits in one (``table.p2p_spans``) is waiting, left out
+of its own work.
 Cost: O(instances x members) per step, memory the instances' arrivals.
 """
 
@@ -84,6 +89,7 @@ class Delay:
     by_rank: int  # the last arriver there
     origin: int  # the end of the cascade (a rank whose own lateness it is)
     wait_ns: int
+    waits: int = 1  # > 1: wait_ns is the sum of that many waits for by_rank (send/recv, analyze/rootcause.py)
 
 
 @dataclass
@@ -179,14 +185,14 @@ def settle(g: StepGraph, floor_ns: int) -> None:
     """The part of each rank's step-start skew that counts (past ``floor_ns`` and
     :func:`_late_skews`' bounds) and its own lateness: done apart from :func:`build`
     because the noise floor comes from the graphs' own times (:func:`own_spreads`)."""
-    insts = list(g.by_id.values())
+    insts = [i for i in g.by_id.values() if i.sender is None]  # a send/recv pair's ends differ by design
     g.floor_ns = floor_ns
     g.late_skew = _late_skews(g.skew, insts, floor_ns)
     owns = {i.id: sorted(g.own[(q, i.id)] for q in i.entries) for i in insts}  # for the others' medians
     for r, ids in g.order.items():
         best_late, best_at = 0, -1
         for i in ids:
-            if len(owns[i]) < 2:
+            if len(owns.get(i, ())) < 2:  # a pair's two ranks do different work: not compared
                 continue
             late = g.late_skew.get(r, 0) + g.own[(r, i)] - median_without(owns[i], g.own[(r, i)])
             if late > best_late or best_at < 0:
@@ -362,8 +368,17 @@ def extra_cut(g: StepGraph, rank: int) -> Dict[Tuple[int, int], int]:
     counts as its lateness: what fixing it removes."""
     own, by_id = gaps(g), g.by_id
     cut: Dict[Tuple[int, int], int] = {}
+    roles: Dict[bool, List[int]] = {True: [], False: []}  # the other ranks' gaps before their sends, recvs
+    for (q, i), v in own.items():
+        if q != rank and i >= 0 and by_id[i].sender is not None:
+            roles[by_id[i].sender == q].append(v)
     for i in g.order.get(rank, []):
-        others = [own[(q, i)] for q in by_id[i].entries if q != rank]
+        sender = by_id[i].sender
+        others = (
+            roles[sender == rank]
+            if sender is not None
+            else [own[(q, i)] for q in by_id[i].entries if q != rank]
+        )
         if others:
             cut[(rank, i)] = max(0, own[(rank, i)] - median(others))
     if g.late_skew.get(rank, 0) > 0:  # it entered the step late: it starts on time

@@ -4,7 +4,8 @@
 Why one pass: each of those used to read every file again (four passes for
 ``info --steps --align --collectives``). The compiled kernel counts and times every
 event in C and hands over only the ``ph: X`` events whose name holds ``ProfilerStep#``, the
-annotations whose name holds ``gloo:`` and the GPU kernels whose name holds
+annotations whose name holds ``gloo:``, the ``c10d::send`` / ``c10d::recv_`` ops (their
+point-to-point peer, align/p2p.py) and the GPU kernels whose name holds
 ``nccl``/``rccl`` or whose text holds ``"Collective name"`` (:data:`INFO_SELECTION`);
 :class:`~tracefuse_stream.align.collectives.
 CollectiveCollector` keeps the collective events and the step spans from those.
@@ -31,6 +32,7 @@ from tracefuse_stream.align.collectives import (
     RankScan,
 )
 from tracefuse_stream.align.ends import DEFAULT_CAP, RankCollectives
+from tracefuse_stream.align.p2p import P2P_CALLS
 from tracefuse_stream.analyze import step_time
 from tracefuse_stream.analyze.kernel_categories import CategorySpec, from_spec
 from tracefuse_stream.analyze.timeline import TimelineFeed
@@ -43,15 +45,15 @@ from tracefuse_stream.workers import parallel_map, resolve_jobs
 SECTIONS = ("steps", "collectives", "align")
 #: the collectives' selection, each needle in the category the collector keeps it from
 #: (align/collectives.py CollectiveCollector: gloo ops are annotations, NCCL/RCCL ones
-#: GPU kernels, steps any): the profiler's nccl:* annotations and record_param_comms
-#: ops, half of what the selection handed over, stay in the kernel (its timeline
-#: records them as Python would)
+#: GPU kernels, steps any, the c10d send/recv ops that carry a point-to-point peer
+#: cpu ops): the profiler's nccl:* annotations and record_param_comms ops, half of what
+#: the selection handed over, stay in the kernel (its timeline records them as Python would)
 INFO_SELECTION = dataclasses.replace(
     COLLECTIVE_SELECTION,
     extremes=True,
     validate=False,
     name_contains_cats=tuple(
-        {GLOO_PREFIX: GLOO_CAT, STEP_PREFIX: None}.get(n, "kernel")
+        {GLOO_PREFIX: GLOO_CAT, STEP_PREFIX: None, **dict.fromkeys(P2P_CALLS, "cpu_op")}.get(n, "kernel")
         for n in COLLECTIVE_SELECTION.name_contains
     ),
     text_contains_cat="kernel",

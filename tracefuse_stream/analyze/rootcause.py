@@ -29,7 +29,9 @@ def root_cause(
             for r, t in row.lateness.items()
             if t > row.threshold.get(r, 0) and row.held.get(r, 0) <= row.threshold.get(r, 0)
         }
-        delayed += G.delays(row.graph, late)
+        found = G.delays(row.graph, late)
+        named = {d.rank for d in found}
+        delayed += found + [d for d in p2p_delays(row) if d.rank not in named]
     saves: Dict[Tuple[int, Optional[int]], int] = {}
     for s in stragglers:
         for row in rows:
@@ -42,4 +44,46 @@ def root_cause(
     return delayed, saves, together
 
 
-__all__ = ["root_cause"]
+def p2p_delays(row: Any) -> List[G.Delay]:
+    """A step whose graph links send/recv pairs (a pipeline): the ranks its stragglers
+    hold up through them. Arrival lateness means nothing at a pair (a pipeline's stages
+    are staggered by design, and a slow stage's neighbours arrive on time and wait), so
+    a rank counts as late by how much earlier it would end the step with the step's
+    stragglers fixed (their extra own time cut, the graph re-timed: its own work is
+    untouched, so all of that is waiting); past its threshold, it is delayed by the
+    rank it waited for longest in the step (summed over its waits), the cascade
+    followed to a straggler."""
+    g = row.graph
+    if g is None or not row.stragglers or all(i.sender is None for i in g.by_id.values()):
+        return []
+    cut: Dict[Tuple[int, int], int] = {}
+    for s in row.stragglers:
+        cut.update(G.extra_cut(g, s))
+    now, fixed = G.retime_ends(g), G.retime_ends(g, cut)
+    waits: Dict[int, Dict[int, List[int]]] = {}  # rank -> whom -> [total, count, longest, where]
+    for inst in g.by_id.values():
+        for q, e in inst.entries.items():
+            w = inst.last_arrival_ns - e.start_ns
+            if q != inst.last_rank and w > 0:
+                acc = waits.setdefault(q, {}).setdefault(inst.last_rank, [0, 0, 0, -1])
+                acc[0], acc[1] = acc[0] + w, acc[1] + 1
+                if w > acc[2]:
+                    acc[2], acc[3] = w, inst.id
+    found: Dict[int, Tuple[int, List[int]]] = {}
+    for q in sorted(now):
+        late = now[q] - fixed[q]
+        if q in row.stragglers or late <= row.threshold.get(q, 0) or not waits.get(q):
+            continue
+        by, acc = max(waits[q].items(), key=lambda kv: (kv[1][0], -kv[0]))
+        if 2 * acc[0] >= late:  # the waiting explains it
+            found[q] = (by, acc)
+    out = []
+    for q, (by, acc) in sorted(found.items()):
+        origin, hops = by, 0
+        while origin in found and hops < len(found):
+            origin, hops = found[origin][0], hops + 1
+        out.append(G.Delay(q, row.step, g.order[q][-1], acc[3], by, origin, acc[0], acc[1]))
+    return out
+
+
+__all__ = ["p2p_delays", "root_cause"]

@@ -308,7 +308,12 @@ def binomial_tail(n: int, k: int, p: float) -> float:
 
 def judge(table: CollectiveTable) -> Verdict:
     """Per-step waits and holds, the thresholds, the stragglers and the evidence."""
-    graphs = {step: G.build(table, step, insts) for step, insts in _by_step(table).items()}
+    pairs: Dict[Optional[int], List[Instance]] = {}
+    for pair in table.p2p_pairs:  # linked send/recv: edges of the graph only (align/p2p.py)
+        pairs.setdefault(pair.step, []).append(pair)
+    graphs = {
+        step: G.build(table, step, insts + pairs.get(step, [])) for step, insts in _by_step(table).items()
+    }
     noise = noise_ns(table.instances, [x for sg in graphs.values() for x in G.own_spreads(sg)])
     for sg in graphs.values():
         G.settle(sg, max(int(NOISE_FACTOR * noise), MIN_THRESHOLD_NS))

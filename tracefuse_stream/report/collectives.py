@@ -134,8 +134,7 @@ def to_json(table: Any, stream: bool = False) -> Dict[str, Any]:
         "per_collective": per_collective.rows(table),
         "hosts": {str(r): h for r, h in sorted(table.hosts.items())},
         "unmatched": {"total": table.unmatched_total, "by_reason": unmatched},
-        "point_to_point": {"total": sum(table.point_to_point.values()),
-                           "by_name": dict(sorted(table.point_to_point.items()))},
+        "point_to_point": rootcause.p2p_json(table),
         "notes": list(table.notes) + a.why_notes,
         **rootcause.to_json(table, v),
         **step_time_text.json_entries(a.step_time, stream),
@@ -297,9 +296,7 @@ def format_text(table: Any, inputs: Sequence[str] = (), cycle: Optional[int] = N
         lines.append(
             f"unmatched: {n} x {printable(kind)} {printable(name)} (group {printable(group or '?')}): {printable(why_)}"
         )
-    if table.point_to_point:
-        ops = ", ".join(f"{n} x {printable(name)}" for name, n in sorted(table.point_to_point.items()))
-        lines.append(f"point-to-point: {ops} (not collectives: not matched, no wait counted)")
+    lines += rootcause.p2p_line(table)
     lines += [f"note: {printable(n)}" for n in list(table.notes) + a.why_notes]
     cmd = merge_command(v, inputs, cycle) if inputs else None
     if cmd is not None:

@@ -301,7 +301,7 @@ function drawRootCause() {  // analyze/graph.py: what fixing saves, who is only 
   whatIf(C.what_if_together || [], function (w) { return "ranks " + ranges(w.ranks) + " together"; });
   (C.delayed || []).filter(function (d) { return inRange(d.step); }).forEach(function (d) {
     h.push('<div class="delayed">rank ' + esc(d.rank) + " is delayed, not a straggler: in step " + esc(stepLabel(d.step)) + " it waited " +
-      esc(ms(d.wait_us)) + " for rank " + esc(d.by_rank) + " at " + esc(d.collective) + " (group " + esc(d.group) + ": ranks " + esc(ranges(d.group_ranks || [])) +
+      esc(ms(d.wait_us)) + " for rank " + esc(d.by_rank) + (d.waits > 1 ? " in " + esc(d.waits) + " waits, the longest" : "") + " at " + esc(d.collective) + " (group " + esc(d.group) + ": ranks " + esc(ranges(d.group_ranks || [])) +
       "), then arrived late at " + esc(d.late_at) + (d.origin !== d.by_rank ? "; the cascade starts at rank " + esc(d.origin) : "") + "</div>");
   });
   (C.step_skew || []).filter(function (k) { return inRange(k.step) && num(k.counted_us) && k.counted_us > 0; }).forEach(function (k) {

@@ -63,6 +63,7 @@ def only_steps(table: Any, first: int, last: int) -> Any:
     return dataclasses.replace(
         table,
         instances=[i for i in table.instances if keep(i.step)],
+        p2p_pairs=[i for i in table.p2p_pairs if keep(i.step)],
         steps={r: {s: v for s, v in st.items() if keep(s)} for r, st in table.steps.items()},
         step_times={r: [x for x in rows if keep(x.step)] for r, rows in table.step_times.items()},
         steps_selected=(first, last),

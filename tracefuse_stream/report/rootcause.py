@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional
 
 from tracefuse_stream.align.collectives import CollectiveTable, Instance
+from tracefuse_stream.align.p2p import NO_PEER, SHAPES_HINT
 from tracefuse_stream.analyze.stragglers import Verdict
 from tracefuse_stream.rankset import compress_ranges
 from tracefuse_stream.textout import printable
@@ -34,7 +35,7 @@ def group_text(inst: Instance) -> str:
 
 def to_json(table: CollectiveTable, v: Verdict) -> Dict[str, Any]:
     """``delayed``, ``step_skew``, ``critical_path`` and ``what_if`` (docs/collectives.md)."""
-    by_id = {i.id: i for i in table.instances}
+    by_id = {i.id: i for i in [*table.instances, *table.p2p_pairs]}
     lengths = _step_lengths(v)
     delayed = []
     for d in v.delayed:
@@ -42,7 +43,7 @@ def to_json(table: CollectiveTable, v: Verdict) -> Dict[str, Any]:
         delayed.append({
             "rank": d.rank, "step": d.step, "by_rank": d.by_rank, "origin": d.origin,
             "collective": f"{waited.name} #{waited.id}", "group": waited.group, "group_ranks": waited.ranks,
-            "wait_us": _us(d.wait_ns),
+            "wait_us": _us(d.wait_ns), "waits": d.waits,
             "late_at": f"{late.name} #{late.id}", "late_group": late.group, "late_group_ranks": late.ranks,
         })  # fmt: skip
     skew = []
@@ -75,6 +76,39 @@ def to_json(table: CollectiveTable, v: Verdict) -> Dict[str, Any]:
             "what_if_together": together}  # fmt: skip
 
 
+def p2p_json(table: CollectiveTable) -> Dict[str, Any]:
+    """``point_to_point``: the gloo send/recv counted, the pairs linked (align/p2p.py) and
+    why the others are not."""
+    pairs = [
+        {"id": p.id, "step": p.step, "src": p.sender, "dst": next(q for q in p.ranks if q != p.sender),
+         "group": p.group, "last": p.last_rank, "wait_us": _us(p.spread_ns)}
+        for p in table.p2p_pairs
+    ]  # fmt: skip
+    return {
+        "total": sum(table.point_to_point.values()),
+        "by_name": dict(sorted(table.point_to_point.items())),
+        "linked": len(pairs),
+        "pairs": pairs,
+        "not_linked": {
+            "total": sum(table.p2p_unlinked.values()),
+            "by_reason": dict(sorted(table.p2p_unlinked.items())),
+        },
+    }
+
+
+def p2p_line(table: CollectiveTable) -> List[str]:
+    """The text's point-to-point line: what was counted, linked, and why not."""
+    if not table.point_to_point:
+        return []
+    ops = ", ".join(f"{n} x {printable(name)}" for name, n in sorted(table.point_to_point.items()))
+    line = f"point-to-point: {ops} (not collectives: not matched, no wait counted)"
+    if table.p2p_pairs:
+        line = (f"point-to-point: {ops} (not collectives: no wait counted above): {len(table.p2p_pairs)} send/recv "
+                "pair(s) linked by peer and tag, followed by the delays, the critical path and the what-if")  # fmt: skip
+    why = "; ".join(f"{n} op(s), {printable(r)}" for r, n in sorted(table.p2p_unlinked.items()))
+    return [line + (f"; not linked: {why}" if why else "")]
+
+
 def _step_lengths(v: Verdict) -> Dict[Optional[int], float]:
     """step -> its length on the graph (its earliest start to its last end), µs."""
     return {
@@ -85,9 +119,44 @@ def _step_lengths(v: Verdict) -> Dict[Optional[int], float]:
 def lines(table: CollectiveTable, v: Verdict) -> List[str]:
     """The human report's lines: what fixing each straggler saves, who is only delayed
     (and by whom), who entered a step late, and the worst step's critical path."""
-    by_id = {i.id: i for i in table.instances}
+    by_id = {i.id: i for i in [*table.instances, *table.p2p_pairs]}
+    out = _what_if_lines(table, v)
+    per_rank: Dict[int, List[Any]] = {}
+    for d in v.delayed:
+        per_rank.setdefault(d.rank, []).append(d)
+    for r, ds in sorted(per_rank.items()):
+        d = max(ds, key=lambda x: x.wait_ns)
+        late, waited = by_id[d.late_at], by_id[d.waited_at]
+        origin = f"; the cascade starts at rank {d.origin}" if d.origin != d.by_rank else ""
+        steps = ", ".join(f"#{x.step}" for x in sorted(ds, key=lambda x: x.step or 0)[:6])
+        at = f"at {printable(waited.name)} #{waited.id} ({group_text(waited)})"
+        if d.waits > 1:  # summed over a pipeline's send/recv (analyze/rootcause.py p2p_delays)
+            at = f"in {d.waits} waits, the longest {at}"
+        out.append(
+            f"delayed: rank {r} is late at {printable(late.name)} #{late.id} ({group_text(late)}) because it waited "
+            f"{_ms(d.wait_ns)} ms for rank {d.by_rank} {at} in step {d.step}{origin}; not a straggler (step(s) {steps})"
+        )
+    first = min((row.step for row in v.by_step if row.step is not None), default=None)
+    for row in v.by_step:
+        g = row.graph
+        if g is None:
+            continue
+        for r, ns in sorted(g.late_skew.items()):
+            where = " (before the profiled window)" if row.step == first else ""
+            out.append(
+                f"entered late: rank {r} entered step {row.step} {_ms(ns)} ms after the others' median{where}"
+            )
+    worst = v.worst_step()
+    if worst is not None and worst.graph is not None and worst.graph.path:
+        out.append(path_line(worst.step, worst.graph))
+    return out
+
+
+def _what_if_lines(table: CollectiveTable, v: Verdict) -> List[str]:
+    """What fixing each straggler saves, or why it is not estimated."""
     lengths = _step_lengths(v)
     out: List[str] = []
+    through = "every collective" + (" and send/recv pair" if table.p2p_pairs else "")
     for s in v.stragglers:
         saves = [(step, ns) for (r, step), ns in v.saves.items() if r == s.rank]
         if not saves:
@@ -95,8 +164,14 @@ def lines(table: CollectiveTable, v: Verdict) -> List[str]:
         step, ns = max(saves, key=lambda x: (x[1], -(x[0] or 0)))
         others_named = [o.rank for o in v.stragglers if o.rank != s.rank]
         if ns * 10 < s.held_ns / max(len(s.steps), 1) and not others_named:
+            how = (
+                "recorded without their peer"
+                if table.p2p_unlinked.get(NO_PEER)
+                else "not linked to their peer"
+            )
+            hint = f" ({SHAPES_HINT})" if table.p2p_unlinked.get(NO_PEER) else ""
             out.append(f"what if: not estimated for rank {s.rank}: the others waited for it in point-to-point "
-                       "ops (send/recv), which Kineto records without a peer, so the re-timing cannot follow them")  # fmt: skip
+                       f"ops (send/recv) {how}, so the re-timing cannot follow them{hint}")  # fmt: skip
             continue
         if ns * 10 < s.held_ns / max(len(s.steps), 1):  # another rank holds the same collectives
             both = max(v.saves_all.items(), key=lambda kv: kv[1], default=(None, 0))
@@ -114,34 +189,8 @@ def lines(table: CollectiveTable, v: Verdict) -> List[str]:
         out.append(
             f"what if: fixing rank {s.rank} would save ~{_ms(ns)} ms{of} in step {step}"
             + (f" ({len(saves)} step(s): " + ", ".join(f"#{st} {_ms(n)}" for st, n in sorted(saves, key=lambda x: x[0] or 0)[:6]) + ")" if len(saves) > 1 else "")
-            + " (its extra own time removed, the step re-timed through every collective)"
+            + f" (its extra own time removed, the step re-timed through {through})"
         )  # fmt: skip
-    per_rank: Dict[int, List[Any]] = {}
-    for d in v.delayed:
-        per_rank.setdefault(d.rank, []).append(d)
-    for r, ds in sorted(per_rank.items()):
-        d = max(ds, key=lambda x: x.wait_ns)
-        late, waited = by_id[d.late_at], by_id[d.waited_at]
-        origin = f"; the cascade starts at rank {d.origin}" if d.origin != d.by_rank else ""
-        steps = ", ".join(f"#{x.step}" for x in sorted(ds, key=lambda x: x.step or 0)[:6])
-        out.append(
-            f"delayed: rank {r} is late at {printable(late.name)} #{late.id} ({group_text(late)}) because it waited "
-            f"{_ms(d.wait_ns)} ms for rank {d.by_rank} at {printable(waited.name)} #{waited.id} ({group_text(waited)}) "
-            f"in step {d.step}{origin}; not a straggler (step(s) {steps})"
-        )
-    first = min((row.step for row in v.by_step if row.step is not None), default=None)
-    for row in v.by_step:
-        g = row.graph
-        if g is None:
-            continue
-        for r, ns in sorted(g.late_skew.items()):
-            where = " (before the profiled window)" if row.step == first else ""
-            out.append(
-                f"entered late: rank {r} entered step {row.step} {_ms(ns)} ms after the others' median{where}"
-            )
-    worst = v.worst_step()
-    if worst is not None and worst.graph is not None and worst.graph.path:
-        out.append(path_line(worst.step, worst.graph))
     return out
 
 
@@ -160,4 +209,4 @@ def path_line(step: Optional[int], g: Any) -> str:
     return f"critical path of step {step} ({_ms(g.end_ns - g.start_ns)} ms): " + " | ".join(parts) + more
 
 
-__all__ = ["group_text", "lines", "path_line", "to_json"]
+__all__ = ["group_text", "lines", "p2p_json", "p2p_line", "path_line", "to_json"]

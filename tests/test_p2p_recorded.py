@@ -1,0 +1,163 @@
+"""Point-to-point pairs in the root cause (issue 35), on real gloo pipelines recorded with
+``record_shapes=True`` (tools/record_traces.py; tests/data/recorded/README.md says what
+each rank does, nothing in the traces names it):
+
+* ``pp4_shapes_a``: 4 stages, 4 micro-batches per step; rank 1 runs 2 x mm(640 x 640)
+  more in each micro-batch's forward;
+* ``pp4_shapes_b``: the same job, nobody slower;
+* ``pp2x2_shapes``: two 2-stage pipelines on the sub-groups [0, 2] and [1, 3]: the
+  recorded peers are group ranks;
+* ``pp4_stages_a`` (recorded with the profiler's defaults: no peer) keeps today's answer.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any, Dict
+
+import pytest
+
+from tracefuse_stream.cli.app import main
+
+RECORDED = Path(__file__).resolve().parent / "data" / "recorded"
+NO_PEER = "no peer recorded (record with record_shapes=True to link send/recv)"
+
+
+def _info(capsys: pytest.CaptureFixture, name: str, *args: str) -> Dict[str, Any]:
+    assert main(["info", "--collectives", "--json", "-j", "1", str(RECORDED / name), *args]) == 0
+    return json.loads(capsys.readouterr().out)["collectives"]
+
+
+def _text(capsys: pytest.CaptureFixture, name: str) -> str:
+    assert main(["info", "--collectives", "-j", "1", str(RECORDED / name)]) == 0
+    return capsys.readouterr().out
+
+
+def _extra_mm_us(name: str, rank: int) -> Dict[int, float]:
+    """step -> the rank's time in its 640 x 640 matmuls (the injected extra compute), µs,
+    read from the rank's trace (ProfilerStep#N on the main thread holding each)."""
+    for f in sorted((RECORDED / name).glob("*.json.gz")):
+        doc = json.loads(gzip.decompress(f.read_bytes()))
+        if doc["distributedInfo"]["rank"] == rank:
+            break
+    ev = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+    steps = [e for e in ev if e["name"].startswith("ProfilerStep#")]
+    out: Dict[int, float] = {}
+    for e in ev:
+        if e["name"] == "aten::mm" and e["args"].get("Input Dims") == [[640, 640], [640, 640]]:
+            st = next(s for s in steps if s["ts"] <= e["ts"] <= s["ts"] + s["dur"])
+            n = int(st["name"].split("#")[1])
+            out[n] = out.get(n, 0.0) + e["dur"]
+    return out
+
+
+def test_a_slow_stage_is_the_origin_and_the_stages_it_held_are_delayed(capsys: pytest.CaptureFixture) -> None:
+    """Rank 1 is named; rank 2 waited for it (its activations), rank 0 too (its sends held
+    until rank 1 posted the recv, its grads late), rank 3 for rank 2: the cascade's origin
+    is rank 1. Fixing rank 1 saves its extra compute, within 15% (the re-timed graph vs
+    the matmuls' own time in the trace: 0.91, 0.94, 0.99 of it as recorded)."""
+    coll = _info(capsys, "pp4_shapes_a")
+    p2p = coll["point_to_point"]
+    assert (p2p["total"], p2p["linked"], p2p["not_linked"]["total"]) == (144, 72, 0)
+    assert {(p["src"], p["dst"]) for p in p2p["pairs"]} == {(0, 1), (1, 2), (2, 3), (3, 2), (2, 1), (1, 0)}
+    assert [s["rank"] for s in coll["stragglers"]] == [1] and coll["candidates"] == []
+    assert sorted((d["rank"], d["step"], d["by_rank"], d["origin"]) for d in coll["delayed"]) == sorted(
+        (r, s, by, 1) for s in (2, 3, 4) for r, by in ((0, 1), (2, 1), (3, 2))
+    )
+    for d in coll["delayed"]:  # waited at send/recv pairs with the rank it names, several times
+        assert d["collective"].startswith("send/recv ") and d["waits"] > 1
+        assert sorted(d["group_ranks"]) == sorted({d["rank"], d["by_rank"]}) and d["late_group_ranks"] == [
+            0,
+            1,
+            2,
+            3,
+        ]
+    extra = _extra_mm_us("pp4_shapes_a", 1)
+    assert sorted(extra) == [2, 3, 4] and all(35_000 < v < 75_000 for v in extra.values())
+    assert [(w["rank"], w["step"]) for w in coll["what_if"]] == [(1, 2), (1, 3), (1, 4)]
+    for w in coll["what_if"]:
+        assert 0.85 * extra[w["step"]] <= w["saves_us"] <= 1.15 * extra[w["step"]], (w, extra)
+    for c in coll["critical_path"]:  # through rank 1's forwards, crossing the pipeline at its pairs
+        segs = c["segments"]
+        crossings = {
+            (a["rank"], b["rank"], a["name"].split(" #")[0])
+            for a, b in zip(segs, segs[1:])
+            if a["rank"] != b["rank"]
+        }
+        assert {(0, 1, "send/recv 0->1"), (1, 2, "send/recv 1->2"), (2, 3, "send/recv 2->3")} <= crossings
+        own: Dict[int, float] = {}
+        for s in segs:
+            own[s["rank"]] = own.get(s["rank"], 0.0) + (s["dur_us"] if s["kind"] == "own" else 0.0)
+        assert max(own, key=lambda r: own[r]) == 1 and own[1] > extra[c["step"]]
+    text = _text(capsys, "pp4_shapes_a")
+    assert (
+        "what if: fixing rank 1 would save ~" in text
+        and "re-timed through every collective and send/recv pair" in text
+    )
+    assert "delayed: rank 3 is late at gloo:all_reduce #" in text and "the cascade starts at rank 1" in text
+    assert (
+        "point-to-point: 72 x gloo:recv, 72 x gloo:send (not collectives: no wait counted above): 72 send/recv"
+        in text
+    )
+
+
+def test_the_pipeline_control_names_nobody(capsys: pytest.CaptureFixture) -> None:
+    """pp4_shapes_b: the same pipeline, nobody slower: every pair linked, nobody named,
+    delayed or estimated (the fill and drain bubbles are no one's fault)."""
+    coll = _info(capsys, "pp4_shapes_b")
+    assert (coll["point_to_point"]["linked"], coll["point_to_point"]["not_linked"]["total"]) == (72, 0)
+    assert coll["stragglers"] == [] and coll["delayed"] == [] and coll["what_if"] == []
+    assert all(k["counted_us"] == 0.0 for k in coll["step_skew"])
+
+
+def test_sub_group_peers_are_group_ranks_mapped_through_pg_config(capsys: pytest.CaptureFixture) -> None:
+    """pp2x2_shapes: rank 0 sends to group rank "1" of [0, 2] (global 2), rank 1 to "1" of
+    [1, 3] (global 3), and so on back: every pair links the two ranks of one group, in
+    that group (pg_config names "1" and "2"), 8 per step (2 micro-batches x 2 ways x 2)."""
+    coll = _info(capsys, "pp2x2_shapes")
+    p2p = coll["point_to_point"]
+    assert (p2p["linked"], p2p["not_linked"]["total"]) == (24, 0)
+    assert {(p["src"], p["dst"], p["group"]) for p in p2p["pairs"]} == {
+        (0, 2, "1"), (2, 0, "1"), (1, 3, "2"), (3, 1, "2")
+    }  # fmt: skip
+    assert [sum(1 for p in p2p["pairs"] if p["step"] == s) for s in (2, 3, 4)] == [8, 8, 8]
+    assert coll["stragglers"] == [] and coll["delayed"] == []
+
+
+def test_without_a_peer_the_answer_is_unchanged_and_says_why(capsys: pytest.CaptureFixture) -> None:
+    """pp4_stages_a (profiler defaults): nothing linked, every figure as before pairs
+    existed (rank 2 named by how much longer the others sat in send/recv; no delayed
+    rank; the re-timing cannot follow the pipeline), and the report says why."""
+    coll = _info(capsys, "pp4_stages_a")
+    assert coll["point_to_point"] == {
+        "total": 144, "by_name": {"gloo:recv": 72, "gloo:send": 72}, "linked": 0, "pairs": [],
+        "not_linked": {"total": 144, "by_reason": {NO_PEER: 144}},
+    }  # fmt: skip
+    assert [(s["rank"], s["held_us"]) for s in coll["stragglers"]] == [(2, 242177.312)]
+    assert [b["held_us"]["2"] for b in coll["by_step"]] == [80207.809, 81185.029, 80784.474]
+    assert coll["delayed"] == [] and coll["what_if_together"] == []
+    assert [(w["step"], w["saves_us"], w["step_us"]) for w in coll["what_if"]] == [
+        (2, 0.0, 159832.602), (3, 0.0, 157681.561), (4, 0.0, 159839.615)
+    ]  # fmt: skip
+    assert [len(c["segments"]) for c in coll["critical_path"]] == [3, 3, 3]
+    text = _text(capsys, "pp4_stages_a")
+    assert (
+        "what if: not estimated for rank 2: the others waited for it in point-to-point ops (send/recv) recorded "
+        "without their peer, so the re-timing cannot follow them (record with record_shapes=True to link send/recv)"
+    ) in text
+    assert (
+        "point-to-point: 72 x gloo:recv, 72 x gloo:send (not collectives: not matched, no wait counted); "
+        f"not linked: 144 op(s), {NO_PEER}"
+    ) in text
+
+
+def test_the_python_path_links_the_same_pairs_as_the_kernel(
+    capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The compiled scan hands over only the c10d send/recv ops (their args read in
+    Python); without it every event goes through Python: one answer."""
+    with_kernel = _info(capsys, "pp4_shapes_a")
+    monkeypatch.setenv("TRACEFUSE_KERNEL", "0")
+    assert _info(capsys, "pp4_shapes_a") == with_kernel
