@@ -161,3 +161,22 @@ def test_the_python_path_links_the_same_pairs_as_the_kernel(
     with_kernel = _info(capsys, "pp4_shapes_a")
     monkeypatch.setenv("TRACEFUSE_KERNEL", "0")
     assert _info(capsys, "pp4_shapes_a") == with_kernel
+
+
+def test_the_slow_stage_why_explains_its_own_extra_time(capsys: pytest.CaptureFixture) -> None:
+    """A pipeline stage's extra time reaches the others in send/recv, not at the step's
+    all_reduce, where it is hardly late: its why measures the parts against its own
+    extra time (``explains: own_lateness``), never a share of many times a tiny
+    lateness; the top part is the injected matmuls, by about what they took."""
+    coll = _info(capsys, "pp4_shapes_a")
+    mm = _extra_mm_us("pp4_shapes_a", 1)
+    whys = [w for w in coll["why"] if w["rank"] == 1]
+    assert [w["step"] for w in whys] == [2, 3, 4]
+    for w in whys:
+        assert w["explains"] == "own_lateness" and w["lateness_us"] < 0.02 * w["own_lateness_us"]
+        assert 0.9 <= w["share"] <= 1.1, w
+        assert w["unexplained_us"] == pytest.approx(w["own_lateness_us"] - w["explained_us"], abs=0.002)
+        top = w["contributors"][0]
+        assert top["name"] == "aten::mm" and top["extra_us"] == pytest.approx(mm[w["step"]], rel=0.05)
+    text = _text(capsys, "pp4_shapes_a")
+    assert "reached the others before that, in point-to-point ops (send/recv) or other groups, 102% explained:" in text

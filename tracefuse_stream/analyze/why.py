@@ -365,14 +365,20 @@ class _Step:
         primary = _with_skew(gpu_c if primary_gpu else cpu_c, skew, where)
         lateness = mine.stretch_ns - ref.stretch_ns + skew
         explained = round(sum(c["extra_us"] for c in primary), 3)
-        share = round(explained * 1000.0 / lateness, 3) if lateness > 0 else None
+        own = ex.own_of.get(step, {}).get(r, 0)
+        # a rank whose own extra time reached the others before this collective (through
+        # send/recv or another group: a pipeline stage) is hardly later here; what its
+        # parts explain is then that own extra time, never a multiple of a tiny lateness
+        target = own if 2 * max(lateness, 0) < own else lateness
+        share = round(explained * 1000.0 / target, 3) if target > 0 else None
         return {
             "rank": r, "step": step, "collective": f"{inst.name} #{inst.id}", "instance": inst.id,
             "lateness_us": _us(lateness), "explained_us": explained, "share": share,
-            "unexplained_us": round(_us(lateness) - explained, 3),
+            "explains": "own_lateness" if target is own and own != lateness else "lateness",
+            "unexplained_us": round(_us(target) - explained, 3),
             "reference_rank": ref_rank, "stretch_us": _us(mine.stretch_ns), "reference_stretch_us": _us(ref.stretch_ns),
             "entered_late_us": _us(skew),
-            "own_lateness_us": _us(ex.own_of.get(step, {}).get(r, 0)),
+            "own_lateness_us": _us(own),
             "view": "gpu" if primary_gpu else "cpu",
             "contributors": primary,  # the primary view only, most extra first, summing to explained_us
             "cpu_side": cpu_c if primary_gpu else [],  # on GPU traces: the CPU side that launched them

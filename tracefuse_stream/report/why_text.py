@@ -40,28 +40,37 @@ def why_lines(why: Sequence[Dict[str, Any]]) -> List[str]:
     and step, where its extra time went (the top contributors)."""
     lines = []
     for w in why:
-        if 2 * max(w["lateness_us"], 0) < w.get("own_lateness_us", 0):
-            lines.append(f"why rank {w['rank']} is late in step {w['step']}: at most {max(w['lateness_us'], 0) / 1000:.1f} ms later than rank {w['reference_rank']} "
-                         f"at {w['collective']}: its {w['own_lateness_us'] / 1000:.1f} ms of own extra time reached the "
-                         "others before that, in point-to-point ops (send/recv) or other groups, not here")  # fmt: skip
-            continue
         share = (
             ""
             if w["share"] is None
             else f", {100 * min(w['share'], 1.2):.0f}%{'+' if w['share'] > 1.2 else ''} explained"
         )
-        lines.append(f"why rank {w['rank']} is late in step {w['step']}: {w['lateness_us'] / 1000:.1f} ms later "
-                     f"than rank {w['reference_rank']} (the median rank) at {printable(w['collective'])}{share}:")  # fmt: skip
-        shown = [c for c in w["contributors"] if c["extra_us"] >= max(50.0, 0.01 * w["lateness_us"])]
+        own = w.get("explains") == "own_lateness"
+        target = w["own_lateness_us"] if own else w["lateness_us"]
+        if own:
+            lines.append(f"why rank {w['rank']} is late in step {w['step']}: at most {max(w['lateness_us'], 0) / 1000:.1f} ms later than rank {w['reference_rank']} "
+                         f"at {printable(w['collective'])}: its {target / 1000:.1f} ms of own extra time reached the "
+                         f"others before that, in point-to-point ops (send/recv) or other groups{share}:")  # fmt: skip
+        else:
+            lines.append(f"why rank {w['rank']} is late in step {w['step']}: {w['lateness_us'] / 1000:.1f} ms later "
+                         f"than rank {w['reference_rank']} (the median rank) at {printable(w['collective'])}{share}:")  # fmt: skip
+        shown = [c for c in w["contributors"] if c["extra_us"] >= max(50.0, 0.01 * target)]
         for c in shown[:5]:
             lines.append(
                 f"  {headline(c)}  [{c['kind']}, {printable(c['where'])}; {_counted(c)} {c['count']} vs {c['others_count']}]"
             )
         un = w.get("unexplained_us")
         if un is not None and (w["share"] is None or not 0.8 <= w["share"] <= 1.2):
-            what = "less elsewhere" if un < 0 else "not in any part above the noise"
+            what = (
+                "less elsewhere"
+                if un < 0
+                else "not in any part above the noise; or, its own extra time reaching the others in send/recv, "
+                "the reference rank spent it waiting in send/recv"
+                if own
+                else "not in any part above the noise"
+            )
             lines.append(f"  {un / 1000:+.1f} ms unexplained ({what}: the parts add up to "
-                         f"{w['explained_us'] / 1000:.1f} of {w['lateness_us'] / 1000:.1f} ms)")  # fmt: skip
+                         f"{w['explained_us'] / 1000:.1f} of {target / 1000:.1f} ms)")  # fmt: skip
     return lines
 
 
