@@ -179,4 +179,7 @@ def test_the_slow_stage_why_explains_its_own_extra_time(capsys: pytest.CaptureFi
         top = w["contributors"][0]
         assert top["name"] == "aten::mm" and top["extra_us"] == pytest.approx(mm[w["step"]], rel=0.05)
     text = _text(capsys, "pp4_shapes_a")
-    assert "reached the others before that, in point-to-point ops (send/recv) or other groups, 102% explained:" in text
+    assert (
+        "reached the others before that, in point-to-point ops (send/recv) or other groups, 102% explained:"
+        in text
+    )
