@@ -352,3 +352,33 @@ def test_nothing_matched_is_not_an_all_clear(tmp_path, capsys):
     m = re.search(r'<script type="application/json" id="tracefuse-report">(.*?)</script>', page, re.S)
     assert m and json.loads(m.group(1))["page"]["not_assessed"].startswith("not assessed: ")
     assert "#verdict.unassessed{" in page and 'cls = "unassessed"' in page
+
+
+def _rank_of(path: Path) -> int:
+    return int(json.loads(gzip.decompress(path.read_bytes()))["distributedInfo"]["rank"])
+
+
+def test_collectives_that_cannot_overlap_say_the_files_may_be_two_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Rank 0 of one recording with ranks 1-3 of another, 39 s later (under the
+    first-event rule's ten minutes): every all_reduce ends on one rank before another
+    arrives, so none is matched, and the report says the files may not be one run (not
+    only "could not be matched"); the diff of that folder carries it as a warning."""
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    for run, keep in (("ddp4_runs_a", {0}), ("ddp4_runs_c", {1, 2, 3})):
+        for f in sorted((RECORDED / run).glob("*.json.gz")):
+            if _rank_of(f) in keep:
+                shutil.copy(f, mixed / f.name)
+    assert main(["info", "--collectives", str(mixed), "-j", "1"]) == EXIT_OK
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == (
+        "not assessed: no collective instance matched across ranks (none of the 3 collective(s) can be one "
+        "instance across the ranks: each ends on one rank before another rank arrives; are these files from "
+        "one run (or are their clocks far apart)?); nobody is judged"
+    )
+    assert main(["diff", str(mixed), str(RECORDED / "ddp4_runs_a"), "-j", "1"]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "warning (BASE): none of the 3 collective(s) can be one instance across the ranks" in out
+    assert "warning (NEW)" not in out

@@ -14,12 +14,28 @@ from typing import Any, Optional, Sequence
 
 from tracefuse_stream.rankset import compress_ranges
 
+#: the matching's reason for a candidate whose members cannot overlap in time
+NO_OVERLAP = "ends before another rank arrives"
+
+
+def no_overlap_text(table: Any) -> Optional[str]:
+    """When no instance matched and every candidate failed because one rank's op ends
+    before another rank's starts: the files cannot be one job's collectives as their
+    clocks stand -- two runs in one folder, or clocks far apart. One line, or None."""
+    reasons = [k[-1] for k in getattr(table, "unmatched", {}) if k]
+    if table.instances or not reasons or not all(NO_OVERLAP in str(r) for r in reasons):
+        return None
+    return (
+        f"none of the {table.unmatched_total} collective(s) can be one instance across the ranks: each ends on "
+        "one rank before another rank arrives; are these files from one run (or are their clocks far apart)?"
+    )
+
 
 def not_assessed(table: Any, checks: Sequence[Any] = ()) -> Optional[str]:
     """One line saying what the analysis of ``table`` (a CollectiveTable) could not
     assess, or None; ``checks``: the run checks of its cycle (plan/runcheck.py)."""
     if not table.instances:
-        why = (
+        why = no_overlap_text(table) or (
             f"{table.unmatched_total} could not be matched (see unmatched)"
             if table.unmatched_total
             else "the inputs hold no collective that two ranks share"
@@ -35,4 +51,4 @@ def not_assessed(table: Any, checks: Sequence[Any] = ()) -> Optional[str]:
     return None
 
 
-__all__ = ["not_assessed"]
+__all__ = ["NO_OVERLAP", "no_overlap_text", "not_assessed"]

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from tracefuse_stream.analyze.analysis import collect_analyses
+from tracefuse_stream.analyze.assessment import no_overlap_text
 from tracefuse_stream.analyze.diff import Diff, compare
 from tracefuse_stream.analyze.diff_figures import RunFigures, run_figures
 from tracefuse_stream.analyze.diff_match import Matched, match_ranks, match_steps, run_steps
@@ -87,7 +88,8 @@ def run_from_pass(
         world_size=max(sizes) if sizes else None,
         verdict=f"straggler: {verdict}" if verdict else "straggler: not assessed (no collective matched)",
     )
-    return Run(figures, paths, plans.warnings())
+    overlap = no_overlap_text(analysis.table) if analysis is not None else None
+    return Run(figures, paths, plans.warnings() + ([overlap] if overlap else []))
 
 
 def _window(spec: Optional[str]) -> Optional[Tuple[int, int]]:
