@@ -354,7 +354,7 @@ def test_nothing_matched_is_not_an_all_clear(tmp_path, capsys):
     assert "#verdict.unassessed{" in page and 'cls = "unassessed"' in page
 
 
-def _rank_of(path: Path) -> int:
+def _recorded_rank(path: Path) -> int:
     return int(json.loads(gzip.decompress(path.read_bytes()))["distributedInfo"]["rank"])
 
 
@@ -369,7 +369,7 @@ def test_collectives_that_cannot_overlap_say_the_files_may_be_two_runs(
     mixed.mkdir()
     for run, keep in (("ddp4_runs_a", {0}), ("ddp4_runs_c", {1, 2, 3})):
         for f in sorted((RECORDED / run).glob("*.json.gz")):
-            if _rank_of(f) in keep:
+            if _recorded_rank(f) in keep:
                 shutil.copy(f, mixed / f.name)
     assert main(["info", "--collectives", str(mixed), "-j", "1"]) == EXIT_OK
     first = capsys.readouterr().out.splitlines()[0]
