@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from tracefuse_stream.analyze.medians import median
-from tracefuse_stream.analyze.step_time import StepTime
+from tracefuse_stream.analyze.step_time import OTHER_NAMES, StepTime
 
 SPREAD = 1.10
 CPU_MATERIAL = 0.10  # a CPU busy excess named: at least this share of the median step
@@ -129,7 +129,7 @@ def _cpu_excess(rows: Sequence[StepTime], rank: int) -> Tuple[str, int]:
         t = totals.setdefault(st.rank, {})
         steps[st.rank] = steps.get(st.rank, 0) + 1
         for name, self_ns, _calls in st.cpu.ops:
-            if name != "other":  # the ops beyond the top N: no one name to give
+            if name != OTHER_NAMES:  # the ops beyond the top N: no one name to give
                 t[f"{name} self time"] = t.get(f"{name} self time", 0) + self_ns
         for ann, ns in st.cpu.outside:
             key = f"time outside operators in {ann}"
@@ -164,6 +164,22 @@ def _material(busy: Sequence[Spread], sp: Sequence[Spread], named_ns: int) -> bo
     return named_ns >= 0.5 * sum(extra) / len(extra)
 
 
+def _cpu_verdict(rows: Sequence[StepTime], sp: Sequence[Spread]) -> Optional[str]:
+    """The CPU busy spread line of a run without GPU figures, or None (module docstring)."""
+    busy = [s for s in sp if s.figure == "cpu_busy"]
+    found = _spread_verdict(busy)
+    if found is None:
+        return None
+    rank, worst, every = found
+    what, ns = _cpu_excess(rows, rank)
+    if not _material(busy, sp, ns):
+        return None
+    return (
+        f"CPU busy spread {worst:.2f}x: rank {rank} has +{ns / 1e6:.1f} ms/step of {what} {every} "
+        f"(the step outside collectives at least {worst:.2f}x the median rank's)"
+    )
+
+
 def verdicts(rows: Sequence[StepTime], sp: Sequence[Spread]) -> List[str]:
     """The verdict lines (see the module docstring); empty: balanced and no part dominates."""
     out: List[str] = []
@@ -178,15 +194,9 @@ def verdicts(rows: Sequence[StepTime], sp: Sequence[Spread]) -> List[str]:
             f"compute spread {worst:.2f}x: rank {rank} has {100 * extra:.0f}% more {cat} time {every} "
             f"(GPU compute at least {worst:.2f}x the median rank's)"
         )
-    busy = [s for s in sp if s.figure == "cpu_busy"]
-    cpu = _spread_verdict(busy) if not comp else None
-    what, ns = _cpu_excess(rows, cpu[0]) if cpu is not None else ("", 0)
-    if cpu is not None and _material(busy, sp, ns):
-        rank, worst, every = cpu
-        out.append(
-            f"CPU busy spread {worst:.2f}x: rank {rank} has +{ns / 1e6:.1f} ms/step of {what} {every} "
-            f"(the step outside collectives at least {worst:.2f}x the median rank's)"
-        )
+    cpu = _cpu_verdict(rows, sp) if not comp else None
+    if cpu is not None:
+        out.append(cpu)
     for fig, what in BOUND_PARTS:
         shares = _shares(rows, fig)
         if shares and min(shares.values()) >= BOUND_SHARE:

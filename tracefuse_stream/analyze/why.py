@@ -369,12 +369,13 @@ class _Step:
         # a rank whose own extra time reached the others before this collective (through
         # send/recv or another group: a pipeline stage) is hardly later here; what its
         # parts explain is then that own extra time, never a multiple of a tiny lateness
-        target = own if 2 * max(lateness, 0) < own else lateness
+        by_own = 2 * max(lateness, 0) < own
+        target = own if by_own else lateness
         share = round(explained * 1000.0 / target, 3) if target > 0 else None
         return {
             "rank": r, "step": step, "collective": f"{inst.name} #{inst.id}", "instance": inst.id,
             "lateness_us": _us(lateness), "explained_us": explained, "share": share,
-            "explains": "own_lateness" if target is own and own != lateness else "lateness",
+            "explains": "own_lateness" if by_own else "lateness",
             "unexplained_us": round(_us(target) - explained, 3),
             "reference_rank": ref_rank, "stretch_us": _us(mine.stretch_ns), "reference_stretch_us": _us(ref.stretch_ns),
             "entered_late_us": _us(skew),

@@ -43,9 +43,7 @@ class RankSummary:
     metadata_in: int = 0  # process/thread metadata read (replaced by the labels written)
     skipped: int = 0  # --salvage: events read but not writable (bad values), left out
     flows_added: int = 0  # --link-collectives: flow events the merge made
-    counters_added: int = (
-        0  # --link-collectives: step counter events the merge made (report/step_counters.py)
-    )
+    counters_added: int = 0  # --link-collectives: step counter events made (report/step_counters.py)
 
     @property
     def events_kept(self) -> int:

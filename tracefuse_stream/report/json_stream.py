@@ -186,15 +186,6 @@ def _is_iterator(o: Any) -> bool:
     return hasattr(o, "__next__") and hasattr(o, "__iter__")
 
 
-def iter_json(o: Any, level: int = 0, default: Callable[[Any], Any] = str) -> Iterator[str]:
-    """The text of ``o`` at indent ``level``, in pieces (see the module docstring)."""
-    chunks: List[str] = []
-    enc = _Encoder(chunks.append, default)
-    enc.value(o, level)
-    enc.flush()
-    yield from chunks
-
-
 def write_json(o: Any, out: TextIO, default: Callable[[Any], Any] = str) -> None:
     """Write ``o``'s text and a newline to ``out`` (what ``print(json.dumps(o,
     indent=2, default=default))`` prints), in batches of :data:`CHUNK` pieces."""
@@ -204,4 +195,4 @@ def write_json(o: Any, out: TextIO, default: Callable[[Any], Any] = str) -> None
     enc.flush()
 
 
-__all__ = ["LazyArray", "iter_json", "write_json"]
+__all__ = ["LazyArray", "write_json"]

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
+from tracefuse_stream.align.links import _us as exact_us
 from tracefuse_stream.listing import by_ranks, rank_label
 from tracefuse_stream.plan.rankplan import RankPlan
 from tracefuse_stream.rewrite.contract import PID_STRIDE
@@ -78,10 +79,6 @@ def _ms(ns: int) -> Any:
     return ns // 10**6 if ns % 10**6 == 0 else Decimal(ns).scaleb(-6)
 
 
-def _us(ns: int) -> Any:
-    return ns // 1000 if ns % 1000 == 0 else Decimal(ns).scaleb(-3)
-
-
 def rank_counters(plan: RankPlan, rows: Sequence[StepTime], flt: EventFilter) -> Optional[RankCounters]:
     """``plan``'s counters from its step figures (one rank's), the steps outside the
     merge's window left out; None: no step with GPU figures."""
@@ -110,7 +107,7 @@ def counter_events(c: RankCounters, pid: int, shift_ns: int) -> List[Dict[str, A
 
 
 def _pair(ns: int, exposed: int, idle: int, pid: int) -> List[Dict[str, Any]]:
-    ts = _us(ns)
+    ts = exact_us(ns)
     return [
         {"ph": "C", "name": name, "pid": pid, "tid": 0, "ts": ts, "args": {KEY: _ms(v)}}
         for name, v in ((EXPOSED, exposed), (IDLE, idle))

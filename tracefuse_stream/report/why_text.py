@@ -61,14 +61,9 @@ def why_lines(why: Sequence[Dict[str, Any]]) -> List[str]:
             )
         un = w.get("unexplained_us")
         if un is not None and (w["share"] is None or not 0.8 <= w["share"] <= 1.2):
-            what = (
-                "less elsewhere"
-                if un < 0
-                else "not in any part above the noise; or, its own extra time reaching the others in send/recv, "
-                "the reference rank spent it waiting in send/recv"
-                if own
-                else "not in any part above the noise"
-            )
+            what = "less elsewhere" if un < 0 else "not in any part above the noise"
+            if un >= 0 and own:
+                what += "; or, its own extra time reaching the others in send/recv, the reference rank spent it waiting in send/recv"
             lines.append(f"  {un / 1000:+.1f} ms unexplained ({what}: the parts add up to "
                          f"{w['explained_us'] / 1000:.1f} of {target / 1000:.1f} ms)")  # fmt: skip
     return lines
