@@ -8,7 +8,8 @@ the same command: stdout, stderr, exit status and the written file, byte for byt
 worker plugin (pickled by value, never installed on the workers) kills the worker
 process that starts a tracefuse task: once (Dask reschedules the task on the other
 worker: the run completes, identical), or every time (more deaths than the scheduler's
-``allowed-failures`` of 1: one error line, no file).
+``allowed-failures`` of 1: one error line, no file). Another plugin kills the scheduler
+of a cluster of its own mid-run: one error line on the real stderr, no file.
 """
 
 from __future__ import annotations
@@ -327,3 +328,49 @@ def test_workers_dying_every_time_fail_once_and_write_nothing(cluster: Cluster, 
     assert err.count("\n") == 1 and err.endswith("Nothing was written\n")
     assert marker.read_text().count("killed\n") >= 2  # allowed-failures 1: a task's second death ends it
     assert sorted(p.name for p in tmp_path.iterdir()) == ["killed", "killed.stop"]
+
+
+class KillScheduler(WorkerPlugin):
+    """Kills the scheduler (its pid read from ``pidfile``) when a worker starts a
+    tracefuse task: the cluster is gone mid-run."""
+
+    name = "tracefuse-test-kill-scheduler"
+
+    def __init__(self, pidfile: str) -> None:
+        self.pidfile = pidfile
+
+    def transition(self, key: Any, start: str, finish: str, **kwargs: Any) -> None:
+        if finish == "executing" and str(key).startswith("tracefuse-"):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(Path(self.pidfile).read_text()), signal.SIGKILL)
+
+
+def test_a_scheduler_killed_mid_run_is_one_error_and_writes_nothing(tmp_path: Path) -> None:
+    import cloudpickle
+
+    home = tmp_path / "cluster"
+    home.mkdir()
+    with started(home, str(REPO), workers=1) as c:
+        pidfile = home / "scheduler.pid"
+        pidfile.write_text(str(c.procs[0].pid))  # procs[0]: the scheduler
+        cloudpickle.register_pickle_by_value(sys.modules[__name__])
+        try:
+            c.client.register_plugin(KillScheduler(str(pidfile)))
+        finally:
+            cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+        # a process of its own: distributed's logging goes to the real stderr, which
+        # must hold the one message and no traceback of Dask's
+        proc = subprocess.run(
+            [sys.executable, "-m", "tracefuse_stream", "report", str(DDP8), "-o", "page.html"]
+            + ["--dask", str(c.scheduler_file)],
+            cwd=tmp_path,
+            env=dict(os.environ, PYTHONPATH=str(REPO)),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert c.procs[0].wait(10) == -signal.SIGKILL
+    assert (proc.returncode, proc.stdout) == (1, "")
+    assert proc.stderr.startswith(f"tracefuse: error: --dask {c.scheduler_file}: lost the cluster (")
+    assert proc.stderr.count("\n") == 1 and proc.stderr.endswith("Nothing was written\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cluster"]

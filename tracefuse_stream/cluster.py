@@ -22,6 +22,7 @@ raises the same error, with the same message, as it does locally.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import uuid
@@ -162,7 +163,7 @@ class DaskCluster:
             )
         if isinstance(e, (d.comm.CommClosedError, d.client.FutureCancelledError)):
             return ClusterError(
-                f"--dask {self.address}: lost the cluster ({type(e).__name__}: {e}). Nothing was written"
+                f"--dask {self.address}: lost the cluster ({_one_line(e)}). Nothing was written"
             )
         return e
 
@@ -204,6 +205,19 @@ def connect(
 
 
 @contextlib.contextmanager
+def _quiet_client() -> Iterator[None]:
+    """Keep ``distributed.client``'s own error log (a traceback per lost connection)
+    off stderr for the run: a lost scheduler is said once, by :meth:`DaskCluster._error`."""
+    log = logging.getLogger("distributed.client")
+    level = log.level
+    log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+@contextlib.contextmanager
 def dask_backend(address: Optional[str], inputs: Any = ()) -> Iterator[Optional[DaskCluster]]:
     """Within this block every :func:`~tracefuse_stream.workers.parallel_map` runs on
     the cluster at ``address``; ``None``: no cluster, nothing changes (the local
@@ -217,10 +231,11 @@ def dask_backend(address: Optional[str], inputs: Any = ()) -> Iterator[Optional[
         warnings.filterwarnings("ignore", message="Sending large graph", category=UserWarning)
         cluster = connect(address, inputs)
         try:
-            with remote_backend(cluster.map):
+            with _quiet_client(), remote_backend(cluster.map):
                 yield cluster
         finally:
-            cluster.close()
+            with _quiet_client():
+                cluster.close()
 
 
 __all__ = ["CONNECT_SECONDS", "DaskCluster", "INSTALL_HINT", "connect", "dask_backend", "input_paths"]
