@@ -297,11 +297,17 @@ def test_cpu_imbalance_is_named_only_when_material() -> None:
         "CPU busy spread 1.43x: rank 2 has +28.0 ms/step of aten::svd self time in every step "
         "(the step outside collectives at least 1.43x the median rank's)"
     ]
-    # the same excess with no one operator holding half of it: the straggler's why says where
+    # the same excess with no one operator holding half of it: the rank and its excess
+    # are said (never "none named" beside the table), the straggler's why says where
     spread_out = [
         _cpu_row(r, 1, 0 if r == 2 else 30_000_000, [("aten::mm", 20_000_000, 5)]) for r in range(4)
     ]
-    assert imbalance.verdicts(spread_out, imbalance.spreads(spread_out)) == []
+    assert imbalance.verdicts(spread_out, imbalance.spreads(spread_out)) == [
+        "CPU busy spread 1.43x: rank 2 is busy +30.0 ms/step over the median rank in the one step "
+        "(the step outside collectives at least 1.43x the median rank's), in no one operator or "
+        "annotation (its step thread's time outside operators mixes it with the others' waiting: "
+        "the why of the straggler verdict says where it went)"
+    ]
     # busier by 9% of the step only: not material
     small = [
         _cpu_row(r, 1, 0 if r == 2 else 9_000_000, [("aten::svd", 9_000_000 if r == 2 else 0, 1)])
@@ -422,6 +428,9 @@ def test_an_empty_step_has_figures_of_nothing(tmp_path: Path, capsys: pytest.Cap
         ("ddp4_runs_c", "CPU busy spread 1.23x: rank 2 has +35.5 ms/step of aten::_linalg_svd self time"),
         # rank 3 runs a QR the others never run
         ("ddp4_case_c", "CPU busy spread 2.07x: rank 3 has +72.3 ms/step of aten::linalg_qr self time"),
+        # rank 0 sleeps outside every operator before the first group's all_reduce: the
+        # excess is said with no operator (its why names the time outside operators)
+        ("mg6_three_groups_a", "CPU busy spread 2.73x: rank 0 is busy +97.5 ms/step over the median rank"),
         ("ddp4_balanced", None),  # nobody sleeps or computes more: nothing named
         ("ddp4_runs_a_again", None),
     ],

@@ -15,9 +15,10 @@ rank and max / median. Two verdicts:
   the time outside operators (by annotation) where that rank is furthest above the
   others' median ("CPU busy spread 1.37x: rank 2 has +34.9 ms/step of
   aten::_linalg_svd self time in every step"). Named only when material: the rank's
-  excess is at least :data:`CPU_MATERIAL` of the median step in every step, and the
-  one operator or annotation named holds at least half of it (else the why of the
-  straggler verdict says where the time went). With gloo the collectives run on
+  excess is at least :data:`CPU_MATERIAL` of the median step in every step; the
+  operator or annotation is named when it holds at least half of that excess (else
+  the line gives the rank and its excess, and the why of the straggler verdict says
+  where the time went). With gloo the collectives run on
   their own threads, so the step thread may still work while its collective waits:
   ``cpu_busy`` is then a lower bound for the waiting ranks, which can only make the
   spread look larger for the rank nobody waits for -- the same rank in every step
@@ -154,29 +155,37 @@ def _spread_verdict(comp: Sequence[Spread]) -> Optional[Tuple[int, float, str]]:
     return ranks.pop(), worst, "in every step" if len(comp) > 1 else "in the one step"
 
 
-def _material(busy: Sequence[Spread], sp: Sequence[Spread], named_ns: int) -> bool:
-    """The CPU busy excess is worth a line: at least :data:`CPU_MATERIAL` of the median
-    step in every step, half of it (the mean over the steps) in the one thing named."""
+def _material(busy: Sequence[Spread], sp: Sequence[Spread]) -> Optional[int]:
+    """The rank's mean CPU busy excess per step (ns) when it is worth a line: at least
+    :data:`CPU_MATERIAL` of the median step in every step; else None."""
     step_med = {s.step: s.median_ns for s in sp if s.figure == "step"}
     extra = [s.max_ns - s.median_ns for s in busy]
     if any(e < CPU_MATERIAL * step_med.get(s.step, 0) for s, e in zip(busy, extra)):
-        return False
-    return named_ns >= 0.5 * sum(extra) / len(extra)
+        return None
+    return sum(extra) // len(extra)
 
 
 def _cpu_verdict(rows: Sequence[StepTime], sp: Sequence[Spread]) -> Optional[str]:
-    """The CPU busy spread line of a run without GPU figures, or None (module docstring)."""
+    """The CPU busy spread line of a run without GPU figures, or None (module docstring).
+    A material spread with no one operator or annotation holding half of it is still
+    said (the rank and its excess), never left as "none named" beside a table that
+    shows it."""
     busy = [s for s in sp if s.figure == "cpu_busy"]
     found = _spread_verdict(busy)
     if found is None:
         return None
     rank, worst, every = found
-    what, ns = _cpu_excess(rows, rank)
-    if not _material(busy, sp, ns):
+    excess = _material(busy, sp)
+    if excess is None:
         return None
+    what, ns = _cpu_excess(rows, rank)
+    tail = f"(the step outside collectives at least {worst:.2f}x the median rank's)"
+    if ns >= 0.5 * excess:
+        return f"CPU busy spread {worst:.2f}x: rank {rank} has +{ns / 1e6:.1f} ms/step of {what} {every} {tail}"
     return (
-        f"CPU busy spread {worst:.2f}x: rank {rank} has +{ns / 1e6:.1f} ms/step of {what} {every} "
-        f"(the step outside collectives at least {worst:.2f}x the median rank's)"
+        f"CPU busy spread {worst:.2f}x: rank {rank} is busy +{excess / 1e6:.1f} ms/step over the median rank "
+        f"{every} {tail}, in no one operator or annotation (its step thread's time outside operators "
+        "mixes it with the others' waiting: the why of the straggler verdict says where it went)"
     )
 
 
