@@ -181,7 +181,9 @@ def _cpu_verdict(rows: Sequence[StepTime], sp: Sequence[Spread]) -> Optional[str
     what, ns = _cpu_excess(rows, rank)
     tail = f"(the step outside collectives at least {worst:.2f}x the median rank's)"
     if ns >= 0.5 * excess:
-        return f"CPU busy spread {worst:.2f}x: rank {rank} has +{ns / 1e6:.1f} ms/step of {what} {every} {tail}"
+        return (
+            f"CPU busy spread {worst:.2f}x: rank {rank} has +{ns / 1e6:.1f} ms/step of {what} {every} {tail}"
+        )
     return (
         f"CPU busy spread {worst:.2f}x: rank {rank} is busy +{excess / 1e6:.1f} ms/step over the median rank "
         f"{every} {tail}, in no one operator or annotation (its step thread's time outside operators "
