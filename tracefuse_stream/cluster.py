@@ -125,27 +125,32 @@ class DaskCluster:
                     "machine, at the same paths (give absolute paths, or start the workers in this directory)"
                 )
 
-    def map(self, fn: Callable[..., Any], arglist: List[Tuple[Any, ...]]) -> List[Any]:
-        """``[fn(*a) for a in arglist]`` on the cluster, in order; the first failing
-        task in task order raises its own error, as locally."""
+    def map(self, fn: Callable[..., Any], arglist: List[Tuple[Any, ...]]) -> Iterator[Any]:
+        """``fn(*a) for a in arglist`` on the cluster, yielded in order as each task's
+        chunk arrives (the caller's ``each`` then shares names before the next chunk
+        comes in: the reduce holds what a local run holds, not every raw result); the
+        first failing task in task order raises its own error, as locally."""
         name = getattr(fn, "__name__", "task").strip("<>")
         token = uuid.uuid4().hex[:12]
         futures = [
             self.client.submit(_run_chunk, fn, arglist[a:b], key=f"tracefuse-{name}-{token}-{i}", pure=False)
             for i, (a, b) in enumerate(task_chunks(len(arglist), 4 * self.threads()))
         ]
-        out: List[Any] = []
         try:
-            for fut in futures:
-                out.extend(fut.result())
+            for i, fut in enumerate(futures):
+                try:
+                    chunk = fut.result()
+                except TraceFuseError:
+                    raise
+                except Exception as e:
+                    raise self._error(e) from None
                 fut.release()  # the worker frees it now: workers hold only the results not yet fetched
-        except TraceFuseError:
-            raise
-        except Exception as e:
-            raise self._error(e) from None
+                futures[i] = None
+                chunk.reverse()
+                while chunk:  # each raw result dropped as soon as the caller has it
+                    yield chunk.pop()
         finally:
-            self.client.cancel(futures)
-        return out
+            self.client.cancel([f for f in futures if f is not None])
 
     def _error(self, e: Exception) -> Exception:
         """What to raise for an exception out of a task: the cluster's own failures as

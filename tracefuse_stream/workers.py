@@ -393,15 +393,17 @@ def _kill_survivors(procs: List[Any], grace: float) -> None:
 #: :func:`remote_backend` block runs (``cluster.dask_backend``: a Dask cluster), or None.
 #: A context variable, not a parameter: the per-rank passes sit several calls below
 #: the command or API call that chose the cluster, and each keeps its one ``jobs``.
-Mapper = Callable[[Callable[..., Any], List[Tuple[Any, ...]]], List[Any]]
+Mapper = Callable[[Callable[..., Any], List[Tuple[Any, ...]]], Iterator[Any]]
 _remote: contextvars.ContextVar[Optional[Mapper]] = contextvars.ContextVar("tracefuse_remote", default=None)
 
 
 @contextlib.contextmanager
 def remote_backend(mapper: Mapper) -> Iterator[None]:
     """Within this block :func:`parallel_map` calls ``mapper(fn, arglist)``, which must
-    return ``[fn(*a) for a in arglist]`` in that order, raising the first task's error
-    in task order as the local pool does. The merge's main stream
+    yield ``fn(*a) for a in arglist`` in that order as they arrive (so that
+    ``parallel_map``'s ``each`` shares what results repeat before the next ones come
+    in, as locally), raising the first task's error in task order as the local pool
+    does. The merge's main stream
     (:func:`run_in_order`) stays local: it writes fragments to this machine's disk."""
     token = _remote.set(mapper)
     try:
@@ -427,8 +429,8 @@ def parallel_map(
     what results repeat, before the next one comes in)."""
     mapper = _remote.get()
     if mapper is not None and arglist:
-        out = mapper(fn, arglist)
-        return out if each is None else [each(r) for r in out]
+        got = mapper(fn, arglist)
+        return list(got) if each is None else [each(r) for r in got]
     results = run_in_order(_call, [(fn, a) for a in arglist], jobs, lambda n: None)
     return list(results) if each is None else [each(r) for r in results]
 
