@@ -301,9 +301,9 @@ def require_one_run(checks: Sequence[RunCheck], what: str = "the collectives ana
 
 def merge_inputs(plans: Sequence[RankPlan], inputs: Sequence[Any]) -> List[str]:
     """The inputs a suggested ``merge`` command names: as the user gave them, or -- when
-    files were left out (one trace given twice, which ``merge`` refuses) -- the files
-    kept, by path (what that refusal asks for)."""
-    if getattr(plans, "left_out", None):
+    files were left out (one trace given twice, which ``merge`` refuses) or are broken
+    (``merge`` stops at the first) -- the files read, by path: the command runs."""
+    if getattr(plans, "left_out", None) or getattr(plans, "broken", None):
         return [p.path for p in sorted(plans, key=lambda p: p.position)]
     return [str(i) for i in inputs]
 
