@@ -226,3 +226,58 @@ def test_open_refuses_a_report_page_gzipped_under_a_traces_name(tmp_path: Path) 
         assert err.startswith(
             f"tracefuse: error: {tmp_path / name}: is an HTML page (tracefuse report writes one)"
         )
+
+
+def test_the_page_of_no_readable_file_says_not_assessed_once(tmp_path: Path) -> None:
+    """In the not-the-all-clear colour, and not followed by the verdict's same words."""
+    from test_report_page import dump_dom, rendered_ok
+
+    page = tmp_path / "r.html"
+    assert cli("report", cut_short(tmp_path / "rank0.json"), "-o", page, "-j", "1")[0] == EXIT_INPUT
+    dom = dump_dom(page)
+    rendered_ok(dom)
+    m = re.search(r'<div id="verdict" class="(\w*)">(.*?)</div>', dom, re.S)
+    assert m and m.groups() == (
+        "unassessed",
+        "<b>Not assessed: no input file could be read (see the BROKEN lines); nobody is judged.</b>",
+    )
+
+
+def test_a_rank_whose_first_written_event_is_40_days_on_does_not_start_40_days_apart(
+    tmp_path: Path, kernel: str
+) -> None:
+    """ddp4 with the first complete event written in rank 0's file moved 40 days on (the
+    rest as recorded): the ranks' earliest events are 10 us apart. The warnings judged
+    by that first-written event and printed the earliest ones: "ranks start 40.0 days
+    apart: rank(s) 1-3 start ...52.285748Z; rank(s) 0 start ...52.285738Z", then (the
+    run check) "2 runs ... 960.0 h apart", under info's "ranks start within 3.519 ms"."""
+    d = tmp_path / "run"
+    d.mkdir()
+    for f in sorted((RECORDED / "ddp4").iterdir()):
+        text = gzip.decompress(f.read_bytes()).decode()
+        if json.loads(text)["distributedInfo"]["rank"] == 0:
+            m = re.search(r'"ph": "X".*?"ts": (\d+)\.', text, re.S)
+            assert m and m.group(1) == "5255626301754"
+            text = text[: m.start(1)] + str(5255626301754 + 40 * 86400 * 10**6) + text[m.end(1) :]
+        (d / f.name).write_bytes(gzip.compress(text.encode()))
+    code, out, _ = cli("info", d, "-j", "1")
+    assert code == EXIT_OK and out.splitlines()[-1] == "ranks start within 3.519 ms of each other"
+    code, out, _ = cli("info", d, "-j", "1", "--json")
+    assert code == EXIT_OK and json.loads(out)["warnings"] == []
+    code, out, _ = cli("merge", d, "-o", tmp_path / "m.json", "-j", "1", "--json-summary")
+    assert code == EXIT_OK and json.loads(out)["warnings"] == []
+    # ranks that do start apart still do: rank 3's base 180 days on
+    far = tmp_path / "far"
+    shutil.copytree(RECORDED / "ddp4", far)
+    f3 = sorted(far.iterdir())[3]
+    text = gzip.decompress(f3.read_bytes()).decode()
+    text = text.replace(
+        '"baseTimeNanoseconds": 1790857026000000000',
+        f'"baseTimeNanoseconds": {1790857026000000000 + 180 * 86400 * 10**9}',
+    )
+    f3.write_bytes(gzip.compress(text.encode()))
+    code, out, _ = cli("info", far, "-j", "1", "--json")
+    assert json.loads(out)["warnings"] == [
+        "ranks start 180.0 days apart (more than 1 day): rank(s) 0-2 start 2026-12-01 08:10:52.285738Z; "
+        "rank(s) 3 start 2027-05-30 08:10:52.287295Z; are these traces from one run?"
+    ]

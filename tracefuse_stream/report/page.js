@@ -214,7 +214,8 @@ function verdictHtml() {
     ev = "evidence: " + na("this tracefuse's JSON has no collectives.verdict");
   }
   if (P.not_assessed) {  // could not assess: said first, never in the all-clear colour
-    text = "<b>" + esc(P.not_assessed.charAt(0).toUpperCase() + P.not_assessed.slice(1)) + ".</b> " + text;
+    var same = !(C.instances || []).length && V && V.text === "no collective instance matched across ranks";  // said once
+    text = "<b>" + esc(P.not_assessed.charAt(0).toUpperCase() + P.not_assessed.slice(1)) + ".</b>" + (same ? "" : " " + text);
     cls = "unassessed";
   }
   var cmd = P.merge_command || C.merge_command;
