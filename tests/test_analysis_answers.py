@@ -288,7 +288,7 @@ def test_one_step_chosen_by_steps_is_selected_not_profiled(tmp_path: Path) -> No
     p = run_cli("report", RECORDED / "ddp8_straggler", "--steps", "3:3", "-o", tmp_path / "r.html", "-j", "1")
     assert p.returncode == 0
     assert p.stderr_text.startswith(
-        f"{tmp_path / 'r.html'}: 8 ranks x 1 steps, one step selected: rank 5 held the others back in the one "
+        f"{tmp_path / 'r.html'}: 8 ranks x 1 step, one step selected: rank 5 held the others back in the one "
         "step selected (strong evidence by size only: the others waited 200.194 ms for rank 5, p_chance 0.13, "
     )
     assert "profiled" not in p.stderr_text

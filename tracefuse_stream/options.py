@@ -28,6 +28,7 @@ from typing import Any, Callable, Dict, FrozenSet, Iterable, Literal, Mapping, O
 from tracefuse_stream.errors import UsageError
 from tracefuse_stream.rankset import parse_rank_spec, parse_steps, parse_window_ms
 from tracefuse_stream.rewrite.args import ARGS_CHOICES, ArgsMode
+from tracefuse_stream.workers import check_jobs
 
 Event = Dict[str, Any]
 RankFrom = Literal["auto", "order"]
@@ -221,10 +222,7 @@ class Execution:
             raise UsageError(
                 f"--dask must be a scheduler address (tcp://host:8786) or a scheduler file, not {self.dask!r}"
             )
-        if self.jobs is not None and (not _is_int(self.jobs) or self.jobs < 0):
-            raise UsageError(
-                f"--jobs must be 0 (usable cores) or a positive number of workers, not {self.jobs!r}"
-            )
+        check_jobs(self.jobs)
 
 
 @dataclass(frozen=True)

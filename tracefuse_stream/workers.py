@@ -153,6 +153,16 @@ def usable_cores(root: Optional[str] = None, proc_cgroup: Optional[str] = None) 
     return max(1, n)
 
 
+def check_jobs(jobs: Any) -> None:
+    """``jobs`` as every entry point takes it (``merge()``, ``stragglers()``, ``diff()``):
+    None or 0 for the usable cores, else a positive int. A negative or non-integer count
+    is a UsageError, never run as one worker in silence."""
+    if jobs is not None and (type(jobs) is not int or jobs < 0):
+        from tracefuse_stream.errors import UsageError  # lazy: workers.py loads in every worker
+
+        raise UsageError(f"--jobs must be 0 (usable cores) or a positive number of workers, not {jobs!r}")
+
+
 def resolve_jobs(jobs: Optional[int], n_tasks: int) -> int:
     """Workers to use: ``None``/0 = usable cores, never more than there are tasks."""
     n = usable_cores() if not jobs else int(jobs)
@@ -437,6 +447,7 @@ def parallel_map(
 
 __all__ = [
     "Mapper",
+    "check_jobs",
     "parallel_map",
     "remote_backend",
     "resolve_jobs",

@@ -34,6 +34,8 @@ def no_overlap_text(table: Any) -> Optional[str]:
 def not_assessed(table: Any, checks: Sequence[Any] = ()) -> Optional[str]:
     """One line saying what the analysis of ``table`` (a CollectiveTable) could not
     assess, or None; ``checks``: the run checks of its cycle (plan/runcheck.py)."""
+    if not table.ranks and not table.instances:  # every file broken: there was nothing to read
+        return "not assessed: no input file could be read (see the BROKEN lines); nobody is judged"
     if not table.instances:
         why = no_overlap_text(table) or (
             f"{table.unmatched_total} could not be matched (see unmatched)"

@@ -40,7 +40,7 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("-j", "--jobs", type=jobs_count, default=0, help=JOBS_HELP)
     add_dask_arg(p, "the page is written here")
-    p.add_argument("-q", "--quiet", action="store_true", help="no summary line")
+    p.add_argument("-q", "--quiet", action="store_true", help="no summary line; warnings still go to stderr")
     p.add_argument(
         "--against",
         nargs="+",
@@ -64,6 +64,11 @@ def _diff_section(a: argparse.Namespace, data: Any) -> Dict[str, Any]:
         a.against, new, ranks=a.ranks, rank_from=a.rank_from, cycle=a.cycle, steps=a.steps, jobs=a.jobs
     )
     return to_json(d, b.paths, n.paths, b.warnings, n.warnings)
+
+
+def _count(items: Any, what: str) -> str:
+    n = len(items or [])
+    return f"{n} {what}" + ("" if n == 1 else "s")
 
 
 def cmd_report(a: argparse.Namespace) -> int:
@@ -109,10 +114,11 @@ def cmd_report(a: argparse.Namespace) -> int:
         verdict = (c.get("verdict") or {}).get("text") or (
             f"straggler: rank {c['straggler']}" if c.get("straggler") is not None else "straggler: none"
         )
-        if c.get("not_assessed"):  # said first, as on the page
-            verdict = f"{c['not_assessed']}; {verdict}"
+        if c.get("not_assessed"):  # said first, as on the page (once: not the verdict's same words)
+            same = not c.get("instances") and verdict == "no collective instance matched across ranks"
+            verdict = c["not_assessed"] if same else f"{c['not_assessed']}; {verdict}"
         print(
-            f"{'stdout' if a.output == '-' else printable(a.output)}: {len(c.get('ranks') or [])} ranks x {len(c.get('by_step') or [])} steps, "
+            f"{'stdout' if a.output == '-' else printable(a.output)}: {_count(c.get('ranks'), 'rank')} x {_count(c.get('by_step'), 'step')}, "
             f"{verdict} ({len(html) / 1e6:.2f} MB)",
             file=sys.stderr,
         )

@@ -238,7 +238,9 @@ class PlanList(List[RankPlan]):
         and its sections, report, ``stragglers()``): world sizes that disagree, ranks days
         apart, files of two runs, files left out, mixed runs, ranks missing from the
         world, one recording under several ranks (plan/runcheck.py)."""
-        far = far_apart_warning(self)
+        far = far_apart_warning(
+            self, known=None if self.extents is None else {k: v[0] for k, v in self.extents.items()}
+        )
         # a mixed run days apart is said once: the days-apart line names the ranks and starts
         checks = [w for rc in self.run_checks() for w in rc.warnings() if not (far and w == rc.mixed_text())]
         return world_size_warnings(self) + far + list(self.cautions) + checks

@@ -145,6 +145,13 @@ def _runs(plans: Sequence[RankPlan], extents: Optional[Extents]) -> Tuple[List[L
                    key=lambda t: t[:2])  # fmt: skip
     if len(timed) < 2 or timed[-1][0] - timed[0][0] <= MIXED_GAP_NS:
         return [], 0
+    # the estimate (first event in file order) says far apart: judge by the earliest events,
+    # the starts the finding prints (plan/starts.far_apart_warning does the same)
+    firsts = None if extents is None else {k: v[0] for k, v in extents.items()}
+    earliest = [(earliest_ns([p], firsts), r, p) for _, r, p in timed]
+    timed = sorted(((ns, r, p) for ns, r, p in earliest if ns is not None), key=lambda t: t[:2])
+    if len(timed) < 2 or timed[-1][0] - timed[0][0] <= MIXED_GAP_NS:
+        return [], 0
     spans = [e[1] - e[0] for e in (extents or {}).values() if e[0] is not None and e[1] is not None]
     limit = max([MIXED_GAP_NS] + spans)
     runs: List[List[RankPlan]] = [[timed[0][2]]]
@@ -301,9 +308,9 @@ def require_one_run(checks: Sequence[RunCheck], what: str = "the collectives ana
 
 def merge_inputs(plans: Sequence[RankPlan], inputs: Sequence[Any]) -> List[str]:
     """The inputs a suggested ``merge`` command names: as the user gave them, or -- when
-    files were left out (one trace given twice, which ``merge`` refuses) -- the files
-    kept, by path (what that refusal asks for)."""
-    if getattr(plans, "left_out", None):
+    files were left out (one trace given twice, which ``merge`` refuses) or are broken
+    (``merge`` stops at the first) -- the files read, by path: the command runs."""
+    if getattr(plans, "left_out", None) or getattr(plans, "broken", None):
         return [p.path for p in sorted(plans, key=lambda p: p.position)]
     return [str(i) for i in inputs]
 

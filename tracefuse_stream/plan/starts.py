@@ -108,9 +108,20 @@ def set_start(plan: RankPlan) -> None:
     plan.start_ns = base + us_to_ns(plan.first_ts) if usable else None
 
 
-def far_apart_warning(plans: Sequence[RankPlan], limit_ns: int = FAR_APART_NS) -> List[str]:
-    """One line naming the ranks that start more than ``limit_ns`` after the others."""
+def far_apart_warning(
+    plans: Sequence[RankPlan], limit_ns: int = FAR_APART_NS, known: Optional[Dict[str, Optional[int]]] = None
+) -> List[str]:
+    """One line naming the ranks that start more than ``limit_ns`` after the others;
+    ``known``: path -> earliest event, when a pass found it (else read here, on this
+    path only: the cheap estimate said days apart)."""
     timed = sorted((p.start_ns, p.rank) for p in plans if p.start_ns is not None)
+    if len(timed) < 2 or timed[-1][0] - timed[0][0] <= limit_ns:
+        return []
+    # the estimate (first event in file order) says days apart: judge by the starts the
+    # line prints, the earliest events (a rank whose first-written event lies 40 days on
+    # while its earliest is with the others' was "40.0 days apart", printed at one instant)
+    firsts = [(earliest_ns([p], known), p.rank) for p in plans if p.start_ns is not None]
+    timed = sorted((ns, r) for ns, r in firsts if ns is not None)
     if len(timed) < 2 or timed[-1][0] - timed[0][0] <= limit_ns:
         return []
     clusters: List[List[tuple]] = [[timed[0]]]
@@ -119,10 +130,8 @@ def far_apart_warning(plans: Sequence[RankPlan], limit_ns: int = FAR_APART_NS) -
             clusters.append([])
         clusters[-1].append(t)
 
-    by_rank = {p.rank: p for p in plans}
     desc = "; ".join(  # the start shown: the earliest event, as everywhere (earliest_ns)
-        f"rank(s) {compress_ranges(sorted(r for _, r in c))} start {iso_utc(earliest_ns(by_rank[r] for _, r in c))}"
-        for c in clusters
+        f"rank(s) {compress_ranges(sorted(r for _, r in c))} start {iso_utc(c[0][0])}" for c in clusters
     )
     days = (timed[-1][0] - timed[0][0]) / 86400e9
     return [

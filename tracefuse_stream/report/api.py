@@ -22,6 +22,7 @@ from tracefuse_stream.rankset import parse_rank_spec
 from tracefuse_stream.report.collectives import collect_analyses, to_json
 from tracefuse_stream.report.info import collect_info
 from tracefuse_stream.report.page_data import choose_shown_cycle, select_cycle
+from tracefuse_stream.workers import check_jobs
 
 
 class InputWarning(UserWarning):
@@ -75,6 +76,7 @@ def stragglers(
     one recording under several ranks, a ``cycle`` or ``ranks`` that select nothing raise
     :class:`~tracefuse_stream.errors.UsageError`, worded as ``merge`` words them.
     """
+    check_jobs(jobs)  # as merge() checks it: -1 is an error, not one worker
     paths = [inputs] if isinstance(inputs, str) else list(inputs)
     with dask_backend(dask, paths):  # the per-rank passes on a cluster, if given
         return _stragglers(paths, ranks, rank_from, cycle, jobs)

@@ -201,9 +201,11 @@ def verdict_lines(table: CollectiveTable, v: Verdict, stats: Sequence[RankStats]
         ]
     lines = []
     for i, s in enumerate(v.stragglers):
+        # held covers the steps named; its arrivals and own wait are over every step: said so
+        every = "" if len(s.steps) == len(v.by_step) else "over every step: "
         lines.append(
             f"{'straggler' if i == 0 else 'also     '}: rank {s.rank} -- the others waited {_ms(s.held_ns)} ms for it "
-            f"(in {_where(v, s.steps, table)}); last to arrive in {s.last_arrivals} of {s.instances} instances, "
+            f"(in {_where(v, s.steps, table)}); {every}last to arrive in {s.last_arrivals} of {s.instances} instances, "
             f"waited {_ms(by_rank[s.rank].wait_ns)} ms itself; {evidence_text(s)} (p_chance "
             f"{p_text(s.p_chance)}, {s.noise_margin:.1f} x the noise bound)"
         )
@@ -359,7 +361,7 @@ def info_collectives(
     unassessed = {
         c: not_assessed(a.table, [rc for rc in checks if rc.cycle == (c if several else None)])
         for c, a in tables.items()
-    }
+    } or {None: not_assessed(CollectiveTable([], [], Counter(), []))}  # no file read: said first too
     if not as_json:
         first = [(f"cycle {c}: " if several else "") + u for c, u in unassessed.items() if u]
         text = first + [f"warning: {w}" for w in warnings] + list(extra) + collectives_text(tables, inputs)

@@ -26,6 +26,7 @@ from tracefuse_stream.report.collectives import verdict_sentence
 from tracefuse_stream.report.diff_json import to_json
 from tracefuse_stream.report.info import collect_info
 from tracefuse_stream.report.page_data import choose_shown_cycle, select_cycle
+from tracefuse_stream.workers import check_jobs
 
 Inputs = Union[str, Sequence[str]]
 Ranks = Union[None, str, Sequence[int]]
@@ -132,6 +133,7 @@ def run_diff(
 ) -> Tuple[Diff, Run, Run]:
     """Both runs read and compared (the command line's and :func:`diff`'s work);
     ``new`` may be a :class:`Run` already read (:func:`run_from_pass`)."""
+    check_jobs(jobs)  # as merge() checks it: -1 is an error, not one worker
     wanted = _ranks(ranks)
     bc = cycle if base_cycle is None else base_cycle
     nc = cycle if new_cycle is None else new_cycle

@@ -13,7 +13,7 @@ from typing import Any, Dict, Sequence
 
 from tracefuse_stream.analyze.diff import COUNTED_KINDS, MIN_CHANGE_NS, STEP_FRACTION, Change, Diff
 from tracefuse_stream.analyze.diff_stats import ALPHA, ALPHA_ALL
-from tracefuse_stream.textout import p_round
+from tracefuse_stream.textout import p_round, p_text
 
 RULE = (
     f"a figure changed on every rank ('all') when Student's t of its per-step means over the ranks "
@@ -46,6 +46,7 @@ def change_json(c: Change, every: int) -> Dict[str, Any]:
         "count_base": round(c.count_base, 3) if counted else None,
         "count_new": round(c.count_new, 3) if counted else None,
         "p_value": p_round(c.p_value),
+        "p_value_text": p_text(c.p_value),
         "class": c.cls,
         "how": c.how,
         "waiting": c.waiting,
@@ -82,6 +83,7 @@ def to_json(
             "delta_us": _us(st.delta_ns),
             "ratio": _ratio(st.base_ns, st.new_ns),
             "p_value": p_round(st.p_value),
+            "p_value_text": p_text(st.p_value),
             "significant": st.significant,
             "noise_us": _us(d.noise_ns),
             "explained_us": _us(st.explained_ns) if st.significant else None,

@@ -205,7 +205,8 @@ function verdictHtml() {
       var held = stragglers.map(function (x) { return x.held_us; }).filter(num);
       text = (sr.length > 1 ? "Stragglers: ranks " + ranges(sr) : "Straggler: rank " + sr[0]) + " (" + hs.join(", ") + ") " + where +
         ": the others waited " + (sr.length > 1 ? esc(ms(Math.min.apply(null, held))) + " to " + esc(ms(Math.max.apply(null, held))) + " for each" : esc(ms(first.held_us)) + " for it") +
-        (sr.length > 1 ? " (rank " + first.rank + " most, last to arrive in " : ", last to arrive in ") + first.last_arrivals + " of " + first.instances + " instances" + (sr.length > 1 ? ")." : ".");
+        (sr.length > 1 ? " (rank " + first.rank + " most, " : ", ") + (where === "in every step" || steps.length === 1 ? "" : "over every step ") +
+        "last to arrive in " + first.last_arrivals + " of " + first.instances + " instances" + (sr.length > 1 ? ")." : ".");
     } else {
       text = "No rank stands out: nobody is named.";
       cls = "none";
@@ -213,7 +214,8 @@ function verdictHtml() {
     ev = "evidence: " + na("this tracefuse's JSON has no collectives.verdict");
   }
   if (P.not_assessed) {  // could not assess: said first, never in the all-clear colour
-    text = "<b>" + esc(P.not_assessed.charAt(0).toUpperCase() + P.not_assessed.slice(1)) + ".</b> " + text;
+    var same = !(C.instances || []).length && V && V.text === "no collective instance matched across ranks";  // said once
+    text = "<b>" + esc(P.not_assessed.charAt(0).toUpperCase() + P.not_assessed.slice(1)) + ".</b>" + (same ? "" : " " + text);
     cls = "unassessed";
   }
   var cmd = P.merge_command || C.merge_command;
@@ -235,7 +237,7 @@ function diverging(v, max) {
 function drawDiff(D) {
   var st = D.step_time || {}, h = [], ch = D.changes || [], every = (D.ranks || []).length;
   h.push('<div id="diff-summary" class="' + (D.significant ? "" : "none") + '"><b>' + esc(D.summary || "") + "</b>: step time " +
-    esc(ms(st.base_us)) + " \u2192 " + esc(ms(st.new_us)) + " per step (" + esc(signed(st.delta_us)) + ", p " + esc(String(st.p_value)) + ")" +
+    esc(ms(st.base_us)) + " \u2192 " + esc(ms(st.new_us)) + " per step (" + esc(signed(st.delta_us)) + ", p " + esc(st.p_value_text || String(st.p_value)) + ")" +
     (num(st.explained_us) && st.delta_us ? "; the changes below explain " + Math.round(100 * st.explained_us / st.delta_us) + "%" : "") + "</div>");
   h.push('<div class="sub">base: ' + esc((D.base && D.base.inputs || []).join(" ")) + " \u00b7 ranks " + esc(ranges(D.ranks || [])) +
     " \u00b7 steps " + esc((D.steps && D.steps.pairs || []).map(function (p) { return p[0] === p[1] ? String(p[0]) : p[0] + "\u2192" + p[1]; }).join(", ")) + "</div>");
@@ -250,7 +252,7 @@ function drawDiff(D) {
       var w = max > 0 ? Math.max(1, (W - LW - 90) * Math.abs(c.delta_us) / max) : 1, y = i * row + 2;
       var where = c.ranks === "all" ? "all " + every + " ranks" : "rank" + (c.ranks.length > 1 ? "s " : " ") + ranges(c.ranks);
       var tip = c.name + " (" + c.kind + ", " + c["class"] + (c.how ? ", " + c.how : "") + (c.waiting ? ", waiting for other ranks" : "") +
-        ")\n" + where + ": " + signed(c.delta_us) + " per step (" + ms(c.base_us) + " \u2192 " + ms(c.new_us) + "), p " + c.p_value;
+        ")\n" + where + ": " + signed(c.delta_us) + " per step (" + ms(c.base_us) + " \u2192 " + ms(c.new_us) + "), p " + (c.p_value_text || String(c.p_value));
       bars.push('<g class="diff-bar" data-kind="' + esc(c.kind) + '" data-class="' + esc(c["class"]) + '"><title>' + esc(tip) + "</title>" +
         '<text x="0" y="' + (y + 12) + '">' + esc((c.name.length > 44 ? c.name.slice(0, 43) + "\u2026" : c.name) + " \u00b7 " + where) + "</text>" +
         '<rect x="' + LW + '" y="' + y + '" width="' + w.toFixed(1) + '" height="' + (row - 4) + '" fill="' + (c.delta_us > 0 ? "#b2182b" : "#1a7840") +

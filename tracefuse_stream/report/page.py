@@ -46,6 +46,8 @@ from tracefuse_stream.report.page_assets import _CSS, _HEAD, _JS
 EMBED_BUDGET = 4_000_000
 #: past the budget, strings (op, group, host, file names; notes) are cut to this many characters
 NAME_CAP = 200
+#: what ``page.trimmed`` says when strings past :data:`NAME_CAP` were cut
+CAPPED = f"text longer than {NAME_CAP} characters (names, notes): cut, marked \u2026"
 #: ... and, last, the lists that grow with distinct names to this many entries
 LIST_CAP = 100
 #: the figures of a ``step_time`` entry's ``gpu`` object the page shows (hover), and ...
@@ -152,10 +154,8 @@ def _trim_steps(doc: Dict[str, Any]) -> List[Tuple[str, Any]]:
             )
         )
     rest = {k: v for k, v in c.items() if k != "step_time"}  # step_time's names went above
-    if _has_long(rest) or _has_long(doc.get("page")):
-        steps.append(
-            (f"text longer than {NAME_CAP} characters (names, notes): cut, marked \u2026", cap_names)
-        )
+    if _has_long(rest):
+        steps.append((CAPPED, cap_names))
     if c.get("instances"):
         steps.append(
             ("instances: arrival_ns and end_ns per rank", drop_instance_keys(("arrival_ns", "end_ns")))
@@ -218,9 +218,18 @@ def embedded_json(doc: Dict[str, Any], budget: int = EMBED_BUDGET) -> str:
     out["collectives"] = copy.copy(doc.get("collectives") or {})
     out["page"] = capped(dict(doc.get("page") or {}))  # inputs, hosts, commands: names too
     trimmed: List[str] = []
+    if "diff" in doc:  # report --against: the changes' names (a 1 MB op name each)
+        out["diff"] = capped(doc["diff"])
+    if _has_long(doc.get("page")) or _has_long(doc.get("diff")):  # cut at once: said at once
+        trimmed.append(CAPPED)
+        out["page"]["trimmed"] = list(trimmed)
+        text = _dumps(out)
+        if len(text.encode("utf-8")) <= budget:
+            return text
     for what, apply in _trim_steps(doc):
         apply(out["collectives"])
-        trimmed.append(what)
+        if what not in trimmed:
+            trimmed.append(what)
         out["page"]["trimmed"] = list(trimmed)
         text = _dumps(out)
         if len(text.encode("utf-8")) <= budget:
@@ -243,6 +252,7 @@ def render_page(doc: Dict[str, Any], budget: int = EMBED_BUDGET) -> str:
 
 
 __all__ = [
+    "CAPPED",
     "EMBED_BUDGET",
     "LIST_CAP",
     "NAME_CAP",

@@ -133,6 +133,23 @@ def _open_browser(link: str, folder: str) -> bool:
         return False
 
 
+#: names of an HTML page, as written or compressed (Perfetto opens none of them)
+_PAGE_NAMES = tuple(f".{e}{z}" for e in ("html", "htm") for z in ("", ".gz", ".zst"))
+
+
+def _text_start(head: bytes) -> bytes:
+    """The first bytes of the text ``head`` starts, gunzipped when it is gzip: a page
+    gzipped under a trace's name is a page all the same."""
+    if head[:2] != b"\x1f\x8b":
+        return head[:64]
+    import zlib  # lazy: only for a gzip file
+
+    try:
+        return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, 64)
+    except zlib.error:
+        return b""  # a damaged gzip file: Perfetto's to judge, as before
+
+
 def check_servable(path: str) -> int:
     """The file's size; a missing, unreadable or non-regular file is an InputError (exit 1)."""
     try:
@@ -147,12 +164,10 @@ def check_servable(path: str) -> int:
         raise InputError(path, "is not a regular file", kind=ErrorKind.UNREADABLE)
     try:
         with open(path, "rb") as f:
-            start = f.read(64)
+            start = _text_start(f.read(4096))
     except OSError as e:
         raise InputError(path, f"cannot be read: {e.strerror or e}", kind=ErrorKind.UNREADABLE) from None
-    if path.lower().endswith((".html", ".htm")) or start.lstrip().lower().startswith(
-        (b"<!doctype html", b"<html")
-    ):
+    if path.lower().endswith(_PAGE_NAMES) or start.lstrip().lower().startswith((b"<!doctype html", b"<html")):
         raise InputError(
             path,
             "is an HTML page (tracefuse report writes one), not a trace: Perfetto cannot open it",
