@@ -170,7 +170,12 @@ def _add_split_and_report_args(p: argparse.ArgumentParser) -> None:
         metavar="M",
         help="with --against: BASE's step to show (default: the --steps N)",
     )
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no summary")
+    p.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no progress bar and no summary (warnings still go to stderr)",
+    )
     p.add_argument("--json-summary", action="store_true", help="summary as JSON on stdout (stderr with -o -)")
 
 

@@ -25,6 +25,7 @@ from tracefuse_stream.options import (
 from tracefuse_stream.pipeline.against import merge_against
 from tracefuse_stream.pipeline.orchestrate import merge
 from tracefuse_stream.rankset import parse_rank_spec, parse_steps, parse_window_ms
+from tracefuse_stream.textout import terminal
 
 
 def rank_list(spec: Optional[str]) -> Optional[List[int]]:
@@ -81,6 +82,8 @@ def cmd_merge(a: argparse.Namespace) -> int:
         print(json.dumps(summary.to_dict(), indent=2, default=str), file=to)
     elif not a.quiet:
         print(summary.format_text(), file=sys.stderr if a.output == "-" else sys.stdout)
+    elif summary.warnings:  # -q drops the summary, not what may make the result wrong (as report -q)
+        print(terminal("\n".join(f"warning: {w}" for w in summary.warnings)), file=sys.stderr)
     if a.verify and not a.quiet:
         for report in summary.verify_reports:
             print(report.format_text(), file=sys.stderr)

@@ -40,7 +40,7 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("-j", "--jobs", type=jobs_count, default=0, help=JOBS_HELP)
     add_dask_arg(p, "the page is written here")
-    p.add_argument("-q", "--quiet", action="store_true", help="no summary line")
+    p.add_argument("-q", "--quiet", action="store_true", help="no summary line (warnings are still printed)")
     p.add_argument(
         "--against",
         nargs="+",
