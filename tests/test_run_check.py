@@ -457,3 +457,23 @@ def test_members_named_by_the_collectives_without_a_file(tmp_path: Path, capsys,
     assert stragglers(str(tmp_path))["not_assessed"] == want
     code, out, _ = cli(capsys, "info", "--collectives", "--json", tmp_path, "--ranks", "0-1")
     assert code == EXIT_OK and json.loads(out)["collectives"]["not_assessed"] is None
+
+
+def test_api_arguments_of_the_wrong_kind_are_usage_errors() -> None:
+    """stragglers() and diff() raise only the package's errors: a pathlib.Path is one
+    input (it was iterated: TypeError), an int or a list of ints is a UsageError saying
+    what is expected, and so are ranks that are not rank numbers."""
+    from tracefuse_stream import diff
+
+    d = RECORDED / "ddp4"
+    assert [r["rank"] for r in stragglers(d, jobs=1)["ranks"]] == [0, 1, 2, 3]
+    assert diff(d, [d])["ranks"] == [0, 1, 2, 3]
+    for bad, words in ((5, "not int"), ([5], "not int 5"), ([d, None], "not NoneType None")):
+        with pytest.raises(UsageError, match=f"^inputs: a path or a list of paths, {words}$"):
+            stragglers(bad, jobs=1)  # type: ignore[arg-type]
+        with pytest.raises(UsageError, match="^inputs: a path or a list of paths"):
+            diff(bad, d)  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="^ranks: rank numbers \\(int\\), not str 'a'$"):
+        stragglers(d, ranks=["a"], jobs=1)  # type: ignore[list-item]
+    with pytest.raises(UsageError, match="^ranks: a spec like '0-3' or a list of rank numbers, not int$"):
+        diff(d, d, ranks=5)  # type: ignore[arg-type]

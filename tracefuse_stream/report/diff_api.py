@@ -9,6 +9,7 @@ and compared (analyze/diff.py). The command line and the Python API share this, 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -21,14 +22,14 @@ from tracefuse_stream.errors import InputError
 from tracefuse_stream.listing import inline
 from tracefuse_stream.plan.planner import PlanList
 from tracefuse_stream.plan.runcheck import require_one_run
-from tracefuse_stream.rankset import parse_rank_spec, parse_steps
+from tracefuse_stream.rankset import parse_steps
 from tracefuse_stream.report.collectives import verdict_sentence
 from tracefuse_stream.report.diff_json import to_json
-from tracefuse_stream.report.info import collect_info
+from tracefuse_stream.report.info import collect_info, input_list, rank_list_arg
 from tracefuse_stream.report.page_data import choose_shown_cycle, select_cycle
 from tracefuse_stream.select.window import steps_not_found
 
-Inputs = Union[str, Sequence[str]]
+Inputs = Union[str, os.PathLike[str], Sequence[Union[str, os.PathLike[str]]]]
 Ranks = Union[None, str, Sequence[int]]
 
 
@@ -42,13 +43,11 @@ class Run:
 
 
 def _paths(inputs: Inputs) -> List[str]:
-    return [inputs] if isinstance(inputs, str) else [str(p) for p in inputs]
+    return input_list(inputs)
 
 
 def _ranks(ranks: Ranks) -> Optional[List[int]]:
-    if ranks is None:
-        return None
-    return parse_rank_spec(ranks) if isinstance(ranks, str) else list(ranks)
+    return rank_list_arg(ranks)
 
 
 def load_run(
