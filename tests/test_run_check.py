@@ -477,3 +477,22 @@ def test_api_arguments_of_the_wrong_kind_are_usage_errors() -> None:
         stragglers(d, ranks=["a"], jobs=1)  # type: ignore[list-item]
     with pytest.raises(UsageError, match="^ranks: a spec like '0-3' or a list of rank numbers, not int$"):
         diff(d, d, ranks=5)  # type: ignore[arg-type]
+
+
+def test_runs_39_s_apart_on_two_hosts_say_the_clock_offset(tmp_path: Path, capsys, kernel) -> None:
+    """Rank 0 on another host: under 30 min a clock offset and two runs look alike (the
+    instances "correct" 39 s away); an offset of seconds is said, with both readings."""
+    mixed = _mixed_39s(tmp_path / "mixed")
+    for f in mixed.iterdir():
+        if _recorded_rank(f) == 0:
+            _write(f, _text(f).replace('"host_name": "vm"', '"host_name": "other"', 1))
+    code, out, _ = cli(capsys, "info", "--collectives", mixed, "-j", "1")
+    assert code == EXIT_OK
+    (note,) = [n for n in out.splitlines() if "clock is" in n]
+    assert re.fullmatch(
+        r"note: host vm's clock is 39\.\d s ahead of the lowest rank's host's, estimated from the collectives' ends; "
+        r"if the hosts' clocks agree, these files are not one run",
+        note,
+    ), note
+    code, out, _ = cli(capsys, "info", "--collectives", "--json", mixed, "-j", "1")
+    assert note[len("note: ") :] in json.loads(out)["collectives"]["notes"]
