@@ -296,3 +296,34 @@ def test_browser_an_error_reading_the_data_says_could_not_draw(tmp_path: Path) -
     dom = dump_dom(page)
     assert body_attrs(dom).get("data-rendered") == "error"
     assert "the page could not draw itself: TypeError" in dom
+
+
+# ------------------------------------------------------------------ selections (item 4)
+SELECTIONS = {
+    "report-steps": (["report", "--steps", "7"], "step 7 not found in "),
+    "report-range": (["report", "--steps", "1:60"], "step 60 not found in "),
+    "report-cycle": (["report", "--cycle", "2"], "--cycle 2: "),
+    "report-ranks": (["report", "--ranks", "9"], "--ranks asks for rank(s) 9 but the inputs have ranks 0-1"),
+    "info-ranks": (["info", "--collectives", "--json", "--ranks", "9"], "--ranks asks for rank(s) 9 "),
+    "diff-steps": (["diff", "--steps", "1:7"], "step 7 not found in BASE ("),
+    "diff-new-steps": (["diff", "--new-steps", "3"], "step 3 not found in NEW ("),
+    "diff-cycle": (["diff", "--new-cycle", "2"], "--cycle 2: "),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SELECTIONS))
+def test_selections_that_do_not_exist(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step, cycle or rank that is not there: exit 2 with merge's words, no page, on
+    both paths alike (report and diff took 'nothing matched' or part of a range)."""
+    inputs = write_run(tmp_path, lambda i: [step(1, 0), collective(10 + 5 * i)])
+    args, words = SELECTIONS[name]
+    where = [tmp_path, tmp_path] if args[0] == "diff" else inputs
+    out = ["-o", tmp_path / "p.html"] if args[0] == "report" else []
+    answers = []
+    for kernel in ("0", "1") if native.kernel is not None else ("0",):
+        monkeypatch.setenv("TRACEFUSE_KERNEL", kernel)
+        answers.append(cli(*args, *where, *out, "-j", "1"))
+    rc, stdout, stderr = answers[0]
+    assert (rc, stdout) == (2, "") and stderr.startswith(f"tracefuse: error: {words}"), answers[0]
+    assert not (tmp_path / "p.html").exists()
+    assert all(a == answers[0] for a in answers)
