@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 from hostile import BASE_NS, cli, trace_bytes
@@ -28,6 +28,7 @@ DATA_RE = re.compile(r'<script type="application/json" id="tracefuse-report">(.*
 _TIMES = re.compile(r"\d+\.\d+ s \([\d.]+ MB/s\)|\d+\.\d+ s\b")
 FAR_US = 2**62 // 1000  # the analysis' range, in whole microseconds
 CLOCK_US = 2**63 // 1000  # the merge's clock
+HOURS_18_5 = int(18.5 * 3600e9)
 
 
 def collective(ts: Any, seq: int = 1, dur: Any = 50) -> Dict[str, Any]:
@@ -50,13 +51,20 @@ def step(n: Any, ts: Any, dur: Any = 1000) -> Dict[str, Any]:
 
 
 def write_run(
-    folder: Path, events_of_rank: Any, ranks: Tuple[int, ...] = (0, 1), host: Any = None
+    folder: Path,
+    events_of_rank: Any,
+    ranks: Tuple[int, ...] = (0, 1),
+    host: Any = None,
+    shift: Any = None,
+    world: Optional[int] = None,
 ) -> List[Path]:
-    """One file per rank; ``host``: the ``host_name`` written before ``traceEvents``."""
+    """One file per rank; ``host``: the ``host_name`` written before ``traceEvents``;
+    ``shift(i)``: the i-th file's base after ``BASE_NS`` (default ``i`` ns: each rank its
+    own process, as the run check wants); ``world``: its ``world_size`` (default: the ranks)."""
     paths = []
     for i, r in enumerate(ranks):
-        # each rank its own process (the run check refuses one recording under two ranks): 1 ns apart
-        data = trace_bytes(events_of_rank(i), base_ns=BASE_NS + i, rank=r, world=len(ranks))
+        base = BASE_NS + (i if shift is None else shift(i))
+        data = trace_bytes(events_of_rank(i), base_ns=base, rank=r, world=world or len(ranks))
         if host is not None:
             data = data.replace(b"{", b'{"host_name": ' + json.dumps(host).encode() + b", ", 1)
         path = folder / f"r{i}.json"
@@ -76,7 +84,16 @@ CASES: Dict[str, Dict[str, Any]] = {
     "rank_2_64": {"events": lambda i: [step(1, 0), collective(10 + 300 * i)], "ranks": (0, 2**64)},
     "host_proto": {"events": lambda i: [step(1, 0), collective(10 + 5 * i)], "host": "__proto__"},
     "host_constructor": {"events": lambda i: [step(1, 0), collective(10 + 5 * i)], "host": "constructor"},
-}
+    # the run check (item 2): rank 1 18.5 h after rank 0; on one host, 60 s after rank 0's
+    # recording ended; one recording (ns times) under two ranks; 2 of a world of 4
+    "mixed_runs": {"events": lambda i: [step(1, 0), collective(10)], "shift": lambda i: i * HOURS_18_5, "refused": True},
+    "one_host_disjoint": {"events": lambda i: [step(1, 0), collective(10)], "host": "h",
+                          "shift": lambda i: i * 60 * 10**9, "refused": True},
+    "edited_copies": {"events": lambda i: [step(1, 0.5), collective(10.25)], "shift": lambda i: 0, "refused": True},
+    "missing_ranks": {"events": lambda i: [step(1, 0), collective(10 + 5 * i)], "world": 4},
+}  # fmt: skip
+#: the commands whose answer would be wrong on a refused case: exit 2 (a usage error naming the files)
+REFUSING = {"info-collectives", "info-json", "report", "diff"}
 
 COMMANDS = {
     "info": ("info",),
@@ -92,7 +109,7 @@ COMMANDS = {
 
 def _case(tmp: Path, name: str) -> List[Path]:
     c = CASES[name]
-    return write_run(tmp, c["events"], c.get("ranks", (0, 1)), c.get("host"))
+    return write_run(tmp, c["events"], c.get("ranks", (0, 1)), c.get("host"), c.get("shift"), c.get("world"))
 
 
 def _answer(
@@ -138,8 +155,22 @@ def test_one_answer_on_both_paths(
 ) -> None:
     inputs = _case(tmp_path, case)
     python = _answer(tmp_path, command, inputs, "0", monkeypatch)
-    # diff: a run whose steps cannot be compared is a usage error (2) naming what differs
-    assert python[0] in ((0, 1, 2) if command == "diff" else (0, 1)), python[:3]
+    if CASES[case].get("refused") and command in REFUSING:
+        assert python[0] == 2 and "needs one run, each rank once" in python[2], python[:3]
+        assert str(inputs[0]) in python[2] or str(inputs[1]) in python[2]
+    else:  # diff: a run whose steps cannot be compared is a usage error (2) naming what differs
+        assert python[0] in ((0, 1, 2) if command == "diff" else (0, 1)), python[:3]
+    # the warning, naming what is wrong (a merge reads no file whole before it writes: it
+    # sees the first events only, here 60 s apart, under the ten minutes of plan/runcheck.py)
+    if (CASES[case].get("refused") or case == "missing_ranks") and (case, command) != (
+        "one_host_disjoint",
+        "merge-links",
+    ):
+        assert (
+            "runs" in python[1] + python[2]
+            or "one recording" in python[1] + python[2]
+            or ("rank(s) 2-3" in python[1] + python[2])
+        ), python[:3]
     assert "internal error" not in python[2] and "Traceback" not in python[2]
     if native.kernel is not None:
         assert _answer(tmp_path, command, inputs, "1", monkeypatch) == python
@@ -149,7 +180,10 @@ def test_one_answer_on_both_paths(
 def test_stragglers_one_answer(case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     inputs = _case(tmp_path, case)
     python = _stragglers(inputs, "0", monkeypatch)
-    assert isinstance(python, dict), python
+    if CASES[case].get("refused"):
+        assert python.startswith("UsageError: stragglers() needs one run, each rank once"), python
+    else:
+        assert isinstance(python, dict), python
     if native.kernel is not None:
         assert _stragglers(inputs, "1", monkeypatch) == python
 
@@ -262,3 +296,34 @@ def test_browser_an_error_reading_the_data_says_could_not_draw(tmp_path: Path) -
     dom = dump_dom(page)
     assert body_attrs(dom).get("data-rendered") == "error"
     assert "the page could not draw itself: TypeError" in dom
+
+
+# ------------------------------------------------------------------ selections (item 4)
+SELECTIONS = {
+    "report-steps": (["report", "--steps", "7"], "step 7 not found in "),
+    "report-range": (["report", "--steps", "1:60"], "step 60 not found in "),
+    "report-cycle": (["report", "--cycle", "2"], "--cycle 2: "),
+    "report-ranks": (["report", "--ranks", "9"], "--ranks asks for rank(s) 9 but the inputs have ranks 0-1"),
+    "info-ranks": (["info", "--collectives", "--json", "--ranks", "9"], "--ranks asks for rank(s) 9 "),
+    "diff-steps": (["diff", "--steps", "1:7"], "step 7 not found in BASE ("),
+    "diff-new-steps": (["diff", "--new-steps", "3"], "step 3 not found in NEW ("),
+    "diff-cycle": (["diff", "--new-cycle", "2"], "--cycle 2: "),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SELECTIONS))
+def test_selections_that_do_not_exist(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step, cycle or rank that is not there: exit 2 with merge's words, no page, on
+    both paths alike (report and diff took 'nothing matched' or part of a range)."""
+    inputs = write_run(tmp_path, lambda i: [step(1, 0), collective(10 + 5 * i)])
+    args, words = SELECTIONS[name]
+    where = [tmp_path, tmp_path] if args[0] == "diff" else inputs
+    out = ["-o", tmp_path / "p.html"] if args[0] == "report" else []
+    answers = []
+    for kernel in ("0", "1") if native.kernel is not None else ("0",):
+        monkeypatch.setenv("TRACEFUSE_KERNEL", kernel)
+        answers.append(cli(*args, *where, *out, "-j", "1"))
+    rc, stdout, stderr = answers[0]
+    assert (rc, stdout) == (2, "") and stderr.startswith(f"tracefuse: error: {words}"), answers[0]
+    assert not (tmp_path / "p.html").exists()
+    assert all(a == answers[0] for a in answers)

@@ -250,9 +250,15 @@ def test_two_cycles_of_one_folder_by_position() -> None:
 
 
 def test_steps_that_are_not_there_say_what_is(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["diff", A, _run("b"), "--steps", "9", "-j", "1"]) == 2
-    err = capsys.readouterr().err
-    assert "every rank of BASE recorded ProfilerStep#2-4, of NEW ProfilerStep#2-4); --steps" in err
+    """merge's and report's words (select/window.py steps_not_found): both ends of the
+    range must be there (issue 39 item 4: 3:7 compared step 3 alone, silently)."""
+    for flags, what in ((["--steps", "9"], "step 9 not found in BASE"), (["--steps", "3:7"], "step 7 not found in BASE"),
+                        (["--new-steps", "50:60"], "steps 50 and 60 not found in NEW")):  # fmt: skip
+        assert main(["diff", A, _run("b"), *flags, "-j", "1"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"tracefuse: error: {what} (") and err.endswith("); steps present: 2-4\n"), err
+    with pytest.raises(UsageError, match="^step 9 not found in BASE"):
+        tracefuse_stream.diff(A, _run("b"), base_steps="9")
 
 
 def test_one_step_a_run_tests_nothing_and_says_so() -> None:

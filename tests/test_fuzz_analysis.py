@@ -5,7 +5,12 @@ Families: step names (Unicode digits, signs, spaces, huge numbers, missing and
 duplicated steps), times and durations (huge, negative, floats, exponents, at 2**62 and
 2**63 ns, strings, null, NaN-ish strings), ranks (huge, negative, strings) and step
 numbers, host names (``__proto__``, ``constructor``, control characters, markup),
-collectives without steps. Each case, on the C kernel's path and without it, must end
+op and collective names (escape sequences, CR/LF, 20 KB), collectives without steps;
+and the run check's families (plan/runcheck.py): mixed runs (a rank's base hours, or on
+one host a minute, after the others'), ranks missing from the world (a larger
+``world_size``), one recording under several ranks (a file copied, its rank edited),
+and selections that do not exist (``--steps``, ``--cycle``, ``--ranks``; the API's
+``cycle=``/``ranks=``). Each case, on the C kernel's path and without it, must end
 as exit 0 with a page whose embedded JSON parses and is under the budget (and
 ``stragglers()`` a dict), or exit 1-3 with one message naming the file
 (``stragglers()``: the package's error); never 70, never a traceback; and both paths
@@ -23,12 +28,13 @@ import io
 import json
 import random
 import re
+import shutil
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 import pytest
 from conftest import fuzz_seed
-from hostile import trace_bytes
+from hostile import BASE_NS, trace_bytes
 
 import tracefuse_stream
 from tracefuse_stream import native
@@ -103,14 +109,39 @@ def _time(rnd: random.Random, pool: List[Any], usual: Any) -> Any:
     return v
 
 
-def make_case(rnd: random.Random, folder: Path) -> List[Path]:
+OP_NAMES = ["aten::mm", "op", "__proto__", "a\x1b[31mred\x1b[0m", "line\r\nwarning: forged", "n" * 20_000]
+#: selections that exist nowhere in a fuzzed run: (CLI flags, stragglers() keywords)
+SELECTIONS: List[Tuple[List[str], Dict[str, Any]]] = [
+    (["--steps", "7"], {}),
+    (["--steps", "50:60"], {}),
+    (["--cycle", "2"], {"cycle": 2}),
+    (["--ranks", "9"], {"ranks": "9"}),
+]
+HOURS_18_5 = int(18.5 * 3600e9)
+
+
+def _edit_rank(data: bytes, rank: Any) -> bytes:
+    return re.sub(rb'"rank": [^,}]+', b'"rank": ' + json.dumps(rank).encode(), data, count=1)
+
+
+def make_case(rnd: random.Random, folder: Path) -> Tuple[List[Path], List[str], Dict[str, Any]]:
+    """(the files, extra flags for info and report, stragglers() keywords)."""
     n_ranks = rnd.choice([1, 2, 2, 3])
     with_steps = rnd.random() < 0.75
     n_steps = rnd.randint(1, 3)
     ranks = list(range(n_ranks))
     if rnd.random() < 0.3:
         ranks[rnd.randrange(n_ranks)] = rnd.choice(RANKS)
-    paths = []
+    # the run check's families: a rank hours (or, on one host, a minute) after the
+    # others; a world larger than the files; one recording copied under other ranks
+    family = rnd.choices(["none", "mixed", "one_host", "missing", "copies"], [0.6, 0.1, 0.1, 0.1, 0.1])[0]
+    shifts = [0] * n_ranks
+    if family in ("mixed", "one_host") and n_ranks > 1:
+        shifts[-1] = HOURS_18_5 if family == "mixed" else 60 * 10**9
+    one_host = "h" if family == "one_host" else None
+    world = n_ranks + rnd.choice([1, 2, 125]) if family == "missing" else n_ranks
+    copies = family == "copies"
+    paths: List[Path] = []
     for i, rank in enumerate(ranks):
         events: List[str] = []
         if with_steps:
@@ -128,22 +159,28 @@ def make_case(rnd: random.Random, folder: Path) -> List[Path]:
                 late = 300 if i == n_ranks - 1 else 5 * i
                 ev = {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32", "pid": 0, "tid": 7,
                       "ts": _time(rnd, TIMES, (s - 1) * 1000 + 10 + 400 * seq + late), "dur": _time(rnd, DURS, 50),
-                      "args": {"Collective name": "allreduce", "Process Group Name": "0", "Seq": 2 * s + seq}}  # fmt: skip
+                      "args": {"Collective name": "allreduce" if rnd.random() < 0.9 else rnd.choice(OP_NAMES),
+                               "Process Group Name": "0", "Seq": 2 * s + seq}}  # fmt: skip
                 events.append(_event_text(ev))
-                op = {"ph": "X", "cat": "cpu_op", "name": rnd.choice(["aten::mm", "op", "__proto__"]), "pid": 77,
+                op = {"ph": "X", "cat": "cpu_op", "name": rnd.choice(OP_NAMES), "pid": 77,
                       "tid": 77, "ts": _time(rnd, TIMES, (s - 1) * 1000 + 1), "dur": _time(rnd, DURS, 8)}  # fmt: skip
                 events.append(_event_text(op))
         rnd.shuffle(events)
-        head = trace_bytes([], rank=0, world=n_ranks)
-        head = head.replace(b'"rank": 0', b'"rank": ' + json.dumps(rank).encode(), 1)
-        if rnd.random() < 0.5:
+        head = trace_bytes([], rank=0, world=world, base_ns=BASE_NS + shifts[i])
+        head = _edit_rank(head, rank)
+        if one_host is not None:
+            head = head.replace(b"{", b'{"host_name": ' + json.dumps(one_host).encode() + b", ", 1)
+        elif rnd.random() < 0.5:
             host = rnd.choice(HOSTS)
             head = head.replace(b"{", b'{"host_name": ' + json.dumps(host).encode() + b", ", 1)
         data = head.replace(b"[\n\n]", ("[\n" + ",\n".join(events) + "\n]").encode(), 1)
+        if copies and i > 0:
+            data = _edit_rank(paths[0].read_bytes(), rank)  # rank 0's recording, its rank number edited
         path = folder / f"host.{i}.pt.trace.json"
         path.write_bytes(data)
         paths.append(path)
-    return paths
+    flags, kw = rnd.choice(SELECTIONS) if rnd.random() < 0.12 else ([], {})
+    return paths, flags, kw
 
 
 def _cli(args: List[Any]) -> Tuple[int, str, str]:
@@ -153,7 +190,7 @@ def _cli(args: List[Any]) -> Tuple[int, str, str]:
     return rc, o.getvalue(), e.getvalue()
 
 
-def _check_cli(what: str, rc: int, out: str, err: str, inputs: List[Path]) -> None:
+def _check_cli(what: str, rc: int, out: str, err: str, inputs: List[Path], flags: List[str]) -> None:
     assert rc != 70 and "internal error" not in err and "Traceback" not in err + out, (what, rc, err)
     if rc == 0:
         return
@@ -162,19 +199,24 @@ def _check_cli(what: str, rc: int, out: str, err: str, inputs: List[Path]) -> No
     broken = [ln for ln in out.splitlines() + err.splitlines() if ln.startswith("BROKEN ")]
     # one message naming the file (info/report list a file they could not read as BROKEN)
     assert len(lines) == 1 or broken, (what, rc, out, err)
-    # the message (its first line and the lines under it, up to the next one) names a file
-    assert any(str(p) in err + "\n".join(broken) for p in inputs), (what, rc, out, err)
+    # the message (its first line and the lines under it, up to the next one) names a file,
+    # or the selection that selects nothing
+    named = [str(p) for p in inputs] + flags[:1]
+    assert any(n in err + "\n".join(broken) for n in named), (what, rc, out, err)
 
 
-def answers(inputs: List[Path], folder: Path) -> Tuple[Any, ...]:
-    rc, out, err = _cli(["info", "--collectives", "--json", "-j", "1", *inputs])
-    _check_cli("info", rc, out, err, inputs)
+def answers(inputs: List[Path], folder: Path, flags: List[str], kw: Dict[str, Any]) -> Tuple[Any, ...]:
+    info_flags = [f for f in flags if f not in ("--steps", "--cycle")] if "--ranks" in flags else []
+    rc, out, err = _cli(["info", "--collectives", "--json", "-j", "1", *info_flags, *inputs])
+    _check_cli("info", rc, out, err, inputs, info_flags)
     if rc == 0:
         json.loads(out)
     info = (rc, _TIMES.sub("T", out), err)
     page = folder / "page.html"
-    rc, out, err = _cli(["report", "-j", "1", *inputs, "-o", page, "--force"])
-    _check_cli("report", rc, out, err, inputs)
+    rc, out, err = _cli(["report", "-j", "1", *flags, *inputs, "-o", page, "--force"])
+    if flags:  # nothing to select: merge's error, never a page
+        assert rc == 2 and err.startswith("tracefuse: error: "), (flags, rc, err)
+    _check_cli("report", rc, out, err, inputs, flags)
     data: Any = None
     if page.exists():
         text = page.read_text(encoding="utf-8")
@@ -186,7 +228,8 @@ def answers(inputs: List[Path], folder: Path) -> Tuple[Any, ...]:
     assert rc != 0 or data is not None, "exit 0 without a page"
     report = (rc, out, err, data)
     try:
-        strag: Any = tracefuse_stream.stragglers([str(p) for p in inputs])
+        strag: Any = tracefuse_stream.stragglers([str(p) for p in inputs], **kw)
+        assert not kw, f"stragglers({kw}) selected something"
         assert isinstance(strag, dict)
     except TraceFuseError as e:  # only the package's own errors
         strag = f"{type(e).__name__}: {e}"
@@ -199,15 +242,38 @@ def test_fuzz_the_analysis(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     for case in range(CASES):
         folder = tmp_path / f"c{case}"
         folder.mkdir()
-        inputs = make_case(rnd, folder)
+        inputs, flags, kw = make_case(rnd, folder)
         where = f"TRACEFUSE_FUZZ_SEED={SEED} case {case}"
         try:
             monkeypatch.setenv("TRACEFUSE_KERNEL", "0")
-            python = answers(inputs, folder)
+            python = answers(inputs, folder, flags, kw)
             if native.kernel is not None:
                 monkeypatch.setenv("TRACEFUSE_KERNEL", "1")
-                assert answers(inputs, folder) == python, "the kernel and the Python path disagree"
+                assert answers(inputs, folder, flags, kw) == python, "the kernel and the Python path disagree"
         except AssertionError as e:
             raise AssertionError(f"{where}: {e}") from e
         except Exception as e:  # a crash of stragglers() or of the test's own reading
             raise AssertionError(f"{where}: {type(e).__name__}: {e}") from e
+
+
+def test_fuzzed_pages_render(tmp_path: Path) -> None:
+    """The first page the seed's cases write, drawn by headless Chromium with no error
+    (``data-rendered="ok"``): a fuzzed page renders, it is not only valid JSON. One
+    page: a browser start costs ~1.4 s (the hostile hosts' pages: test_analysis_inputs)."""
+    from test_report_page import BROWSERS, body_attrs, dump_dom
+
+    if not any(shutil.which(b) for b in BROWSERS):
+        pytest.skip("no Chromium/Chrome on PATH: the page is checked in a browser")
+    print(f"TRACEFUSE_FUZZ_SEED={SEED}")
+    rnd = random.Random(SEED)
+    for case in range(CASES):
+        folder = tmp_path / f"c{case}"
+        folder.mkdir()
+        inputs, flags, _kw = make_case(rnd, folder)
+        page = folder / "page.html"
+        if _cli(["report", "-q", "-j", "1", *flags, *inputs, "-o", page])[0] != 0:
+            continue
+        attrs = body_attrs(dump_dom(page))
+        assert attrs.get("data-rendered") == "ok", (f"TRACEFUSE_FUZZ_SEED={SEED} case {case}", attrs)
+        return
+    raise AssertionError(f"TRACEFUSE_FUZZ_SEED={SEED}: no case wrote a page")

@@ -259,6 +259,8 @@ def test_one_recording_under_four_ranks(tmp_path, capsys, kernel):
     )
     code, out, _ = cli(capsys, "info", d)
     assert code == EXIT_OK and line in warning_lines(out)
+    code, out, err = cli(capsys, "merge", "-q", d, "-o", tmp_path / "q.json", "-j", "1")
+    assert (code, out) == (EXIT_OK, "") and line in warning_lines(err)  # -q: no summary, the warnings still
     code, out, err = cli(capsys, "info", d, "--collectives")
     assert code == EXIT_USAGE and out == "" and files in err and "--ranks 0 (one of the copies)" in err
     code, _, err = cli(capsys, "report", d, "-o", tmp_path / "r.html")
@@ -358,19 +360,49 @@ def _recorded_rank(path: Path) -> int:
     return int(json.loads(gzip.decompress(path.read_bytes()))["distributedInfo"]["rank"])
 
 
-def test_collectives_that_cannot_overlap_say_the_files_may_be_two_runs(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def _mixed_39s(d: Path, world_size: bool = True) -> Path:
     """Rank 0 of one recording with ranks 1-3 of another, 39 s later (under the
-    first-event rule's ten minutes): every all_reduce ends on one rank before another
-    arrives, so none is matched, and the report says the files may not be one run (not
-    only "could not be matched"); the diff of that folder carries it as a warning."""
-    mixed = tmp_path / "mixed"
-    mixed.mkdir()
+    first-event rule's ten minutes), all on host vm; ``world_size``: keep it in the headers."""
+    d.mkdir()
     for run, keep in (("ddp4_runs_a", {0}), ("ddp4_runs_c", {1, 2, 3})):
         for f in sorted((RECORDED / run).glob("*.json.gz")):
             if _recorded_rank(f) in keep:
-                shutil.copy(f, mixed / f.name)
+                t = _text(f) if world_size else re.sub(r'"world_size": \d+, ', "", _text(f), count=1)
+                _write(d / f.name, t)
+    return d
+
+
+def test_runs_39_s_apart_on_one_host_are_two_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kernel
+) -> None:
+    """Their recordings do not overlap on one host (one clock): two runs, named with
+    their files by every command that read the files, refused by the analyses (the
+    collectives matched nothing; the diff compared two half-runs)."""
+    mixed = _mixed_39s(tmp_path / "mixed")
+    rank0 = next(str(f) for f in mixed.iterdir() if _recorded_rank(f) == 0)
+    code, out, _ = cli(capsys, "info", mixed, "-j", "1")
+    (w,) = warning_lines(out)
+    assert code == EXIT_OK and w.startswith("the inputs hold 2 runs: rank 0 from ") and rank0 in w
+    assert w.endswith(": their recordings on host vm (one clock) do not overlap, 38.8 s apart (one job's ranks "
+                      "record the same steps together)")  # fmt: skip
+    for args in (["info", "--collectives"], ["info", "--collectives", "--json"], ["report", "-o", tmp_path / "r.html"],
+                 ["diff", RECORDED / "ddp4_runs_a"]):  # fmt: skip
+        code, out, err = cli(capsys, *args[:1], mixed, *args[1:], "-j", "1")
+        assert (code, out) == (EXIT_USAGE, ""), args
+        assert w in err and "choose: --ranks 1-3 (one run's ranks), or one run per folder" in err, args
+    with pytest.raises(UsageError, match="stragglers\\(\\) needs one run") as e:
+        stragglers(str(mixed), jobs=1)
+    assert w in str(e.value)
+
+
+def test_collectives_that_cannot_overlap_say_the_files_may_be_two_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same files without ``world_size`` (no run check of recordings: a job's size is
+    unknown): every all_reduce ends on one rank before another arrives, so none is
+    matched, and the report says the files may not be one run (not only "could not be
+    matched"); the diff of that folder carries it as a warning."""
+    mixed = _mixed_39s(tmp_path / "mixed", world_size=False)
     assert main(["info", "--collectives", str(mixed), "-j", "1"]) == EXIT_OK
     first = capsys.readouterr().out.splitlines()[0]
     assert first == (
@@ -382,3 +414,85 @@ def test_collectives_that_cannot_overlap_say_the_files_may_be_two_runs(
     out = capsys.readouterr().out
     assert "warning (BASE): none of the 3 collective(s) can be one instance across the ranks" in out
     assert "warning (NEW)" not in out
+
+
+def _gpu_rank(rank: int, late_us: int) -> bytes:
+    """A GPU rank of a 4-member group (its kernels name ranks 0-3) whose header has no
+    world size and no pg_config (ranks from distributedInfo.rank alone)."""
+    evs = [
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#1",
+            "pid": 77,
+            "tid": 77,
+            "ts": 0,
+            "dur": 5000,
+        }
+    ]
+    for seq in range(3):
+        evs.append({"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllGather_RING_LL", "pid": 0, "tid": 7,
+                    "ts": 100 + 1000 * seq + late_us, "dur": 300 - late_us,
+                    "args": {"Collective name": "allgather", "Process Group Name": "0",
+                             "Process Group Ranks": "[0, 1, 2, 3]", "Seq": seq}})  # fmt: skip
+    body = ",\n".join(json.dumps(e) for e in evs)
+    return (f'{{"distributedInfo": {{"backend": "nccl", "rank": {rank}}}, "host_name": "n0", '
+            f'"baseTimeNanoseconds": {1700000000000000000 + rank}, "traceEvents": [\n{body}\n]}}').encode()  # fmt: skip
+
+
+def test_members_named_by_the_collectives_without_a_file(tmp_path: Path, capsys, kernel) -> None:
+    """4 of 8 with an 8-member AllGather matched "on ranks 0-3" (issue 39) where no
+    header says the world's size: the collectives' own member lists say ranks 2-3 have
+    no file, first, in every analysis; not when --ranks chose the ranks."""
+    for r in (0, 1):
+        (tmp_path / f"rank{r}.json").write_bytes(_gpu_rank(r, 40 * r))
+    want = (
+        "partly assessed: rank(s) 2-3, members of the process groups (Process Group Ranks, pg_config), have no "
+        "file; a straggler among them cannot be named"
+    )
+    code, out, _ = cli(capsys, "info", "--collectives", tmp_path)
+    assert code == EXIT_OK and out.splitlines()[0] == want
+    code, out, _ = cli(capsys, "info", "--collectives", "--json", tmp_path)
+    assert code == EXIT_OK and json.loads(out)["collectives"]["not_assessed"] == want
+    assert stragglers(str(tmp_path))["not_assessed"] == want
+    code, out, _ = cli(capsys, "info", "--collectives", "--json", tmp_path, "--ranks", "0-1")
+    assert code == EXIT_OK and json.loads(out)["collectives"]["not_assessed"] is None
+
+
+def test_api_arguments_of_the_wrong_kind_are_usage_errors() -> None:
+    """stragglers() and diff() raise only the package's errors: a pathlib.Path is one
+    input (it was iterated: TypeError), an int or a list of ints is a UsageError saying
+    what is expected, and so are ranks that are not rank numbers."""
+    from tracefuse_stream import diff
+
+    d = RECORDED / "ddp4"
+    assert [r["rank"] for r in stragglers(d, jobs=1)["ranks"]] == [0, 1, 2, 3]
+    assert diff(d, [d])["ranks"] == [0, 1, 2, 3]
+    for bad, words in ((5, "not int"), ([5], "not int 5"), ([d, None], "not NoneType None")):
+        with pytest.raises(UsageError, match=f"^inputs: a path or a list of paths, {words}$"):
+            stragglers(bad, jobs=1)  # type: ignore[arg-type]
+        with pytest.raises(UsageError, match="^inputs: a path or a list of paths"):
+            diff(bad, d)  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="^ranks: rank numbers \\(int\\), not str 'a'$"):
+        stragglers(d, ranks=["a"], jobs=1)  # type: ignore[list-item]
+    with pytest.raises(UsageError, match="^ranks: a spec like '0-3' or a list of rank numbers, not int$"):
+        diff(d, d, ranks=5)  # type: ignore[arg-type]
+
+
+def test_runs_39_s_apart_on_two_hosts_say_the_clock_offset(tmp_path: Path, capsys, kernel) -> None:
+    """Rank 0 on another host: under 30 min a clock offset and two runs look alike (the
+    instances "correct" 39 s away); an offset of seconds is said, with both readings."""
+    mixed = _mixed_39s(tmp_path / "mixed")
+    for f in mixed.iterdir():
+        if _recorded_rank(f) == 0:
+            _write(f, _text(f).replace('"host_name": "vm"', '"host_name": "other"', 1))
+    code, out, _ = cli(capsys, "info", "--collectives", mixed, "-j", "1")
+    assert code == EXIT_OK
+    (note,) = [n for n in out.splitlines() if "clock is" in n]
+    assert re.fullmatch(
+        r"note: host vm's clock is 39\.\d s ahead of the lowest rank's host's, estimated from the collectives' ends; "
+        r"if the hosts' clocks agree, these files are not one run",
+        note,
+    ), note
+    code, out, _ = cli(capsys, "info", "--collectives", "--json", mixed, "-j", "1")
+    assert note[len("note: ") :] in json.loads(out)["collectives"]["notes"]

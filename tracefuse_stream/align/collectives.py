@@ -46,7 +46,7 @@ from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Seq
 from tracefuse_stream.align import gloo_groups
 from tracefuse_stream.align.clock import is_collective_kernel
 from tracefuse_stream.align.collective_event import STEP_PREFIX, CollectiveEvent, Key, _describe, _step_of
-from tracefuse_stream.align.instance_ends import check_ends, drop_apart
+from tracefuse_stream.align.instance_ends import FAR_CLOCK_NS, check_ends, drop_apart, far_clock_note
 from tracefuse_stream.align.p2p import ANY_SOURCE, GLOO_P2P, P2P_CALLS, P2pCall, match_pairs, p2p_call
 from tracefuse_stream.align.pg_config import PgConfig, pg_config_of, pg_count_of
 from tracefuse_stream.align.sequences import match_group
@@ -414,7 +414,8 @@ def match_instances(
     p2p: Counter = Counter()
     found += _match_gloo(scans, pg_configs, pg_counts or {}, hosts, offsets, unmatched, notes, p2p)
     found = drop_apart(found, unmatched)  # type: ignore[arg-type,assignment]  # never one collective, whatever the clocks
-    found, _host_offsets, _tol = check_ends(found, hosts, unmatched)  # type: ignore[arg-type,assignment]
+    found, host_offs, _tol = check_ends(found, hosts, unmatched)  # type: ignore[arg-type,assignment]
+    notes += [far_clock_note(h, off) for h, off in sorted(host_offs.items()) if abs(off) > FAR_CLOCK_NS]
     found.sort(key=lambda f: (min(e.start_ns for e in f[3].values()), f[1], f[0]))
     instances = []
     for i, (name, group, match, entries) in enumerate(found):

@@ -41,6 +41,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 FACTOR = 8
 FLOOR_NS = 1_000_000  # 1 ms: ends of one collective on one host agree far better
 MAX_APART_NS = 30 * 60 * 10**9  # members further apart than this are not one collective
+FAR_CLOCK_NS = 10**9  # a host clock offset estimated beyond this is said (far_clock_note)
 _SYMMETRIC = re.compile(r"all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|barrier", re.IGNORECASE)
 
 Found = Tuple[str, str, str, Dict[int, "object"]]  # (name, group, match, rank -> Entry)
@@ -79,6 +80,16 @@ def drop_apart(found: List[Found], unmatched: Counter) -> List[Found]:
         else:
             kept.append(f)
     return kept
+
+
+def far_clock_note(host: str, offset_ns: int) -> str:
+    """Why: within :data:`MAX_APART_NS` a clock offset between hosts and two runs look
+    alike (the instances "correct" either away); synced hosts agree to milliseconds, so
+    an offset of seconds is said, with both readings."""
+    return (
+        f"{host}'s clock is {abs(offset_ns) / 1e9:,.1f} s {'ahead of' if offset_ns > 0 else 'behind'} the lowest "
+        "rank's host's, estimated from the collectives' ends; if the hosts' clocks agree, these files are not one run"
+    )
 
 
 def host_offsets(found: Sequence[Found], hosts: Mapping[int, Optional[str]]) -> Dict[str, int]:
@@ -139,4 +150,14 @@ def check_ends(
     return kept, offsets, tol
 
 
-__all__ = ["FACTOR", "FLOOR_NS", "MAX_APART_NS", "check_ends", "drop_apart", "host_offsets", "is_symmetric"]
+__all__ = [
+    "FACTOR",
+    "FAR_CLOCK_NS",
+    "FLOOR_NS",
+    "MAX_APART_NS",
+    "check_ends",
+    "drop_apart",
+    "far_clock_note",
+    "host_offsets",
+    "is_symmetric",
+]

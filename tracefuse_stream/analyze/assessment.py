@@ -2,7 +2,8 @@
 
 Why: "no rank stands out" on a green banner reads as an all-clear. When no collective
 instance was matched there was nothing to judge, and when ranks of the world have no
-file a straggler among them cannot be named: the report (text and page) says so
+file (by ``distributedInfo.world_size``, or named as members by the collectives
+themselves) a straggler among them cannot be named: the report (text and page) says so
 first, in a colour that is not the all-clear (report/page.js ``#verdict.unassessed``).
 Mixed runs, edited copies and selections that do not exist never get this far: they
 are errors (plan/runcheck.py ``require_one_run``, report/page_data.py).
@@ -10,7 +11,7 @@ are errors (plan/runcheck.py ``require_one_run``, report/page_data.py).
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from tracefuse_stream.rankset import compress_ranges
 
@@ -31,6 +32,19 @@ def no_overlap_text(table: Any) -> Optional[str]:
     )
 
 
+def named_without_file(table: Any) -> List[int]:
+    """Ranks the matched collectives name as members (``Process Group Ranks``, else
+    ``pg_config``) that have no file: a world size the headers do not say (older traces,
+    ranks from file names) still shows here. One entry per process group is read: its
+    members all name the same ranks."""
+    present = set(table.ranks)
+    named: Dict[str, Any] = {}
+    for inst in table.instances:
+        if inst.group not in named:
+            named[inst.group] = next(iter(inst.entries.values())).participants
+    return sorted({r for members in named.values() for r in members or () if r not in present})
+
+
 def not_assessed(table: Any, checks: Sequence[Any] = ()) -> Optional[str]:
     """One line saying what the analysis of ``table`` (a CollectiveTable) could not
     assess, or None; ``checks``: the run checks of its cycle (plan/runcheck.py)."""
@@ -44,6 +58,13 @@ def not_assessed(table: Any, checks: Sequence[Any] = ()) -> Optional[str]:
         )
         return f"not assessed: no collective instance matched across ranks ({why}); nobody is judged"
     missing = sorted({r for rc in checks for r in rc.missing})
+    absent = set() if any(rc.selected for rc in checks) else set(named_without_file(table))  # --ranks chose
+    absent.update(r for rc in checks for members in rc.group_missing.values() for r in members)
+    if absent and not missing:
+        return (
+            f"partly assessed: rank(s) {compress_ranges(sorted(absent))}, members of the process groups "
+            "(Process Group Ranks, pg_config), have no file; a straggler among them cannot be named"
+        )
     if missing:
         n = max((rc.world_size or 0 for rc in checks), default=0)
         return (
@@ -53,4 +74,4 @@ def not_assessed(table: Any, checks: Sequence[Any] = ()) -> Optional[str]:
     return None
 
 
-__all__ = ["NO_OVERLAP", "no_overlap_text", "not_assessed"]
+__all__ = ["NO_OVERLAP", "named_without_file", "no_overlap_text", "not_assessed"]

@@ -20,7 +20,10 @@ The rules, per profiling cycle:
   ``stragglers()``; a merge uses ``MIXED_GAP_NS``). One job's ranks record the same
   steps (the profiler's schedule counts the steps they share), so they start within a
   step of each other; ten minutes is longer than any step we have seen profiled, and
-  much shorter than the time between two runs written into one folder.
+  much shorter than the time between two runs written into one folder. When a pass has
+  read the files, also the ranks of one host (one clock) of a distributed job
+  (``world_size`` above 1) whose recordings do not overlap at all: one job's ranks record
+  the same steps, together, so two runs minutes or seconds apart show here.
 * **missing ranks**: ``distributedInfo.world_size`` (the most common value) against the
   ranks present, and the members of every process group in ``pg_config`` that have no
   file. Not checked when ``--ranks`` chose the ranks (the user left the others out).
@@ -61,6 +64,7 @@ class RunCheck:
 
     runs: List[List[RankPlan]] = field(default_factory=list)  # more than one: mixed runs
     gap_ns: int = 0  # the largest gap between two runs
+    one_host: Optional[str] = None  # the runs are told apart by recordings that do not overlap on this host
     world_size: Optional[int] = None
     missing: List[int] = field(default_factory=list)  # ranks of the world without a file
     group_missing: Dict[str, List[int]] = field(default_factory=dict)  # pg name -> members without a file
@@ -70,6 +74,7 @@ class RunCheck:
     ranks: List[int] = field(default_factory=list)  # the ranks checked
     firsts: Optional[Dict[str, Optional[int]]] = None  # path -> earliest event, when a pass found it
     plans: List[RankPlan] = field(default_factory=list)  # the plans checked (messages name their files)
+    selected: bool = False  # --ranks chose the ranks: the others are left out on purpose
 
     def _where(self) -> str:
         return f"cycle {self.cycle}: " if self.cycle is not None else ""
@@ -83,8 +88,13 @@ class RunCheck:
                 f"{_rank_label(run)} from {iso_utc(earliest_ns(run, self.firsts))} ({_files(run)})"
                 for run in self.runs
             ]
-            return (f"{self._where()}the inputs hold {len(self.runs)} runs: {'; '.join(parts)}: their "
-                    f"first events are {_duration(self.gap_ns)} apart (one job's ranks start within a step of each other)")  # fmt: skip
+            why = (
+                f"their first events are {_duration(self.gap_ns)} apart (one job's ranks start within a step of each other)"
+                if self.one_host is None
+                else f"their recordings on host {printable(self.one_host)} (one clock) do not overlap, "
+                f"{_duration(self.gap_ns)} apart (one job's ranks record the same steps together)"
+            )
+            return f"{self._where()}the inputs hold {len(self.runs)} runs: {'; '.join(parts)}: {why}"
         if steps and len(self.step_runs) > 1:
             plans = {p.rank: p for p in self.plans}
             parts = [
@@ -164,6 +174,30 @@ def _runs(plans: Sequence[RankPlan], extents: Optional[Extents]) -> Tuple[List[L
     return (runs, gap) if len(runs) > 1 else ([], 0)
 
 
+def _disjoint(
+    plans: Sequence[RankPlan], extents: Optional[Extents]
+) -> Tuple[List[List[RankPlan]], int, Optional[str]]:
+    """(runs, gap, host): the ranks of one host, of a distributed job, in groups whose
+    recordings (first to last event, from a pass) do not overlap; ([], 0, None) if none."""
+    by_host: Dict[str, List[Tuple[int, int, int, RankPlan]]] = {}
+    for p in plans:
+        e = (extents or {}).get(p.path)
+        if p.host_name and (p.world_size or 0) > 1 and e and e[0] is not None and e[1] is not None:
+            by_host.setdefault(p.host_name, []).append((e[0], e[1], p.rank, p))
+    for host, spans in sorted(by_host.items()):
+        spans.sort(key=lambda t: t[:3])
+        runs, end, gap = [[spans[0][3]]], spans[0][1], 0
+        for first, last, _, p in spans[1:]:
+            if first > end:
+                gap = max(gap, first - end)
+                runs.append([])
+            runs[-1].append(p)
+            end = max(end, last)
+        if len(runs) > 1:
+            return runs, gap, host
+    return [], 0, None
+
+
 def _world(plans: Sequence[RankPlan]) -> Optional[int]:
     sizes: Dict[int, int] = {}
     for p in plans:
@@ -228,9 +262,11 @@ def check_run(
     """The run check of one profiling cycle's ``plans`` (module docstring). ``extents``:
     what a pass over the files found; ``selected``: ``--ranks`` chose the ranks (no
     missing-rank check); ``steps``: rank -> its ProfilerStep numbers, when read."""
-    rc = RunCheck(cycle=cycle, ranks=sorted(p.rank for p in plans), plans=list(plans))
+    rc = RunCheck(cycle=cycle, ranks=sorted(p.rank for p in plans), plans=list(plans), selected=selected)
     rc.firsts = None if extents is None else {k: v[0] for k, v in extents.items()}
     rc.runs, rc.gap_ns = _runs(plans, extents)
+    if not rc.runs:
+        rc.runs, rc.gap_ns, rc.one_host = _disjoint(plans, extents)
     present = {p.rank for p in plans}
     if not selected and all(p.rank_source in ("distributedInfo", "explicit") for p in plans):
         rc.world_size = _world(plans)

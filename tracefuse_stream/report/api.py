@@ -8,6 +8,7 @@ docs/collectives.md), for the latest profiling cycle or the one asked for.
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections import Counter
 from typing import Any, Dict, List, Optional, Sequence, TypedDict, Union
@@ -18,9 +19,8 @@ from tracefuse_stream.cluster import dask_backend
 from tracefuse_stream.errors import InputError
 from tracefuse_stream.listing import inline
 from tracefuse_stream.plan.runcheck import require_one_run
-from tracefuse_stream.rankset import parse_rank_spec
 from tracefuse_stream.report.collectives import collect_analyses, to_json
-from tracefuse_stream.report.info import collect_info
+from tracefuse_stream.report.info import collect_info, input_list, rank_list_arg
 from tracefuse_stream.report.page_data import choose_shown_cycle, select_cycle
 from tracefuse_stream.workers import check_jobs
 
@@ -55,7 +55,7 @@ class StragglerReport(TypedDict, total=False):
 
 
 def stragglers(
-    inputs: Union[str, Sequence[str]],
+    inputs: Union[str, os.PathLike[str], Sequence[Union[str, os.PathLike[str]]]],
     *,
     ranks: Union[None, str, Sequence[int]] = None,
     rank_from: str = "auto",
@@ -66,7 +66,8 @@ def stragglers(
     """Who holds the others back, per step, and why (see :mod:`tracefuse_stream.analyze.stragglers`
     and :mod:`tracefuse_stream.analyze.why`).
 
-    ``inputs``: files and run directories as ``merge`` takes them; ``ranks``: a subset
+    ``inputs``: files and run directories as ``merge`` takes them (a path, ``str`` or
+    ``pathlib.Path``, or a list of them); ``ranks``: a subset
     (``"0,4"``, ``"0-7"`` or a list); ``cycle``: the profiling cycle (1-based; default the
     latest, as ``info --collectives``); ``jobs``: worker processes; ``dask``: a Dask
     scheduler address (``tcp://host:8786``) or scheduler file: the per-rank scans run
@@ -77,7 +78,7 @@ def stragglers(
     :class:`~tracefuse_stream.errors.UsageError`, worded as ``merge`` words them.
     """
     check_jobs(jobs)  # as merge() checks it: -1 is an error, not one worker
-    paths = [inputs] if isinstance(inputs, str) else list(inputs)
+    paths = input_list(inputs)  # a Path is one input; anything else but paths a UsageError
     with dask_backend(dask, paths):  # the per-rank passes on a cluster, if given
         return _stragglers(paths, ranks, rank_from, cycle, jobs)
 
@@ -85,7 +86,7 @@ def stragglers(
 def _stragglers(
     paths: List[Any], ranks: Union[None, str, Sequence[int]], rank_from: str, cycle: Optional[int], jobs: int
 ) -> StragglerReport:
-    wanted = parse_rank_spec(ranks) if isinstance(ranks, str) else (None if ranks is None else list(ranks))
+    wanted = rank_list_arg(ranks)
     scans: List[Any] = []
     plans, _rows, _out, _text = collect_info(
         paths, rank_from=rank_from, ranks=wanted, jobs=jobs, sections=["collectives"], scans_out=scans

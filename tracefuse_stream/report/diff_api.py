@@ -9,6 +9,7 @@ and compared (analyze/diff.py). The command line and the Python API share this, 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -21,14 +22,15 @@ from tracefuse_stream.errors import InputError
 from tracefuse_stream.listing import inline
 from tracefuse_stream.plan.planner import PlanList
 from tracefuse_stream.plan.runcheck import require_one_run
-from tracefuse_stream.rankset import parse_rank_spec, parse_steps
+from tracefuse_stream.rankset import parse_steps
 from tracefuse_stream.report.collectives import verdict_sentence
 from tracefuse_stream.report.diff_json import to_json
-from tracefuse_stream.report.info import collect_info
+from tracefuse_stream.report.info import collect_info, input_list, rank_list_arg
 from tracefuse_stream.report.page_data import choose_shown_cycle, select_cycle
+from tracefuse_stream.select.window import steps_not_found
 from tracefuse_stream.workers import check_jobs
 
-Inputs = Union[str, Sequence[str]]
+Inputs = Union[str, os.PathLike[str], Sequence[Union[str, os.PathLike[str]]]]
 Ranks = Union[None, str, Sequence[int]]
 
 
@@ -42,13 +44,11 @@ class Run:
 
 
 def _paths(inputs: Inputs) -> List[str]:
-    return [inputs] if isinstance(inputs, str) else [str(p) for p in inputs]
+    return input_list(inputs)
 
 
 def _ranks(ranks: Ranks) -> Optional[List[int]]:
-    if ranks is None:
-        return None
-    return parse_rank_spec(ranks) if isinstance(ranks, str) else list(ranks)
+    return rank_list_arg(ranks)
 
 
 def load_run(
@@ -97,6 +97,18 @@ def _window(spec: Optional[str]) -> Optional[Tuple[int, int]]:
     return parse_steps(spec) if spec else None
 
 
+def check_window(run: Run, label: str, spec: Optional[str]) -> None:
+    """``--steps A:B`` must name steps the run recorded (both ends), as ``merge`` and
+    ``report`` ask: a step that is not there is the same error everywhere (issue 39)."""
+    window = _window(spec)
+    if window is None:
+        return
+    present = {s for per in run.figures.steps.values() for s in per}
+    missing = [s for s in dict.fromkeys(window) if s not in present]
+    if missing:
+        raise steps_not_found(missing, f"in {label} ({inline(run.paths, limit=3)})", present)
+
+
 def match(
     base: RunFigures,
     new: RunFigures,
@@ -143,6 +155,8 @@ def run_diff(
         if isinstance(new, Run)
         else load_run(new, ranks=wanted, rank_from=rank_from, cycle=nc, jobs=jobs, label="NEW")
     )
+    check_window(b, "BASE", base_steps or steps)
+    check_window(n, "NEW", new_steps or steps)
     m = match(
         b.figures, n.figures, ranks_given=wanted is not None,
         steps=steps, base_steps=base_steps, new_steps=new_steps, align_steps=align_steps,

@@ -18,15 +18,18 @@ event's ``args`` is not looked for here (``merge`` rejects it, naming the positi
 
 from __future__ import annotations
 
+import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from tracefuse_stream.analyze.kernel_categories import CategorySpec
 from tracefuse_stream.analyze.onepass import broken_text, scan_files
+from tracefuse_stream.errors import UsageError
 from tracefuse_stream.plan.cycles import describe_cycles
 from tracefuse_stream.plan.extent import RankInfo
 from tracefuse_stream.plan.planner import InputSpec, PlanList, plan_all
 from tracefuse_stream.plan.rankplan import RankPlan
 from tracefuse_stream.plan.starts import earliest_ns
+from tracefuse_stream.rankset import parse_rank_spec
 from tracefuse_stream.textout import printable
 from tracefuse_stream.timeunits import iso_utc
 
@@ -127,3 +130,39 @@ def collect_info(
 #: table) and ``collectives_by_cycle`` (--collectives with several cycles: cycle -> table);
 #: ``warnings``: the input warnings every command prints (plan/planner.py PlanList.warnings).
 INFO_JSON_KEYS = ("ranks", "cycles", "steps", "align", "collectives", "collectives_by_cycle", "warnings")
+
+
+def input_list(inputs: Any) -> List[str]:
+    """The API's ``inputs`` (``stragglers()``, ``diff()``): one path (``str`` or
+    ``os.PathLike``: a ``pathlib.Path`` is one run, not an iterable) or an iterable of
+    them, as strings; anything else a :class:`UsageError` saying what is expected (was
+    Python's TypeError: the API raises only the package's errors)."""
+    if isinstance(inputs, (str, os.PathLike)):
+        return [os.fspath(inputs)]
+    try:
+        items = list(inputs)
+    except TypeError:
+        raise UsageError(f"inputs: a path or a list of paths, not {type(inputs).__name__}") from None
+    bad = [x for x in items if not isinstance(x, (str, os.PathLike))]
+    if bad:
+        raise UsageError(f"inputs: a path or a list of paths, not {type(bad[0]).__name__} {bad[0]!r}")
+    return [os.fspath(x) for x in items]
+
+
+def rank_list_arg(ranks: Any) -> Optional[List[int]]:
+    """The API's ``ranks``: ``None``, a spec (``"0-3"``) or rank numbers; anything else
+    a :class:`UsageError`."""
+    if ranks is None:
+        return None
+    if isinstance(ranks, str):
+        return parse_rank_spec(ranks)
+    try:
+        items = list(ranks)
+    except TypeError:
+        raise UsageError(
+            f"ranks: a spec like '0-3' or a list of rank numbers, not {type(ranks).__name__}"
+        ) from None
+    bad = [r for r in items if type(r) is not int]
+    if bad:
+        raise UsageError(f"ranks: rank numbers (int), not {type(bad[0]).__name__} {bad[0]!r}")
+    return items
