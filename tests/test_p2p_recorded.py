@@ -30,6 +30,11 @@ def _info(capsys: pytest.CaptureFixture, name: str, *args: str) -> Dict[str, Any
     return json.loads(capsys.readouterr().out)["collectives"]
 
 
+def _info_path(capsys: pytest.CaptureFixture, path: Path) -> Dict[str, Any]:
+    assert main(["info", "--collectives", "--json", "-j", "1", str(path)]) == 0
+    return json.loads(capsys.readouterr().out)["collectives"]
+
+
 def _text(capsys: pytest.CaptureFixture, name: str) -> str:
     assert main(["info", "--collectives", "-j", "1", str(RECORDED / name)]) == 0
     return capsys.readouterr().out
@@ -123,7 +128,60 @@ def test_sub_group_peers_are_group_ranks_mapped_through_pg_config(capsys: pytest
         (0, 2, "1"), (2, 0, "1"), (1, 3, "2"), (3, 1, "2")
     }  # fmt: skip
     assert [sum(1 for p in p2p["pairs"] if p["step"] == s) for s in (2, 3, 4)] == [8, 8, 8]
-    assert coll["stragglers"] == [] and coll["delayed"] == []
+    assert coll["stragglers"] == []
+
+
+def test_the_world_all_reduce_is_matched_though_the_pair_groups_threads_are_idle(
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """pp2x2_shapes: each rank shows two gloo threads (the pair groups' send/recv run on
+    the main thread, so only the world's threads run anything in the window). Read
+    thread by thread, ranks 0 and 2's all-reduces fit the pair group [0, 2] as well as
+    the world; the world reading is the one under which every op matches and every
+    instance releases its members alike (0.2-0.4 ms after the last arrives; read as
+    pairs, ranks 1 and 3 would sit 1.5-4.9 ms in a one-float all-reduce after both
+    arrived, until ranks 0 and 2 came). So: one world all-reduce per step, on all four
+    ranks, nothing unmatched. The pair [0, 2] reached it 1.8-4.9 ms after [1, 3]; each
+    of the two waited for the other in their pipeline: delayed, nobody named."""
+    coll = _info(capsys, "pp2x2_shapes")
+    assert coll["unmatched"] == {"total": 0, "by_reason": []}
+    assert [(i["name"], i["group"], i["step"], i["ranks"]) for i in coll["instances"]] == [
+        ("gloo:all_reduce", "0", s, [0, 1, 2, 3]) for s in (2, 3, 4)
+    ]
+    assert coll["stragglers"] == []
+    assert [(d["rank"], d["step"], d["by_rank"], d["group"], d["late_group"]) for d in coll["delayed"]] == [
+        (0, 3, 2, "1", "0"), (0, 4, 2, "1", "0"), (2, 4, 0, "1", "0")
+    ]  # fmt: skip
+    assert "1 could not be matched" not in _text(capsys, "pp2x2_shapes")
+
+
+def test_two_readings_the_release_times_cannot_tell_apart_are_reported(
+    capsys: pytest.CaptureFixture, tmp_path: Path
+) -> None:
+    """pp2x2_shapes with every rank's i-th all-reduce given rank 0's start and length:
+    world and pair groups now release alike, nothing in the traces tells them apart, so
+    no rank's gloo ops are attributed (said, with the reason), rather than one picked."""
+    first: Dict[int, Any] = {}
+    dst = tmp_path / "same"
+    dst.mkdir()
+    files = sorted((RECORDED / "pp2x2_shapes").glob("*.json.gz"))
+    docs = [json.loads(gzip.decompress(f.read_bytes())) for f in files]
+    for doc in sorted(docs, key=lambda d: d["distributedInfo"]["rank"]):
+        ops = sorted(
+            (e for e in doc["traceEvents"] if e.get("name") == "gloo:all_reduce"), key=lambda e: e["ts"]
+        )
+        for i, e in enumerate(ops):
+            e["ts"], e["dur"] = first.setdefault(i, (e["ts"], e["dur"]))
+    for f, doc in zip(files, docs):
+        (dst / f.name.replace(".gz", "")).write_text(json.dumps(doc))
+    coll = _info_path(capsys, dst)
+    assert coll["instances"] == []
+    assert coll["unmatched"]["total"] == 12
+    why = (
+        "gloo op(s) not attributed to a process group: its gloo ops fit 2 attributions to its process groups "
+        "equally well (every op matches either way, and the collectives' release times do not tell them apart)"
+    )
+    assert [n for n in coll["notes"] if "not attributed" in n] == [f"rank {r}: 3 {why}" for r in range(4)]
 
 
 def test_without_a_peer_the_answer_is_unchanged_and_says_why(capsys: pytest.CaptureFixture) -> None:
