@@ -241,3 +241,49 @@ def test_the_slow_stage_why_explains_its_own_extra_time(capsys: pytest.CaptureFi
         "reached the others before that, in point-to-point ops (send/recv) or other groups, 102% explained:"
         in text
     )
+
+
+def test_merge_draws_one_arrow_per_linked_pair_send_to_recv(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """``merge --link-collectives`` of pp4_shapes_a: besides the collectives' arrows, one
+    arrow per linked send/recv pair (72), named "send/recv", from the sender's
+    ``gloo:send`` slice to the receiver's ``gloo:recv`` slice, forward in time (its end
+    at the recv's end), ids in the links' space (above every rank's: max rank + 1 = 4 in
+    the high bits) and none shared with any other flow of the file; the verifier, also
+    against the inputs, finds no error."""
+    pairs = _info(capsys, "pp4_shapes_a")["point_to_point"]["pairs"]
+    out = tmp_path / "m.json"
+    assert (
+        main(["merge", str(RECORDED / "pp4_shapes_a"), "--link-collectives", "-j", "1", "-o", str(out), "-q"])
+        == 0
+    )
+    assert main(["verify", str(out), "--against", str(RECORDED / "pp4_shapes_a")]) == 0
+    assert "OK: no error-level findings" in capsys.readouterr().out
+    events = json.loads(out.read_text())["traceEvents"]
+    arrows = [e for e in events if e.get("name") == "send/recv" and e.get("ph") in ("s", "f")]
+    assert len(arrows) == 2 * 72 and {e["cat"] for e in arrows} == {"collective"}
+    ends: Dict[int, Dict[str, Any]] = {}
+    for e in arrows:
+        ends.setdefault(e["id"], {})[e["ph"]] = e
+    assert len(ends) == 72 and all(set(v) == {"s", "f"} for v in ends.values())
+    assert {i >> 32 for i in ends} == {4}
+    others = [e["id"] for e in events if e.get("ph") in ("s", "f", "t") and e.get("name") != "send/recv"]
+    assert not set(ends) & set(others)
+    slices: Dict[Any, list] = {}
+    for e in events:
+        if e.get("ph") == "X" and e.get("name") in ("gloo:send", "gloo:recv"):
+            slices.setdefault((e["pid"], e["tid"]), []).append(e)
+
+    def holder(f: Dict[str, Any]) -> Dict[str, Any]:
+        (x,) = [x for x in slices[(f["pid"], f["tid"])] if x["ts"] <= f["ts"] <= x["ts"] + x["dur"]]
+        return x
+
+    seen = []
+    for v in ends.values():
+        s, f = holder(v["s"]), holder(v["f"])
+        assert (s["name"], f["name"]) == ("gloo:send", "gloo:recv")
+        assert v["s"]["ts"] < v["f"]["ts"] and v["f"]["bp"] == "e"
+        assert s["args"]["collective_instance"] == f["args"]["collective_instance"]
+        seen.append((v["s"]["args"]["rank"], v["f"]["args"]["rank"], s["args"]["collective_instance"]))
+    assert sorted(seen) == sorted((p["src"], p["dst"], p["id"]) for p in pairs)
