@@ -35,6 +35,11 @@ def _info_path(capsys: pytest.CaptureFixture, path: Path) -> Dict[str, Any]:
     return json.loads(capsys.readouterr().out)["collectives"]
 
 
+def _text_path(capsys: pytest.CaptureFixture, path: Path) -> str:
+    assert main(["info", "--collectives", "-j", "1", str(path)]) == 0
+    return capsys.readouterr().out
+
+
 def _text(capsys: pytest.CaptureFixture, name: str) -> str:
     assert main(["info", "--collectives", "-j", "1", str(RECORDED / name)]) == 0
     return capsys.readouterr().out
@@ -287,3 +292,46 @@ def test_merge_draws_one_arrow_per_linked_pair_send_to_recv(
         assert s["args"]["collective_instance"] == f["args"]["collective_instance"]
         seen.append((v["s"]["args"]["rank"], v["f"]["args"]["rank"], s["args"]["collective_instance"]))
     assert sorted(seen) == sorted((p["src"], p["dst"], p["id"]) for p in pairs)
+
+
+def test_a_pipeline_without_collectives_gets_its_graph_from_the_pairs_alone(
+    capsys: pytest.CaptureFixture, tmp_path: Path
+) -> None:
+    """pp4_shapes_a with its one collective per step (the loss all-reduce: gloo:all_reduce
+    and c10d::allreduce_) dropped from every rank: no collective is left to judge by, so
+    nobody is named, and the report says so; each step still gets its graph from the 72
+    send/recv pairs: a critical path per step, as long as with the all-reduce (the steps
+    are the same ProfilerSteps), running from rank 0's first send through the slow stage,
+    whose own time on it is at least its extra matmuls'."""
+    dst = tmp_path / "no_allreduce"
+    dst.mkdir()
+    for f in sorted((RECORDED / "pp4_shapes_a").glob("*.json.gz")):
+        doc = json.loads(gzip.decompress(f.read_bytes()))
+        doc["traceEvents"] = [
+            e for e in doc["traceEvents"] if e.get("name") not in ("gloo:all_reduce", "c10d::allreduce_")
+        ]
+        (dst / f.name.replace(".gz", "")).write_text(json.dumps(doc))
+    want = _info(capsys, "pp4_shapes_a")
+    coll = _info_path(capsys, dst)
+    assert coll["instances"] == [] and coll["stragglers"] == [] and coll["point_to_point"]["linked"] == 72
+    assert coll["not_assessed"] == (
+        "not assessed: no collective instance matched across ranks (the inputs hold no collective that two ranks "
+        "share); nobody is judged; the steps' critical paths come from the 72 linked send/recv pair(s) alone"
+    )
+    assert (
+        [(p["step"], p["step_us"]) for p in coll["critical_path"]]
+        == [(p["step"], p["step_us"]) for p in want["critical_path"]]
+        == [(2, 128196.118), (3, 147792.334), (4, 144979.53)]
+    )
+    mm = _extra_mm_us("pp4_shapes_a", 1)
+    for p in coll["critical_path"]:
+        segs = p["segments"]
+        assert all(s["name"].startswith("send/recv ") or s["name"] == "step end" for s in segs)
+        assert (segs[0]["rank"], segs[0]["kind"], segs[0]["name"].split(" #")[0]) == (
+            0,
+            "own",
+            "send/recv 0->1",
+        )
+        assert sum(s["dur_us"] for s in segs if s["rank"] == 1 and s["kind"] == "own") >= mm[p["step"]]
+    text = _text_path(capsys, dst)
+    assert "critical path of step 3 (147.8 ms): rank 0 own " in text

@@ -40,7 +40,10 @@ def not_assessed(table: Any, checks: Sequence[Any] = ()) -> Optional[str]:
             if table.unmatched_total
             else "the inputs hold no collective that two ranks share"
         )
-        return f"not assessed: no collective instance matched across ranks ({why}); nobody is judged"
+        pairs = len(getattr(table, "p2p_pairs", ()))
+        graph = (f"; the steps' critical paths come from the {pairs} linked send/recv pair(s) alone"
+                 if pairs else "")  # fmt: skip
+        return f"not assessed: no collective instance matched across ranks ({why}); nobody is judged{graph}"
     missing = sorted({r for rc in checks for r in rc.missing})
     if missing:
         n = max((rc.world_size or 0 for rc in checks), default=0)
