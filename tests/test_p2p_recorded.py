@@ -30,6 +30,16 @@ def _info(capsys: pytest.CaptureFixture, name: str, *args: str) -> Dict[str, Any
     return json.loads(capsys.readouterr().out)["collectives"]
 
 
+def _info_path(capsys: pytest.CaptureFixture, path: Path) -> Dict[str, Any]:
+    assert main(["info", "--collectives", "--json", "-j", "1", str(path)]) == 0
+    return json.loads(capsys.readouterr().out)["collectives"]
+
+
+def _text_path(capsys: pytest.CaptureFixture, path: Path) -> str:
+    assert main(["info", "--collectives", "-j", "1", str(path)]) == 0
+    return capsys.readouterr().out
+
+
 def _text(capsys: pytest.CaptureFixture, name: str) -> str:
     assert main(["info", "--collectives", "-j", "1", str(RECORDED / name)]) == 0
     return capsys.readouterr().out
@@ -123,7 +133,60 @@ def test_sub_group_peers_are_group_ranks_mapped_through_pg_config(capsys: pytest
         (0, 2, "1"), (2, 0, "1"), (1, 3, "2"), (3, 1, "2")
     }  # fmt: skip
     assert [sum(1 for p in p2p["pairs"] if p["step"] == s) for s in (2, 3, 4)] == [8, 8, 8]
-    assert coll["stragglers"] == [] and coll["delayed"] == []
+    assert coll["stragglers"] == []
+
+
+def test_the_world_all_reduce_is_matched_though_the_pair_groups_threads_are_idle(
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """pp2x2_shapes: each rank shows two gloo threads (the pair groups' send/recv run on
+    the main thread, so only the world's threads run anything in the window). Read
+    thread by thread, ranks 0 and 2's all-reduces fit the pair group [0, 2] as well as
+    the world; the world reading is the one under which every op matches and every
+    instance releases its members alike (0.2-0.4 ms after the last arrives; read as
+    pairs, ranks 1 and 3 would sit 1.5-4.9 ms in a one-float all-reduce after both
+    arrived, until ranks 0 and 2 came). So: one world all-reduce per step, on all four
+    ranks, nothing unmatched. The pair [0, 2] reached it 1.8-4.9 ms after [1, 3]; each
+    of the two waited for the other in their pipeline: delayed, nobody named."""
+    coll = _info(capsys, "pp2x2_shapes")
+    assert coll["unmatched"] == {"total": 0, "by_reason": []}
+    assert [(i["name"], i["group"], i["step"], i["ranks"]) for i in coll["instances"]] == [
+        ("gloo:all_reduce", "0", s, [0, 1, 2, 3]) for s in (2, 3, 4)
+    ]
+    assert coll["stragglers"] == []
+    assert [(d["rank"], d["step"], d["by_rank"], d["group"], d["late_group"]) for d in coll["delayed"]] == [
+        (0, 3, 2, "1", "0"), (0, 4, 2, "1", "0"), (2, 4, 0, "1", "0")
+    ]  # fmt: skip
+    assert "1 could not be matched" not in _text(capsys, "pp2x2_shapes")
+
+
+def test_two_readings_the_release_times_cannot_tell_apart_are_reported(
+    capsys: pytest.CaptureFixture, tmp_path: Path
+) -> None:
+    """pp2x2_shapes with every rank's i-th all-reduce given rank 0's start and length:
+    world and pair groups now release alike, nothing in the traces tells them apart, so
+    no rank's gloo ops are attributed (said, with the reason), rather than one picked."""
+    first: Dict[int, Any] = {}
+    dst = tmp_path / "same"
+    dst.mkdir()
+    files = sorted((RECORDED / "pp2x2_shapes").glob("*.json.gz"))
+    docs = [json.loads(gzip.decompress(f.read_bytes())) for f in files]
+    for doc in sorted(docs, key=lambda d: d["distributedInfo"]["rank"]):
+        ops = sorted(
+            (e for e in doc["traceEvents"] if e.get("name") == "gloo:all_reduce"), key=lambda e: e["ts"]
+        )
+        for i, e in enumerate(ops):
+            e["ts"], e["dur"] = first.setdefault(i, (e["ts"], e["dur"]))
+    for f, doc in zip(files, docs):
+        (dst / f.name.replace(".gz", "")).write_text(json.dumps(doc))
+    coll = _info_path(capsys, dst)
+    assert coll["instances"] == []
+    assert coll["unmatched"]["total"] == 12
+    why = (
+        "gloo op(s) not attributed to a process group: its gloo ops fit 2 attributions to its process groups "
+        "equally well (every op matches either way, and the collectives' release times do not tell them apart)"
+    )
+    assert [n for n in coll["notes"] if "not attributed" in n] == [f"rank {r}: 3 {why}" for r in range(4)]
 
 
 def test_without_a_peer_the_answer_is_unchanged_and_says_why(capsys: pytest.CaptureFixture) -> None:
@@ -183,3 +246,92 @@ def test_the_slow_stage_why_explains_its_own_extra_time(capsys: pytest.CaptureFi
         "reached the others before that, in point-to-point ops (send/recv) or other groups, 102% explained:"
         in text
     )
+
+
+def test_merge_draws_one_arrow_per_linked_pair_send_to_recv(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """``merge --link-collectives`` of pp4_shapes_a: besides the collectives' arrows, one
+    arrow per linked send/recv pair (72), named "send/recv", from the sender's
+    ``gloo:send`` slice to the receiver's ``gloo:recv`` slice, forward in time (its end
+    at the recv's end), ids in the links' space (above every rank's: max rank + 1 = 4 in
+    the high bits) and none shared with any other flow of the file; the verifier, also
+    against the inputs, finds no error."""
+    pairs = _info(capsys, "pp4_shapes_a")["point_to_point"]["pairs"]
+    out = tmp_path / "m.json"
+    assert (
+        main(["merge", str(RECORDED / "pp4_shapes_a"), "--link-collectives", "-j", "1", "-o", str(out), "-q"])
+        == 0
+    )
+    assert main(["verify", str(out), "--against", str(RECORDED / "pp4_shapes_a")]) == 0
+    assert "OK: no error-level findings" in capsys.readouterr().out
+    events = json.loads(out.read_text())["traceEvents"]
+    arrows = [e for e in events if e.get("name") == "send/recv" and e.get("ph") in ("s", "f")]
+    assert len(arrows) == 2 * 72 and {e["cat"] for e in arrows} == {"collective"}
+    ends: Dict[int, Dict[str, Any]] = {}
+    for e in arrows:
+        ends.setdefault(e["id"], {})[e["ph"]] = e
+    assert len(ends) == 72 and all(set(v) == {"s", "f"} for v in ends.values())
+    assert {i >> 32 for i in ends} == {4}
+    others = [e["id"] for e in events if e.get("ph") in ("s", "f", "t") and e.get("name") != "send/recv"]
+    assert not set(ends) & set(others)
+    slices: Dict[Any, list] = {}
+    for e in events:
+        if e.get("ph") == "X" and e.get("name") in ("gloo:send", "gloo:recv"):
+            slices.setdefault((e["pid"], e["tid"]), []).append(e)
+
+    def holder(f: Dict[str, Any]) -> Dict[str, Any]:
+        (x,) = [x for x in slices[(f["pid"], f["tid"])] if x["ts"] <= f["ts"] <= x["ts"] + x["dur"]]
+        return x
+
+    seen = []
+    for v in ends.values():
+        s, f = holder(v["s"]), holder(v["f"])
+        assert (s["name"], f["name"]) == ("gloo:send", "gloo:recv")
+        assert v["s"]["ts"] < v["f"]["ts"] and v["f"]["bp"] == "e"
+        assert s["args"]["collective_instance"] == f["args"]["collective_instance"]
+        seen.append((v["s"]["args"]["rank"], v["f"]["args"]["rank"], s["args"]["collective_instance"]))
+    assert sorted(seen) == sorted((p["src"], p["dst"], p["id"]) for p in pairs)
+
+
+def test_a_pipeline_without_collectives_gets_its_graph_from_the_pairs_alone(
+    capsys: pytest.CaptureFixture, tmp_path: Path
+) -> None:
+    """pp4_shapes_a with its one collective per step (the loss all-reduce: gloo:all_reduce
+    and c10d::allreduce_) dropped from every rank: no collective is left to judge by, so
+    nobody is named, and the report says so; each step still gets its graph from the 72
+    send/recv pairs: a critical path per step, as long as with the all-reduce (the steps
+    are the same ProfilerSteps), running from rank 0's first send through the slow stage,
+    whose own time on it is at least its extra matmuls'."""
+    dst = tmp_path / "no_allreduce"
+    dst.mkdir()
+    for f in sorted((RECORDED / "pp4_shapes_a").glob("*.json.gz")):
+        doc = json.loads(gzip.decompress(f.read_bytes()))
+        doc["traceEvents"] = [
+            e for e in doc["traceEvents"] if e.get("name") not in ("gloo:all_reduce", "c10d::allreduce_")
+        ]
+        (dst / f.name.replace(".gz", "")).write_text(json.dumps(doc))
+    want = _info(capsys, "pp4_shapes_a")
+    coll = _info_path(capsys, dst)
+    assert coll["instances"] == [] and coll["stragglers"] == [] and coll["point_to_point"]["linked"] == 72
+    assert coll["not_assessed"] == (
+        "not assessed: no collective instance matched across ranks (the inputs hold no collective that two ranks "
+        "share); nobody is judged; the steps' critical paths come from the 72 linked send/recv pair(s) alone"
+    )
+    assert (
+        [(p["step"], p["step_us"]) for p in coll["critical_path"]]
+        == [(p["step"], p["step_us"]) for p in want["critical_path"]]
+        == [(2, 128196.118), (3, 147792.334), (4, 144979.53)]
+    )
+    mm = _extra_mm_us("pp4_shapes_a", 1)
+    for p in coll["critical_path"]:
+        segs = p["segments"]
+        assert all(s["name"].startswith("send/recv ") or s["name"] == "step end" for s in segs)
+        assert (segs[0]["rank"], segs[0]["kind"], segs[0]["name"].split(" #")[0]) == (
+            0,
+            "own",
+            "send/recv 0->1",
+        )
+        assert sum(s["dur_us"] for s in segs if s["rank"] == 1 and s["kind"] == "own") >= mm[p["step"]]
+    text = _text_path(capsys, dst)
+    assert "critical path of step 3 (147.8 ms): rank 0 own " in text

@@ -247,6 +247,10 @@ class TraceSet:
     # `rank_ops` of a pipeline run in each micro-batch's forward, after the recv, before
     # the stage's compute (instead of after forward)
     micro_batches: int = 0
+    # --- knob of the issue-35 late-entry set (default: as before) ---
+    # (rank, op, calls, n) as rank_ops, but run at the very end of each step (ddp: after
+    # opt.step and the step's last collective, right before prof.step())
+    tail_ops: tuple[tuple[int, str, int, int], ...] = ()
 
     @property
     def steps(self) -> int:
@@ -438,6 +442,16 @@ SETS: dict[str, TraceSet] = {
             kind="pipeline",
             micro_batches=4,
         ),
+        # rank 2: 2 x mm(640 x 640) at the end of every step, after its last collective
+        TraceSet(
+            "ddp4_tail_a",
+            4,
+            active=3,
+            pin=True,
+            record_shapes=True,
+            work_s=0.03,
+            tail_ops=((2, "mm", 2, 640),),
+        ),
         # two 2-stage pipelines on the groups [0, 2] and [1, 3] (send/recv peers: group ranks)
         TraceSet(
             "pp2x2_shapes",
@@ -553,7 +567,10 @@ def run_worker(ts: TraceSet, rank: int, outdir: Path) -> None:
         ddp = DDP(model, process_group=group)
     else:
         ddp = DDP(model, process_group=group, bucket_cap_mb=ts.bucket_cap_mb)
-    mats = {n: torch.randn(n, n, generator=torch.Generator().manual_seed(SEED)) for _, _, _, n in ts.rank_ops}
+    mats = {
+        n: torch.randn(n, n, generator=torch.Generator().manual_seed(SEED))
+        for _, _, _, n in ts.rank_ops + ts.tail_ops
+    }
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
     loss_fn = nn.MSELoss()
     gen = torch.Generator().manual_seed(SEED + 1000 + rank)
@@ -585,18 +602,19 @@ def run_worker(ts: TraceSet, rank: int, outdir: Path) -> None:
             if ts.subgroups or sub is not None:
                 world_loss = loss.detach().clone()
                 dist.all_reduce(world_loss)  # world group
+            _rank_ops(ts, rank, mats, ts.tail_ops)
             prof.step()
     dist.barrier()
     dist.destroy_process_group()
 
 
-def _rank_ops(ts: TraceSet, rank: int, mats: dict) -> None:
+def _rank_ops(ts: TraceSet, rank: int, mats: dict, ops: tuple = ()) -> None:
     """The extra ops of ``ts.rank_ops`` this rank runs after forward (pipeline: in each
     micro-batch's forward): ``qr`` is torch.linalg.qr, ``svd`` torch.linalg.svd, ``mm``
     torch.mm of the fixed n x n matrix with itself."""
     import torch
 
-    for r, op, calls, n in ts.rank_ops:
+    for r, op, calls, n in ops or ts.rank_ops:
         if r != rank:
             continue
         fn = {"qr": torch.linalg.qr, "svd": torch.linalg.svd, "mm": lambda m: torch.mm(m, m)}[op]

@@ -25,14 +25,16 @@ one host), and the cut under which most ops find their counterparts (and fewest 
 not) wins; a group with no other member among the merged ranks gives no evidence. Each rank is
 re-decided in turn until no cut changes (a few rounds). When two cuts fit equally well
 the evidence does not decide: that rank's gloo ops are not attributed (reported with
-the reason), and the other ranks' are still used.
+the reason), and the other ranks' are still used. When the result leaves ops unmatched,
+the search is re-run from other starts and the results compared as a whole
+(:func:`_starts`, :func:`_pick`), a tie again reported rather than guessed.
 """
 
 from __future__ import annotations
 
 from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from tracefuse_stream.align.sequences import best_shift
+from tracefuse_stream.align.sequences import OVERLAP_TOLERANCE_NS, best_shift, is_symmetric, match_group
 
 PEERS = 3  # other members a rank's sequence is compared with when judging a cut
 MAX_CUTS = 400  # beyond this many ways to cut a rank's threads, do not search
@@ -141,7 +143,7 @@ def assign(
     ops could not be attributed (see the module docstring)."""
     ranks = {r: _Rank(r, ops[r], groups[r]) for r in sorted(ops) if ops[r] and groups.get(r)}
     undecided: Dict[int, str] = {}
-    searchable = {}
+    searchable: Dict[int, List[Tuple[int, ...]]] = {}
     for r, rk in ranks.items():
         n_cuts = _count_cuts(len(rk.threads), len(rk.groups))
         if n_cuts > MAX_CUTS:
@@ -150,18 +152,19 @@ def assign(
             )
         elif n_cuts > 1:
             searchable[r] = list(cuts(len(rk.threads), len(rk.groups)))
+    starts = _starts(ranks, searchable)
+    first = _descend(ranks, searchable, starts[0], hosts, merged)
+    chosen: Dict[int, Tuple[int, ...]] = first
+    ambiguous: Dict[int, str] = {}
+    if searchable and _matched_ops(first, ranks, hosts, merged)[1]:
+        finals = {tuple(first[r] for r in searchable): first}
+        for start in starts[1:]:
+            state = _descend(ranks, searchable, start, hosts, merged)
+            finals.setdefault(tuple(state[r] for r in searchable), state)
+        chosen, ambiguous = _pick(list(finals.values()), ranks, hosts, merged)
+    for r, rk in ranks.items():
+        rk.cut = chosen.get(r, rk.cut)
     current = {r: rk.seqs(rk.cut) for r, rk in ranks.items()}
-    for _ in range(ROUNDS if searchable else 0):
-        changed = False
-        for r, options in searchable.items():
-            scored = [(_score(r, ranks[r], c, current, hosts, merged), c) for c in options]
-            best = max(s for s, _ in scored)
-            if _score(r, ranks[r], ranks[r].cut, current, hosts, merged) < best:
-                ranks[r].cut = next(c for s, c in scored if s == best)
-                current[r] = ranks[r].seqs(ranks[r].cut)
-                changed = True
-        if not changed:
-            break
     for r, options in searchable.items():
         scored = [(_score(r, ranks[r], c, current, hosts, merged), c) for c in options]
         best = max(s for s, _ in scored)
@@ -169,7 +172,138 @@ def assign(
         if len(tied) > 1:
             undecided[r] = (f"its {len(ranks[r].threads)} gloo threads fit {len(tied)} attributions to its "
                             f"{len(ranks[r].groups)} process groups equally well")  # fmt: skip
+        elif r in ambiguous:
+            undecided[r] = ambiguous[r]
     return {r: s for r, s in current.items() if r not in undecided}, undecided
+
+
+def _starts(ranks: Mapping[int, _Rank], searchable: Mapping[int, Any]) -> List[Dict[int, Tuple[int, ...]]]:
+    """Where the search starts: first threads spread evenly over each rank's groups
+    (gloo starts as many threads for every group, two by default); then every rank's
+    threads all in its k-th group (k = 0, 1, ...), tried only when the first leaves ops
+    unmatched. Why: the search moves one rank at a time, so a state where the ranks of
+    a group split its ops between two groups the same way is a fixed point it cannot
+    leave (two pipelines on pair groups plus a world all-reduce, the pair groups'
+    threads idle in the window: each rank shows only two threads); the results are
+    then compared as a whole (:func:`_pick`)."""
+    out = [{r: rk.cut for r, rk in ranks.items()}]
+    most = max((len(ranks[r].groups) for r in searchable), default=0)
+    for k in range(most):
+        state = {}
+        for r, rk in ranks.items():
+            g = min(k, len(rk.groups) - 1)
+            state[r] = (
+                tuple(len(rk.threads) if i == g else 0 for i in range(len(rk.groups)))
+                if r in searchable
+                else rk.cut
+            )
+        out.append(state)
+    return out
+
+
+def _descend(
+    ranks: Mapping[int, _Rank],
+    searchable: Mapping[int, List[Tuple[int, ...]]],
+    start: Mapping[int, Tuple[int, ...]],
+    hosts: Mapping[int, Optional[str]],
+    merged: Sequence[int],
+) -> Dict[int, Tuple[int, ...]]:
+    """Re-decide each rank's cut against the others' until none changes (or :data:`ROUNDS`)."""
+    state = dict(start)
+    current = {r: rk.seqs(state[r]) for r, rk in ranks.items()}
+    for _ in range(ROUNDS if searchable else 0):
+        changed = False
+        for r, options in searchable.items():
+            scored = [(_score(r, ranks[r], c, current, hosts, merged), c) for c in options]
+            best = max(s for s, _ in scored)
+            if _score(r, ranks[r], state[r], current, hosts, merged) < best:
+                state[r] = next(c for s, c in scored if s == best)
+                current[r] = ranks[r].seqs(state[r])
+                changed = True
+        if not changed:
+            break
+    return state
+
+
+def _pick(
+    states: List[Dict[int, Tuple[int, ...]]],
+    ranks: Mapping[int, _Rank],
+    hosts: Mapping[int, Optional[str]],
+    merged: Sequence[int],
+) -> Tuple[Dict[int, Tuple[int, ...]], Dict[int, str]]:
+    """The state under which most ops match across their group's members; among states
+    that match as many, the one whose instances release their members most alike
+    (:func:`_release_spread`), when that is clear; else the ranks whose attribution
+    differs between the tied states, each with the reason (not guessed)."""
+    if len(states) == 1:
+        return states[0], {}
+    fits = [(_matched_ops(st, ranks, hosts, merged), st) for st in states]
+    key = [(sum(len(i) for i in inst), -left) for (inst, left), _ in fits]
+    tied = [(inst, st) for k, ((inst, _), st) in zip(key, fits) if k == max(key)]
+    if len(tied) == 1:
+        return tied[0][1], {}
+    spread = sorted((_release_spread(inst, hosts), i) for i, (inst, _) in enumerate(tied))
+    (best, i), (second, _) = spread[0], spread[1]
+    if 2 * best < second and second - best > OVERLAP_TOLERANCE_NS:
+        return tied[i][1], {}
+    differ = {r for _, st in tied for r in st if st[r] != tied[0][1][r]}
+    why = (f"its gloo ops fit {len(tied)} attributions to its process groups equally well (every op matches "
+           "either way, and the collectives' release times do not tell them apart)")  # fmt: skip
+    return tied[0][1], {r: why for r in differ}
+
+
+def _matched_ops(
+    state: Mapping[int, Tuple[int, ...]],
+    ranks: Mapping[int, _Rank],
+    hosts: Mapping[int, Optional[str]],
+    merged: Sequence[int],
+) -> Tuple[List[Any], int]:
+    """(each matched op, how many ops are left unmatched in a group with another merged
+    member) when every rank's threads are cut as in ``state``; a group with no other
+    merged member can match nothing, so its ops count as neither."""
+    seqs = {r: rk.seqs(state[r]) for r, rk in ranks.items()}
+    table = {g.name: g.ranks for rk in ranks.values() for g in rk.groups}
+    matched: List[Any] = []
+    left = 0
+    for name, granks in table.items():
+        members = [q for q in (merged if granks is None else granks) if q in merged]
+        mine = {q: seqs[q][name] for q in members if name in seqs.get(q, {})}
+        found, _ = match_group(members, mine, hosts)
+        matched += found
+        if len(members) > 1:
+            left += sum(len(v) for v in mine.values()) - sum(len(i) for i in found)
+    return matched, left
+
+
+def _release_spread(instances: Sequence[Mapping[int, Any]], hosts: Mapping[int, Optional[str]]) -> int:
+    """How unlike each other the instances' release delays are, ns: per op (name and
+    shapes), the summed distance of each instance's delay from their median.
+
+    Why: the release delay (first member to leave minus last member to arrive, on one
+    clock) of a real instance is the op's communication time, about the same for every
+    instance of one op. Reading one group's instances as two smaller groups' leaves the
+    early group's members blocked on until the other group arrived (delay = comm + the
+    gap); reading two groups' instances as one shortens it by the gap (or makes it
+    negative, which the matching already rejects). Either wrong reading spreads the
+    delays by the gaps between the groups' arrivals; the right one does not."""
+    by_op: Dict[Tuple[str, Any], List[int]] = {}
+    for inst in instances:
+        ev = next(iter(inst.values())).event
+        if not is_symmetric(ev.name):
+            continue
+        by_host: Dict[str, List[Any]] = {}
+        for r, e in inst.items():
+            by_host.setdefault(hosts.get(r) or f"rank {r}", []).append(e)
+        for es in by_host.values():
+            if len(es) > 1:
+                d = min(e.end_ns for e in es) - max(e.start_ns for e in es)
+                by_op.setdefault((ev.name, ev.signature), []).append(d)
+    total = 0
+    for ds in by_op.values():
+        ds.sort()
+        mid = ds[len(ds) // 2]
+        total += sum(abs(d - mid) for d in ds)
+    return total
 
 
 def _count_cuts(n: int, k: int) -> int:

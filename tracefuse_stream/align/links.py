@@ -18,7 +18,15 @@ The links (see docs/OUTPUT_FORMAT.md):
   (``r * 2**32 + id``), so they cannot meet any rank's flow, whatever its cat/name;
 * every linked slice gets ``args.collective_wait_us`` (last arrival - own arrival, µs),
   ``args.collective_last_rank`` and ``args.collective_instance`` (the ``info
-  --collectives`` instance id).
+  --collectives`` instance id);
+* each linked send/recv pair (align/p2p.py: recorded with shapes) gets one arrow, from
+  the ``gloo:send`` slice to the ``gloo:recv`` slice it delivered to: ``cat``
+  ``"collective"``, ``name`` ``"send/recv"`` (:data:`PAIR_NAME`), ids from the same
+  counter after the instances' (never one of theirs), the ``s`` at the send's start +
+  min(1 µs, dur/2) and the ``f`` at the recv's *end* - min(1 µs, dur/2) (the data
+  arrives when the recv ends; a recv may be posted long before the send: the arrow
+  still points forward in time). Their slices get the same three args (the instance
+  id is the pair's).
 
 Instances are linked only when all their slices are kept by the merge's filters and
 window and land in one output file (``--split-ranks``); the rest are counted.
@@ -46,6 +54,7 @@ from tracefuse_stream.workers import parallel_map
 
 LINK_CAT = "collective"
 LINK_NAME = "collective"
+PAIR_NAME = "send/recv"  # a linked send/recv pair's arrow (same cat and id space)
 WAIT_ARG = "collective_wait_us"
 LAST_ARG = "collective_last_rank"
 INSTANCE_ARG = "collective_instance"
@@ -57,7 +66,7 @@ def is_collective_link(cat: Any, name: Any, flow_id: Any, rank: Any) -> bool:
     """True for a flow event this tool wrote for ``--link-collectives`` (the verifier
     accepts these across ranks and nothing else): its cat/name and an id above the
     id space of the rank it sits on."""
-    return (cat == LINK_CAT and name == LINK_NAME and type(flow_id) is int
+    return (cat == LINK_CAT and name in (LINK_NAME, PAIR_NAME) and type(flow_id) is int
             and type(rank) is int and flow_id >> ID_BITS > rank)  # fmt: skip
 
 
@@ -70,6 +79,7 @@ class LinkSpec(NamedTuple):
     dur_ns: int
     args: Tuple[Tuple[str, Any], ...]
     flows: Tuple[Tuple[str, int], ...]  # ("s" | "f", id)
+    pair: bool = False  # a send/recv pair's slice: its flow is named PAIR_NAME, an "f" sits at the end
 
 
 @dataclass
@@ -79,6 +89,7 @@ class LinkPlan:
     by_rank: Dict[int, List[LinkSpec]] = field(default_factory=dict)
     instances: int = 0
     flows: int = 0
+    pairs: int = 0  # send/recv pairs linked (one arrow each)
     filtered: int = 0
     across_files: int = 0
     table: Optional[CollectiveTable] = None
@@ -104,6 +115,8 @@ class LinkPlan:
             skipped.append(f"{self.across_files} spanning several --split-ranks files")
         if t is not None and t.unmatched_total:
             skipped.append(f"{t.unmatched_total} not matched across all their ranks (see info --collectives)")
+        if self.pairs:
+            text += f"; {self.pairs} send/recv pair(s) linked by {self.pairs} arrow(s) named {PAIR_NAME!r}, send -> recv"
         if skipped:
             text += "; not linked: " + ", ".join(skipped)
         if self.instances:
@@ -160,9 +173,36 @@ def plan_links(
                 (INSTANCE_ARG, inst.id),
             )
             out.by_rank[r].append(LinkSpec(e.pos, e.name, e.ts_ns, e.dur_ns, args, tuple(flows[r])))
+    _link_pairs(table, file_of, out, next_id)
     for specs in out.by_rank.values():
         specs.sort()
     return out
+
+
+def _link_pairs(table: CollectiveTable, file_of: Dict[int, int], out: LinkPlan, next_id: int) -> int:
+    """One arrow per linked send/recv pair, send -> recv (ids go on from ``next_id``);
+    a pair with a slice dropped or in two files is counted as an instance's would be."""
+    for inst in table.p2p_pairs:
+        if not all(e.event.kept for e in inst.entries.values()):
+            out.filtered += 1
+            continue
+        if len({file_of.get(r) for r in inst.entries}) != 1 or inst.sender is None:
+            out.across_files += 1
+            continue
+        next_id += 1
+        out.pairs += 1
+        for r, e in inst.entries.items():
+            args = (
+                (WAIT_ARG, round(inst.wait_ns(r) / 1000.0, 3)),
+                (LAST_ARG, inst.last_rank),
+                (INSTANCE_ARG, inst.id),
+            )
+            ph = "s" if r == inst.sender else "f"
+            ev = e.event
+            out.by_rank[r].append(
+                LinkSpec(ev.pos, ev.name, ev.ts_ns, ev.dur_ns, args, ((ph, next_id),), True)
+            )
+    return next_id
 
 
 class CollectiveLinker:
@@ -213,10 +253,12 @@ class CollectiveLinker:
             args = ev.get("args")
             if type(args) is dict:
                 args.update(spec.args)
-            ts = _us(spec.ts_ns + self.shift_ns + min(INSIDE_NS, spec.dur_ns // 2))
+            inside = min(INSIDE_NS, spec.dur_ns // 2)
+            ts = _us(spec.ts_ns + self.shift_ns + inside)
             for ph, fid in spec.flows:
-                flow = {"ph": ph, "cat": LINK_CAT, "name": LINK_NAME, "id": fid, "pid": ev["pid"],
-                        "tid": ev["tid"], "ts": ts, "args": {"rank": self.rw.rank}}  # fmt: skip
+                at = _us(spec.ts_ns + self.shift_ns + spec.dur_ns - inside) if spec.pair and ph == "f" else ts
+                flow = {"ph": ph, "cat": LINK_CAT, "name": PAIR_NAME if spec.pair else LINK_NAME, "id": fid,
+                        "pid": ev["pid"], "tid": ev["tid"], "ts": at, "args": {"rank": self.rw.rank}}  # fmt: skip
                 if ph == "f":
                     flow["bp"] = "e"
                 out.append(flow)
@@ -252,6 +294,7 @@ __all__ = [
     "LINK_NAME",
     "LinkPlan",
     "LinkSpec",
+    "PAIR_NAME",
     "WAIT_ARG",
     "is_collective_link",
     "links_for",

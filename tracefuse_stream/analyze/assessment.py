@@ -56,7 +56,10 @@ def not_assessed(table: Any, checks: Sequence[Any] = ()) -> Optional[str]:
             if table.unmatched_total
             else "the inputs hold no collective that two ranks share"
         )
-        return f"not assessed: no collective instance matched across ranks ({why}); nobody is judged"
+        pairs = len(getattr(table, "p2p_pairs", ()))
+        graph = (f"; the steps' critical paths come from the {pairs} linked send/recv pair(s) alone"
+                 if pairs else "")  # fmt: skip
+        return f"not assessed: no collective instance matched across ranks ({why}); nobody is judged{graph}"
     missing = sorted({r for rc in checks for r in rc.missing})
     absent = set() if any(rc.selected for rc in checks) else set(named_without_file(table))  # --ranks chose
     absent.update(r for rc in checks for members in rc.group_missing.values() for r in members)

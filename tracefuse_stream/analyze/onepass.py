@@ -19,6 +19,7 @@ processes.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -112,7 +113,7 @@ def _scan_file(
         if feed is not None:
             scan.timeline = feed.finish(
                 scan.steps,
-                [e.ts_ns for e in scan.events],
+                [e.ts_ns for e in scan.events] + _last_ends(scan),
                 [(e.tid, e.ts_ns) for e in scan.events if e.kind == "gpu"],
                 keep=True,
             )
@@ -128,6 +129,21 @@ def _scan_file(
         return FileScan(info, scan)
     except TraceFuseError as e:
         return FileScan(None, None, broken_text(e))
+
+
+def _last_ends(scan: RankScan) -> List[int]:
+    """Per step, the end of the collective that ends last in it (file-relative ns): the
+    start of the step's tail, which the why breaks down when the rank enters the next
+    step late (analyze/why.py); one cut per step."""
+    spans = sorted(scan.steps.values())
+    los = [lo for lo, _hi in spans]
+    last: Dict[int, int] = {}
+    for e in scan.events:
+        k = bisect.bisect_right(los, e.ts_ns) - 1
+        end = e.ts_ns + e.dur_ns
+        if k >= 0 and end <= spans[k][1] and end > last.get(k, -1):
+            last[k] = end
+    return list(last.values())
 
 
 def scan_files(

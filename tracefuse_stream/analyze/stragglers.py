@@ -273,8 +273,8 @@ def _by_step(table: CollectiveTable) -> Dict[Optional[int], List[Instance]]:
 def _step_rows(table: CollectiveTable, graphs: Dict[Optional[int], G.StepGraph]) -> List[StepRow]:
     by = _by_step(table)
     rows = []
-    for step in sorted(by, key=lambda s: (s is None, s or 0)):
-        insts = by[step]
+    for step in sorted(graphs, key=lambda s: (s is None, s or 0)):
+        insts = by.get(step, [])
         row = StepRow(step, instances=len(insts))
         for inst in insts:
             row.last[inst.last_rank] = row.last.get(inst.last_rank, 0) + 1
@@ -311,8 +311,10 @@ def judge(table: CollectiveTable) -> Verdict:
     pairs: Dict[Optional[int], List[Instance]] = {}
     for pair in table.p2p_pairs:  # linked send/recv: edges of the graph only (align/p2p.py)
         pairs.setdefault(pair.step, []).append(pair)
+    by = _by_step(table)
+    # a step of a pipeline may hold no collective at all: its graph is its pairs alone
     graphs = {
-        step: G.build(table, step, insts + pairs.get(step, [])) for step, insts in _by_step(table).items()
+        step: G.build(table, step, by.get(step, []) + pairs.get(step, [])) for step in set(by) | set(pairs)
     }
     noise = noise_ns(table.instances, [x for sg in graphs.values() for x in G.own_spreads(sg)])
     for sg in graphs.values():

@@ -187,12 +187,14 @@ def _suspects(verdict: Verdict) -> Tuple[Dict[int, Set[int]], Dict[Optional[int]
     return suspects, skew_of
 
 
-def _with_skew(contributors: List[Dict[str, Any]], skew_ns: int, where: str) -> List[Dict[str, Any]]:
+def _with_skew(
+    contributors: List[Dict[str, Any]], skew_ns: int, where: str, tail: Optional[Dict[str, Any]] = None
+) -> List[Dict[str, Any]]:
     """The contributors with the late entry into the step (lateness the stretch, from
     the rank's own step start, cannot show), most extra first."""
     if skew_ns <= 0:
         return contributors
-    return sorted([_entered_late(skew_ns, where)] + contributors, key=lambda c: -c["extra_us"])
+    return sorted([_entered_late(skew_ns, where, tail)] + contributors, key=lambda c: -c["extra_us"])
 
 
 class _EnteredWhere:
@@ -201,18 +203,33 @@ class _EnteredWhere:
     there, against the other ranks' median (analyze/graph.py's tail gaps). The steps
     and each step's sorted tails are looked up once, not per rank."""
 
-    def __init__(self, verdict: Verdict) -> None:
+    def __init__(
+        self,
+        verdict: Verdict,
+        table: Optional[CollectiveTable] = None,
+        plans: Sequence[RankPlan] = (),
+        segments: Sequence[Optional[Segments]] = (),
+    ) -> None:
         self.steps = [x for x in verdict.by_step if x.step is not None]
         self.by_step = {x.step: x for x in self.steps}
         self._tails: Dict[int, List[int]] = {}
+        self.table, self.plans, self.segments = table, plans, segments
+        self._tail_bds: Dict[int, Dict[int, Breakdown]] = {}  # one step's at a time
+
+    def _prev(self, rank: int, step: Optional[int]) -> Any:
+        prev = self.by_step.get(step - 1) if step is not None else None
+        g = prev.graph if prev is not None else None
+        if prev is None or prev.step is None or g is None or (rank, -1) not in g.offset:
+            return None
+        return prev
 
     def text(self, rank: int, step: Optional[int], skew_ns: int) -> str:
         if not self.steps or self.steps[0].step == step:
             return "before the profiled window"
-        prev = self.by_step.get(step - 1) if step is not None else None
-        g = prev.graph if prev is not None else None
-        if prev is None or prev.step is None or g is None or (rank, -1) not in g.offset:
+        prev = self._prev(rank, step)
+        if prev is None:
             return "before the step (its previous step is not profiled)"
+        g = prev.graph
         tails = self._tails.get(prev.step)
         if tails is None:
             tails = self._tails[prev.step] = sorted(max(0, g.offset[(q, -1)]) for q in g.order)
@@ -223,13 +240,59 @@ class _EnteredWhere:
         return (f"before the step: after its last collective of step {prev.step} it worked "
                 f"{extra / 1e6:.1f} ms more than the others' median")  # fmt: skip
 
+    def tail(self, rank: int, step: Optional[int], ref_rank: int, top: int) -> Optional[Dict[str, Any]]:
+        """What the rank did in the previous step's tail (from its last collective's
+        departure, or last arrival, to its step end: analyze/graph.py's tail) beyond
+        the reference rank's tail: operators by self time and gaps, most extra first.
+        None when a tail was not cut by the pass (:func:`onepass._last_ends`)."""
+        prev = self._prev(rank, step)
+        if prev is None or self.table is None:
+            return None
+        bds = self._tail_bds.get(prev.step)
+        if bds is None:
+            self._tail_bds = {prev.step: self._tails_of(prev.step, prev.graph)}
+            bds = self._tail_bds[prev.step]
+        mine, ref = bds.get(rank), bds.get(ref_rank)
+        if mine is None or ref is None:
+            return None
+        cpu = {q: _view(b, False) for q, b in bds.items()}
 
-def _entered_late(skew_ns: int, name: str) -> Dict[str, Any]:
-    """The contributor for a rank that entered the step late (analyze/graph.py's skew)."""
+        def others(key: Key) -> int:
+            vals = sorted(
+                p.ns if (p := b.parts.get(key)) is not None else 0 for q, b in cpu.items() if q != rank
+            )
+            return vals[(len(vals) - 1) // 2] if vals else 0
+
+        rows = _contributors(cpu[rank], cpu[ref_rank], others, top)
+        for c in rows:
+            del c["piece_ns"], c["span_ns"]
+        return {
+            "step": prev.step, "reference_rank": ref_rank, "rank_us": _us(mine.stretch_ns),
+            "reference_us": _us(ref.stretch_ns), "contributors": rows,
+        }  # fmt: skip
+
+    def _tails_of(self, step: int, g: Any) -> Dict[int, Breakdown]:
+        assert self.table is not None
+        out: Dict[int, Breakdown] = {}
+        for p, segs in zip(self.plans, self.segments):
+            r = p.rank
+            if segs is None or (r, -1) not in g.offset:
+                continue
+            hi = g.end[r]
+            bd = breakdown(segs, step, _rel(self.table, p, hi - g.offset[(r, -1)]), _rel(self.table, p, hi))
+            if bd is not None:
+                out[r] = bd
+        return out
+
+
+def _entered_late(skew_ns: int, name: str, tail: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """The contributor for a rank that entered the step late (analyze/graph.py's skew);
+    ``tail``: the previous step's tail broken down (:meth:`_EnteredWhere.tail`), when
+    that is where the late entry comes from."""
     return {
         "kind": "entered_late", "name": name, "where": "step start", "extra_us": _us(skew_ns),
         "count": 1, "others_count": 0, "rank_us": _us(skew_ns), "others_us": 0.0, "others_median_us": 0.0,
-        "piece_ns": None, "span_ns": None, "note": "",
+        "piece_ns": None, "span_ns": None, "note": "", "tail": tail,
     }  # fmt: skip
 
 
@@ -269,7 +332,7 @@ class Explain:
         self.by_id = {i.id: i for i in table.instances}
         self.suspects, self.skew_of = _suspects(verdict)
         self.own_of = {x.step: x.own for x in verdict.by_step}
-        self.entered = _EnteredWhere(verdict)
+        self.entered = _EnteredWhere(verdict, table, plans, segments)
         self.why = self._why()
 
     def _why(self) -> List[Dict[str, Any]]:
@@ -362,7 +425,8 @@ class _Step:
         primary_gpu = gpu and any(k[0] in ("kernel", "gpu_idle") for k in mine.parts)
         skew = ex.skew_of.get(step, {}).get(r, 0)
         where = ex.entered.text(r, step, skew) if skew > 0 else ""
-        primary = _with_skew(gpu_c if primary_gpu else cpu_c, skew, where)
+        tail = ex.entered.tail(r, step, ref_rank, top) if where.startswith("before the step: ") else None
+        primary = _with_skew(gpu_c if primary_gpu else cpu_c, skew, where, tail)
         lateness = mine.stretch_ns - ref.stretch_ns + skew
         explained = round(sum(c["extra_us"] for c in primary), 3)
         own = ex.own_of.get(step, {}).get(r, 0)

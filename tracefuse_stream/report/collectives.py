@@ -293,6 +293,8 @@ def format_text(table: Any, inputs: Sequence[str] = (), cycle: Optional[int] = N
                 f"by {inst.match}) on ranks {_ranks(inst.ranks)}: arrivals spread {_ms(inst.spread_ns)} ms, "
                 f"last rank {inst.last_rank}"
             )
+    elif table.p2p_pairs:  # a pipeline without collectives: its graph is its send/recv pairs alone
+        lines += rootcause.lines(table, v)
     lines += step_time_text.lines(a.step_time)
     for (kind, name, group, why_), n in sorted(table.unmatched.items(), key=lambda kv: (-kv[1], kv[0])):
         lines.append(

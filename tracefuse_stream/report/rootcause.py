@@ -147,6 +147,10 @@ def lines(table: CollectiveTable, v: Verdict) -> List[str]:
                 f"entered late: rank {r} entered step {row.step} {_ms(ns)} ms after the others' median{where}"
             )
     worst = v.worst_step()
+    if worst is None:  # no collective (a pipeline's pairs alone): the longest step's path
+        paths = [(g.end_ns - g.start_ns, -(row.step or 0), k) for k, row in enumerate(v.by_step)
+                 if (g := row.graph) is not None and g.path]  # fmt: skip
+        worst = v.by_step[max(paths)[2]] if paths else None
     if worst is not None and worst.graph is not None and worst.graph.path:
         out.append(path_line(worst.step, worst.graph))
     return out

@@ -59,6 +59,7 @@ def why_lines(why: Sequence[Dict[str, Any]]) -> List[str]:
             lines.append(
                 f"  {headline(c)}  [{c['kind']}, {printable(c['where'])}; {_counted(c)} {c['count']} vs {c['others_count']}]"
             )
+            lines += _tail_lines(c.get("tail"))
         un = w.get("unexplained_us")
         if un is not None and (w["share"] is None or not 0.8 <= w["share"] <= 1.2):
             what = "less elsewhere" if un < 0 else "not in any part above the noise"
@@ -67,6 +68,19 @@ def why_lines(why: Sequence[Dict[str, Any]]) -> List[str]:
             lines.append(f"  {un / 1000:+.1f} ms unexplained ({what}: the parts add up to "
                          f"{w['explained_us'] / 1000:.1f} of {target / 1000:.1f} ms)")  # fmt: skip
     return lines
+
+
+def _tail_lines(tail: Any) -> List[str]:
+    """Under a late entry explained by the previous step's tail: what the rank did there
+    beyond the reference rank's tail (analyze/why.py ``_EnteredWhere.tail``)."""
+    if not tail:
+        return []
+    out = [f"    step {tail['step']}'s tail (after the last collective): {tail['rank_us'] / 1000:.1f} ms vs "
+           f"{tail['reference_us'] / 1000:.1f} ms on rank {tail['reference_rank']}:"]  # fmt: skip
+    extra = max(tail["rank_us"] - tail["reference_us"], 0.0)
+    for c in [c for c in tail["contributors"] if c["extra_us"] >= max(50.0, 0.01 * extra)][:3]:
+        out.append(f"      {headline(c)}  [{c['kind']}, {printable(c['where'])}; {_counted(c)} {c['count']} vs {c['others_count']}]")  # fmt: skip
+    return out
 
 
 __all__ = ["headline", "why_lines"]
