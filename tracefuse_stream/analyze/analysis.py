@@ -20,8 +20,10 @@ from tracefuse_stream.align.collectives import (
     scan_collectives,
 )
 from tracefuse_stream.analyze import step_time, why
+from tracefuse_stream.analyze.name_cap import FOLDED
 from tracefuse_stream.analyze.step_time import StepTime
 from tracefuse_stream.analyze.stragglers import Verdict, held_by_rank, judge, wait_by_rank
+from tracefuse_stream.analyze.timeline import Segments
 from tracefuse_stream.plan.rankplan import RankPlan
 from tracefuse_stream.workers import parallel_map
 
@@ -130,6 +132,7 @@ def analyse(
                     table.step_times[mine[k].rank] = rows
                 if err:
                     a.why_notes.append(f"rank {mine[k].rank}: why not read: {err}")
+        a.why_notes.extend(cap_note(segs))
         ex = why.Explain(table, v, mine, segs)
         a.why, a.breakdown = ex.why, why.EveryRank(ex if every_rank else None)
     a.step_time = sorted(
@@ -137,6 +140,19 @@ def analyse(
     )
     step_time.fill_blocked(table, a.step_time)
     return a
+
+
+def cap_note(segs: Sequence[Optional[Segments]]) -> List[str]:
+    """The note that the why's names were capped (analyze/name_cap.py), when they were
+    on any rank: never a silent cut."""
+    hit = [s for s in segs if s is not None and s.folded]
+    if not hit:
+        return []
+    cap = max(s.name_cap for s in hit)
+    return [
+        f"names capped at {cap} per rank and step (each kind, thread and GPU; --name-cap): "
+        f"{sum(s.folded for s in hit)} name(s) on {len(hit)} rank(s) folded into '{FOLDED}' in the why"
+    ]
 
 
 def collect_analyses(
@@ -165,6 +181,7 @@ __all__ = [
     "Analysis",
     "RankStats",
     "analyse",
+    "cap_note",
     "collect_analyses",
     "collect_table",
     "rank_stats",

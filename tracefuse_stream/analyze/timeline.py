@@ -316,6 +316,8 @@ class Segments:
     step_thread: Dict[int, bytes]
     labels: Dict[bytes, str]  # thread / device key -> "thread 7" / "GPU 0"
     gpu_dev: Dict[Tuple[Any, int], bytes]  # (stream tid, start ns) of a GPU collective -> device
+    name_cap: int = 0  # names kept per step, unit and kind (analyze/name_cap.py; 0: not capped)
+    folded: int = 0  # distinct names past the cap, summed into "(other names)"
 
     def rows_of(self, packed: bytes) -> array[int]:
         """A unit's rows, decompressed (the last two kept, for the whole process: a
