@@ -21,6 +21,7 @@ from tracefuse_stream.align.collectives import (
 )
 from tracefuse_stream.analyze import step_time, why
 from tracefuse_stream.analyze.name_cap import FOLDED
+from tracefuse_stream.analyze.step_pack import StepRows
 from tracefuse_stream.analyze.step_time import StepTime
 from tracefuse_stream.analyze.stragglers import Verdict, held_by_rank, judge, wait_by_rank
 from tracefuse_stream.analyze.timeline import Segments
@@ -105,7 +106,7 @@ class Analysis:
     # every rank and step, computed one step at a time each time it is iterated
     breakdown: Iterable[Dict[str, Any]] = field(default_factory=list)
     why_notes: List[str] = field(default_factory=list)
-    step_time: List[StepTime] = field(default_factory=list)  # every rank and step (info's single pass)
+    step_time: Sequence[StepTime] = field(default_factory=list)  # every rank and step (info's single pass)
 
 
 def analyse(
@@ -135,10 +136,10 @@ def analyse(
         a.why_notes.extend(cap_note(segs))
         ex = why.Explain(table, v, mine, segs)
         a.why, a.breakdown = ex.why, why.EveryRank(ex if every_rank else None)
-    a.step_time = sorted(
-        (st for rows in table.step_times.values() for st in rows), key=lambda st: (st.rank, st.step)
-    )
-    step_time.fill_blocked(table, a.step_time)
+    step_time.fill_blocked(table, table.step_times)
+    # every rank's rows in rank order, each rank's by step (as they are made), decoded
+    # as they are read: never every rank's at once (analyze/step_pack.py)
+    a.step_time = StepRows([table.step_times[r] for r in sorted(table.step_times)])
     return a
 
 

@@ -95,9 +95,8 @@ def _fold(flat: array, groups: List[int], keep: Set[Tuple[int, int, int]], other
 
 
 def _remap(flat: array, ids: Dict[int, int]) -> None:
-    for i in range(2, len(flat), ROW_FIELDS):
-        if flat[i] >= 0:
-            flat[i] = ids[flat[i]]
+    nids = flat[2::ROW_FIELDS].tolist()
+    flat[2::ROW_FIELDS] = array("q", [ids[n] if n >= 0 else n for n in nids])
 
 
 def _starts(flat: array, n_cuts: int) -> List[int]:
@@ -110,28 +109,44 @@ def _starts(flat: array, n_cuts: int) -> List[int]:
     return starts
 
 
-def cap_names(segments: Segments, steps: Dict[int, Tuple[int, int]], cap: int = NAME_CAP) -> None:
+def cap_names(
+    segments: Segments, steps: Dict[int, Tuple[int, int]], cap: int = NAME_CAP, compressed: bool = True
+) -> None:
     """Cap ``segments`` at ``cap`` names per step, unit and kind (the module docstring),
     in place; drop the names no row holds; record the cap and the names folded
-    (``segments.name_cap``, ``segments.folded``). ``steps``: step -> (start, end) ns."""
+    (``segments.name_cap``, ``segments.folded``); the rows compressed after
+    (``compressed``: they came so; else as ``TimelineFeed.finish(compress=False)``
+    leaves them). ``steps``: step -> (start, end) ns."""
     if cap < 1:
         raise ValueError("cap_names: the cap is at least 1")
     groups = _groups(segments, sorted({lo for lo, _hi in steps.values()}))
     names = segments.names
     units = [
-        (d, k, array("q", zlib.decompress(d[k][1]))) for d in (segments.cpu, segments.gpu) for k in sorted(d)
+        (d, k, array("q", zlib.decompress(d[k][1]) if compressed else d[k][1]))
+        for d in (segments.cpu, segments.gpu)
+        for k in sorted(d)
     ]
-    kept = [_kept(flat, groups, names, cap) for _d, _k, flat in units]
+    nids = [set(flat[2::ROW_FIELDS]) for _d, _k, flat in units]
+    kept = [
+        _kept(flat, groups, names, cap) if len(n) > cap else (set(), set())
+        for (_d, _k, flat), n in zip(units, nids)
+    ]
     folded = set().union(*(out for _keep, out in kept))
     other = len(names)  # the folded rows' id until the names are renumbered below
     if folded:
-        units = [(d, k, _fold(flat, groups, keep, other)) for (d, k, flat), (keep, _o) in zip(units, kept)]
-    used = sorted({f[i] for _d, _k, f in units for i in range(2, len(f), ROW_FIELDS) if f[i] >= 0})
-    ids = {old: new for new, old in enumerate(used)}
+        units = [
+            (d, k, _fold(flat, groups, keep, other) if out else flat)
+            for (d, k, flat), (keep, out) in zip(units, kept)
+        ]
+        nids = [set(flat[2::ROW_FIELDS]) for _d, _k, flat in units]
+    used = sorted(set().union(*nids) - {-1})
     segments.names = [FOLDED if old == other else names[old] for old in used]
+    ids = {old: new for new, old in enumerate(used)}
     for d, k, flat in units:
-        _remap(flat, ids)
-        d[k] = (_starts(flat, len(segments.cuts)) if folded else d[k][0], zlib.compress(flat.tobytes(), 1))
+        if len(used) < len(names) or folded:
+            _remap(flat, ids)
+        starts = _starts(flat, len(segments.cuts)) if folded else d[k][0]
+        d[k] = (starts, zlib.compress(flat.tobytes(), 1))
     segments.name_cap = cap
     segments.folded = len(folded)
 

@@ -36,6 +36,7 @@ from tracefuse_stream.align.p2p import P2P_CALLS
 from tracefuse_stream.analyze import step_time
 from tracefuse_stream.analyze.kernel_categories import CategorySpec, from_spec
 from tracefuse_stream.analyze.name_cap import NAME_CAP, cap_names
+from tracefuse_stream.analyze.step_pack import NameIds, pack_rows
 from tracefuse_stream.analyze.timeline import TimelineFeed
 from tracefuse_stream.errors import InputError, TraceFuseError
 from tracefuse_stream.gcpause import cyclic_gc_paused
@@ -120,6 +121,7 @@ def _scan_file(
                 [e.ts_ns for e in scan.events],
                 [(e.tid, e.ts_ns) for e in scan.events if e.kind == "gpu"],
                 keep=True,
+                compress=False,  # cap_names compresses them, once
             )
             scan.step_time = step_time.compute(
                 plan.rank,
@@ -130,7 +132,9 @@ def _scan_file(
                 from_spec(kernel_categories),
             )
             feed.release()
-            cap_names(scan.timeline, scan.steps, name_cap)  # after the step figures: they read by id
+            cap_names(
+                scan.timeline, scan.steps, name_cap, compressed=False
+            )  # after the step figures: they read by id
         return FileScan(info, scan)
     except TraceFuseError as e:
         return FileScan(None, None, broken_text(e))
@@ -152,12 +156,13 @@ def scan_files(
     want = tuple(s for s in SECTIONS if s in sections)
     args = [(p, want, kernel_categories, name_cap) for p in plans]
     cache: Dict[str, str] = {}  # every rank names the same ops: one string each, shared
+    ids = NameIds()  # the same for the step figures, packed per rank (analyze/step_pack.py)
 
     def share(fs: FileScan) -> FileScan:
         if fs.scan is not None:
             if fs.scan.timeline is not None:
                 fs.scan.timeline.share_names(cache)
-            step_time.share_names(fs.scan.step_time, cache)
+            fs.scan.step_time = pack_rows(fs.scan.step_time, ids)  # type: ignore[assignment]
         return fs
 
     return parallel_map(scan_file, args, resolve_jobs(jobs, len(plans)), each=share)

@@ -386,11 +386,13 @@ class TimelineFeed:
         arrivals: Sequence[int],
         gpu_arrivals: Sequence[Tuple[Any, int]],
         keep: bool = False,
+        compress: bool = True,
     ) -> Segments:
         """Partition at ``steps``' starts and ends and ``arrivals`` (file-relative ns)
         the step threads and the GPUs of ``gpu_arrivals`` ((stream tid, start ns) of the
         GPU collectives); free the events (``keep``: the caller frees them with
-        :meth:`release`, once it has read the step-time figures from them)."""
+        :meth:`release`, once it has read the step-time figures from them; ``compress``
+        False: the rows left uncompressed, for analyze/name_cap.py to compress once)."""
         # step ends too: a whole step is then a sum of segments (analyze/diff_figures.py)
         cuts = sorted({lo for lo, _hi in steps.values()} | {hi for _lo, hi in steps.values()} | set(arrivals))
         threads = sorted({v[2] for v in self._steps.values()})
@@ -411,7 +413,7 @@ class TimelineFeed:
                 starts[seg + 1] += 1
             for k in range(1, len(starts)):
                 starts[k] += starts[k - 1]
-            return starts, zlib.compress(packed, 1)
+            return starts, zlib.compress(packed, 1) if compress else packed
 
         return Segments(
             cuts, text,
