@@ -19,11 +19,10 @@ compiled kernel's or PyTimeline's): both paths give the same bytes.
 from __future__ import annotations
 
 import bisect
-import zlib
 from array import array
 from typing import Dict, List, Set, Tuple
 
-from tracefuse_stream.analyze.timeline import ROW_FIELDS, Segments
+from tracefuse_stream.analyze.timeline import ROW_FIELDS, Segments, pack_unit, unpack_unit
 
 #: names kept per rank, step, unit (step thread or GPU) and kind; ``--name-cap`` changes it
 NAME_CAP = 256
@@ -122,7 +121,7 @@ def cap_names(
     groups = _groups(segments, sorted({lo for lo, _hi in steps.values()}))
     names = segments.names
     units = [
-        (d, k, array("q", zlib.decompress(d[k][1]) if compressed else d[k][1]))
+        (d, k, unpack_unit(d[k][1]) if compressed else array("q", d[k][1]))
         for d in (segments.cpu, segments.gpu)
         for k in sorted(d)
     ]
@@ -146,7 +145,7 @@ def cap_names(
         if len(used) < len(names) or folded:
             _remap(flat, ids)
         starts = _starts(flat, len(segments.cuts)) if folded else d[k][0]
-        d[k] = (starts, zlib.compress(flat.tobytes(), 1))
+        d[k] = (starts, pack_unit(flat))
     segments.name_cap = cap
     segments.folded = len(folded)
 
