@@ -64,7 +64,7 @@ _FIELDS = 14
 ROW_FIELDS = _FIELDS  # what the step-time figures read the rows by (analyze/step_time.py)
 
 
-@dataclass
+@dataclass(slots=True)  # one per part of every rank's stretch: the --json breakdown holds a step's
 class Part:
     """One contributor of one stretch: total ns, calls (or gaps), largest piece."""
 
@@ -74,7 +74,7 @@ class Part:
     span: Tuple[int, int] = (0, 0)  # first start .. last end of what it holds
 
 
-@dataclass
+@dataclass(slots=True)
 class Breakdown:
     """What one stretch of one rank was made of."""
 
