@@ -308,9 +308,9 @@ class Segments:
 
     cuts: List[int]
     names: List[str]
-    # thread -> (where each segment's rows start, the rows: int64s, column by column,
-    # zlib-compressed (pack_unit): ~5.5x smaller, so a rank's partitions take ~12 KB, not
-    # 64, while every rank's wait for the reduce; issue 38)
+    # thread -> (where each segment's rows start, the rows: int64s, zlib-compressed
+    # (pack_unit): ~5x smaller, so a rank's partitions take ~14 KB, not 64, while every
+    # rank's wait for the reduce; issue 38)
     cpu: Dict[bytes, Tuple[List[int], bytes]]
     gpu: Dict[bytes, Tuple[List[int], bytes]]  # device -> the same
     step_thread: Dict[int, bytes]
@@ -336,23 +336,16 @@ class Segments:
 
 
 def pack_unit(flat: array[int]) -> bytes:
-    """A unit's rows as :class:`Segments` keeps them: column by column (each field's
-    values side by side compress ~17% better than row by row: ~12 KB a rank, not 14),
-    zlib level 1 (level 6 saves another 1.5 KB a rank for 2 ms more of each rank's pass)."""
-    cols = array("q")
-    for k in range(_FIELDS):
-        cols.extend(flat[k::_FIELDS])
-    return zlib.compress(cols.tobytes(), 1)
+    """A unit's rows as :class:`Segments` keeps them: zlib level 1 (row by row: packed
+    column by column they took ~12 KB a rank, not 14, but every read of a unit, once
+    per rank and step of the ``--json`` breakdown, then paid a re-interleave: +20% CPU
+    on 500 steps)."""
+    return zlib.compress(flat.tobytes(), 1)
 
 
 def unpack_unit(packed: bytes) -> array[int]:
-    """The rows :func:`pack_unit` packed, row by row again."""
-    cols = array("q", zlib.decompress(packed))
-    n = len(cols) // _FIELDS
-    flat = array("q", bytes(8 * len(cols)))
-    for k in range(_FIELDS):
-        flat[k::_FIELDS] = cols[k * n : (k + 1) * n]
-    return flat
+    """The rows :func:`pack_unit` packed."""
+    return array("q", zlib.decompress(packed))
 
 
 _UNPACKED: List[Tuple[bytes, array[int]]] = []  # (packed, its rows): the last two decompressed
