@@ -5,7 +5,7 @@ as align/collectives.py and align/gloo_groups.py need them."""
 from __future__ import annotations
 
 import functools
-from typing import Any, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 PgConfig = List[Tuple[str, Optional[Tuple[int, ...]]]]  # (pg_name, ranks) in pg_config order
 
@@ -41,7 +41,26 @@ def pg_config_of(header: Mapping[str, Any]) -> PgConfig:
     out: PgConfig = []
     for pg in cfg if isinstance(cfg, list) else []:
         if isinstance(pg, dict) and pg.get("pg_name") is not None:
-            out.append((str(pg["pg_name"]), ranks_arg(pg.get("ranks"))))
+            out.append((str(pg["pg_name"]), _ranks_of_member_list(pg.get("ranks"))))
+    return out
+
+
+#: id of a ``pg_config`` member list -> (the list, its ranks): read/head.py keeps one copy
+#: of equal long lists for the whole run, so every rank's header holds the same list; one
+#: tuple of it, not one per rank (O(world) a rank, O(world^2) the run: 32 MB at 2,048 ranks)
+_BY_LIST: Dict[int, Tuple[Any, Optional[Tuple[int, ...]]]] = {}
+
+
+def _ranks_of_member_list(v: Any) -> Optional[Tuple[int, ...]]:
+    if type(v) is not list:
+        return ranks_arg(v)
+    hit = _BY_LIST.get(id(v))
+    if hit is not None and hit[0] is v:  # the list is held with it: its id is not reused
+        return hit[1]
+    out = _parse_ranks(v)
+    if len(_BY_LIST) >= 4096:  # bounded: a run has a few groups
+        _BY_LIST.clear()
+    _BY_LIST[id(v)] = (v, out)
     return out
 
 

@@ -20,8 +20,11 @@ from tracefuse_stream.align.collectives import (
     scan_collectives,
 )
 from tracefuse_stream.analyze import step_time, why
+from tracefuse_stream.analyze.name_cap import FOLDED
+from tracefuse_stream.analyze.step_pack import StepRows
 from tracefuse_stream.analyze.step_time import StepTime
 from tracefuse_stream.analyze.stragglers import Verdict, held_by_rank, judge, wait_by_rank
+from tracefuse_stream.analyze.timeline import Segments
 from tracefuse_stream.plan.rankplan import RankPlan
 from tracefuse_stream.workers import parallel_map
 
@@ -103,7 +106,7 @@ class Analysis:
     # every rank and step, computed one step at a time each time it is iterated
     breakdown: Iterable[Dict[str, Any]] = field(default_factory=list)
     why_notes: List[str] = field(default_factory=list)
-    step_time: List[StepTime] = field(default_factory=list)  # every rank and step (info's single pass)
+    step_time: Sequence[StepTime] = field(default_factory=list)  # every rank and step (info's single pass)
 
 
 def analyse(
@@ -130,13 +133,27 @@ def analyse(
                     table.step_times[mine[k].rank] = rows
                 if err:
                     a.why_notes.append(f"rank {mine[k].rank}: why not read: {err}")
+        a.why_notes.extend(cap_note(segs))
         ex = why.Explain(table, v, mine, segs)
         a.why, a.breakdown = ex.why, why.EveryRank(ex if every_rank else None)
-    a.step_time = sorted(
-        (st for rows in table.step_times.values() for st in rows), key=lambda st: (st.rank, st.step)
-    )
-    step_time.fill_blocked(table, a.step_time)
+    step_time.fill_blocked(table, table.step_times)
+    # every rank's rows in rank order, each rank's by step (as they are made), decoded
+    # as they are read: never every rank's at once (analyze/step_pack.py)
+    a.step_time = StepRows([table.step_times[r] for r in sorted(table.step_times)])
     return a
+
+
+def cap_note(segs: Sequence[Optional[Segments]]) -> List[str]:
+    """The note that the why's names were capped (analyze/name_cap.py), when they were
+    on any rank: never a silent cut."""
+    hit = [s for s in segs if s is not None and s.folded]
+    if not hit:
+        return []
+    cap = max(s.name_cap for s in hit)
+    return [
+        f"names capped at {cap} per rank and step (each kind, thread and GPU; --name-cap): "
+        f"{sum(s.folded for s in hit)} name(s) on {len(hit)} rank(s) folded into '{FOLDED}' in the why"
+    ]
 
 
 def collect_analyses(
@@ -165,6 +182,7 @@ __all__ = [
     "Analysis",
     "RankStats",
     "analyse",
+    "cap_note",
     "collect_analyses",
     "collect_table",
     "rank_stats",

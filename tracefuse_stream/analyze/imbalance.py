@@ -86,13 +86,21 @@ def figure_ns(st: StepTime, figure: str) -> Optional[int]:
 
 def spreads(rows: Sequence[StepTime]) -> List[Spread]:
     """Every step's :class:`Spread` per figure (steps in order; figures as :data:`FIGURES`)."""
-    by_step: Dict[int, List[StepTime]] = {}
+    # the figures only, not the rows: ``rows`` may be decoded as they are read, one
+    # rank at a time (analyze/step_pack.py), and must not all be held at once
+    by_step: Dict[int, Dict[str, List[Tuple[int, int]]]] = {}
     for st in rows:
-        by_step.setdefault(st.step, []).append(st)
-    out = []
-    for step, sts in sorted(by_step.items()):
+        per = by_step.get(st.step)
+        if per is None:
+            per = by_step[st.step] = {fig: [] for fig in FIGURES}
         for fig in FIGURES:
-            vals = [(v, st.rank) for st in sts if (v := figure_ns(st, fig)) is not None]
+            v = figure_ns(st, fig)
+            if v is not None:
+                per[fig].append((v, st.rank))
+    out = []
+    for step, per in sorted(by_step.items()):
+        for fig in FIGURES:
+            vals = per[fig]
             if not vals:
                 continue
             med = int(median([v for v, _r in vals]))
@@ -208,25 +216,28 @@ def verdicts(rows: Sequence[StepTime], sp: Sequence[Spread]) -> List[str]:
     cpu = _cpu_verdict(rows, sp) if not comp else None
     if cpu is not None:
         out.append(cpu)
+    by_part = _shares(rows, [fig for fig, _what in BOUND_PARTS])
     for fig, what in BOUND_PARTS:
-        shares = _shares(rows, fig)
+        shares = by_part[fig]
         if shares and min(shares.values()) >= BOUND_SHARE:
             low = min(shares.values())
             out.append(f"{100 * low:.0f}% of the step is {what} on every rank (at least; all steps)")
     return out
 
 
-def _shares(rows: Sequence[StepTime], fig: str) -> Dict[int, float]:
-    """rank -> the part's share of its steps, over all its steps with GPU figures."""
-    part: Dict[int, int] = {}
-    total: Dict[int, int] = {}
+def _shares(rows: Sequence[StepTime], figs: Sequence[str]) -> Dict[str, Dict[int, float]]:
+    """figure -> rank -> the part's share of its steps, over all its steps with GPU
+    figures (every figure in one pass over ``rows``: they may be decoded as read)."""
+    part: Dict[str, Dict[int, int]] = {fig: {} for fig in figs}
+    total: Dict[str, Dict[int, int]] = {fig: {} for fig in figs}
     for st in rows:
-        v = figure_ns(st, fig)
-        if v is None or st.step_ns <= 0:
-            continue
-        part[st.rank] = part.get(st.rank, 0) + v
-        total[st.rank] = total.get(st.rank, 0) + st.step_ns
-    return {r: part[r] / total[r] for r in part if total[r] > 0}
+        for fig in figs:
+            v = figure_ns(st, fig)
+            if v is None or st.step_ns <= 0:
+                continue
+            part[fig][st.rank] = part[fig].get(st.rank, 0) + v
+            total[fig][st.rank] = total[fig].get(st.rank, 0) + st.step_ns
+    return {fig: {r: part[fig][r] / total[fig][r] for r in part[fig] if total[fig][r] > 0} for fig in figs}
 
 
 __all__ = ["BOUND_SHARE", "CPU_MATERIAL", "FIGURES", "SPREAD", "Spread", "figure_ns", "spreads", "verdicts"]

@@ -36,6 +36,8 @@ from tracefuse_stream.align.ends import DEFAULT_CAP, RankCollectives
 from tracefuse_stream.align.p2p import P2P_CALLS
 from tracefuse_stream.analyze import step_time
 from tracefuse_stream.analyze.kernel_categories import CategorySpec, from_spec
+from tracefuse_stream.analyze.name_cap import NAME_CAP, cap_names
+from tracefuse_stream.analyze.step_pack import NameIds, pack_rows
 from tracefuse_stream.analyze.timeline import TimelineFeed
 from tracefuse_stream.errors import InputError, TraceFuseError
 from tracefuse_stream.gcpause import cyclic_gc_paused
@@ -82,17 +84,21 @@ class FileScan:
 
 
 def scan_file(
-    plan: RankPlan, sections: Tuple[str, ...], kernel_categories: Optional[CategorySpec] = None
+    plan: RankPlan,
+    sections: Tuple[str, ...],
+    kernel_categories: Optional[CategorySpec] = None,
+    name_cap: int = NAME_CAP,
 ) -> FileScan:
     """The single pass over ``plan``'s file (see the module docstring), with the cyclic
     collector paused as the merge pauses it (gcpause.py: the pass makes no cycles, and
-    the collector's walks over the live batches were ~2% of ``info --collectives``)."""
+    the collector's walks over the live batches were ~2% of ``info --collectives``);
+    ``name_cap``: the why's names kept per step (analyze/name_cap.py)."""
     with cyclic_gc_paused():
-        return _scan_file(plan, sections, kernel_categories)
+        return _scan_file(plan, sections, kernel_categories, name_cap)
 
 
 def _scan_file(
-    plan: RankPlan, sections: Tuple[str, ...], kernel_categories: Optional[CategorySpec]
+    plan: RankPlan, sections: Tuple[str, ...], kernel_categories: Optional[CategorySpec], name_cap: int
 ) -> FileScan:
     try:
         if not sections:
@@ -116,6 +122,7 @@ def _scan_file(
                 [e.ts_ns for e in scan.events] + _last_ends(scan),
                 [(e.tid, e.ts_ns) for e in scan.events if e.kind == "gpu"],
                 keep=True,
+                compress=False,  # cap_names compresses them, once
             )
             scan.step_time = step_time.compute(
                 plan.rank,
@@ -126,6 +133,9 @@ def _scan_file(
                 from_spec(kernel_categories),
             )
             feed.release()
+            cap_names(
+                scan.timeline, scan.steps, name_cap, compressed=False
+            )  # after the step figures: they read by id
         return FileScan(info, scan)
     except TraceFuseError as e:
         return FileScan(None, None, broken_text(e))
@@ -151,21 +161,24 @@ def scan_files(
     jobs: int,
     sections: Sequence[str],
     kernel_categories: Optional[CategorySpec] = None,
+    name_cap: int = NAME_CAP,
 ) -> List[FileScan]:
     """:func:`scan_file` for every plan, in ``jobs`` worker processes
-    (``kernel_categories``: a :meth:`KernelCategories.spec`, None: the built-in table)."""
+    (``kernel_categories``: a :meth:`KernelCategories.spec`, None: the built-in table;
+    ``name_cap``: the why's names kept per step, analyze/name_cap.py)."""
     unknown = set(sections) - set(SECTIONS)
     if unknown:
         raise ValueError(f"unknown info sections: {sorted(unknown)}")
     want = tuple(s for s in SECTIONS if s in sections)
-    args = [(p, want, kernel_categories) for p in plans]
+    args = [(p, want, kernel_categories, name_cap) for p in plans]
     cache: Dict[str, str] = {}  # every rank names the same ops: one string each, shared
+    ids = NameIds()  # the same for the step figures, packed per rank (analyze/step_pack.py)
 
     def share(fs: FileScan) -> FileScan:
         if fs.scan is not None:
             if fs.scan.timeline is not None:
                 fs.scan.timeline.share_names(cache)
-            step_time.share_names(fs.scan.step_time, cache)
+            fs.scan.step_time = pack_rows(fs.scan.step_time, ids)  # type: ignore[assignment]
         return fs
 
     return parallel_map(scan_file, args, resolve_jobs(jobs, len(plans)), each=share)

@@ -22,7 +22,7 @@ import bisect
 import re
 from array import array
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tracefuse_stream.analyze.gpu_union import KERNEL_WAIT_NS, GpuFigures, from_row
 from tracefuse_stream.analyze.kernel_categories import OTHER, KernelCategories
@@ -256,53 +256,36 @@ def compute(
     return sorted(out, key=lambda st: st.step)
 
 
-def fill_blocked(table: Any, rows: Sequence[StepTime]) -> None:
+def fill_blocked(table: Any, per_rank: Mapping[int, Sequence[StepTime]]) -> None:
     """Each row's time blocked in collectives on its rank's own step (``table``: the
     matched :class:`~tracefuse_stream.align.collectives.CollectiveTable`, absolute
-    ns): ``collective_wait_ns`` the union of ``[arrival, last arrival]`` (waiting for
-    the others), ``collective_comm_ns`` the union of ``[arrival, end]`` less that
-    (communicating once all are in), both clipped to the step (the straggler report's
-    wait, on the rank's own step numbers)."""
+    ns; ``per_rank``: rank -> its rows, a list filled in place or packed rows,
+    analyze/step_pack.py, packed again): ``collective_wait_ns`` the union of
+    ``[arrival, last arrival]`` (waiting for the others), ``collective_comm_ns`` the
+    union of ``[arrival, end]`` less that (communicating once all are in), both clipped
+    to the step (the straggler report's wait, on the rank's own step numbers)."""
     spans: Dict[int, List[Tuple[int, int, int]]] = {}
     for inst in table.instances:
         last = inst.last_arrival_ns
         for r, e in inst.entries.items():
             spans.setdefault(r, []).append((e.start_ns, max(e.start_ns, last), e.end_ns))
-    for st in rows:
-        win = table.steps.get(st.rank, {}).get(st.step)
-        if win is None:
-            continue
-        lo, hi = win
-        mine = [x for x in spans.get(st.rank, []) if lo <= x[0] < hi]
-        wait = union_ns([(a, w) for a, w, _e in mine], lo, hi)
-        blocked = union_ns([(a, max(w, e)) for a, w, e in mine], lo, hi)
-        st.cpu.collective_wait_ns, st.cpu.collective_comm_ns = wait, blocked - wait
+    for held in per_rank.values():
+        rows = held if isinstance(held, list) else list(held)
+        for st in rows:
+            win = table.steps.get(st.rank, {}).get(st.step)
+            if win is None:
+                continue
+            lo, hi = win
+            mine = [x for x in spans.get(st.rank, []) if lo <= x[0] < hi]
+            wait = union_ns([(a, w) for a, w, _e in mine], lo, hi)
+            blocked = union_ns([(a, max(w, e)) for a, w, e in mine], lo, hi)
+            st.cpu.collective_wait_ns, st.cpu.collective_comm_ns = wait, blocked - wait
+        if rows is not held:
+            held.pack(rows)  # type: ignore[attr-defined]
 
 
 def _us(ns: Optional[int]) -> Optional[float]:
     return None if ns is None else round(ns / 1000.0, 3)
-
-
-def share_names(rows: List[StepTime], cache: Dict[str, str]) -> None:
-    """Make the names of ``rows`` the strings ``cache`` already holds (every rank
-    names the same operators and kernels: one string each in the reduce, not one per
-    rank; issue 38's memory per rank)."""
-
-    def one(name: str) -> str:
-        return cache.setdefault(name, name)
-
-    for st in rows:
-        c = st.cpu
-        c.ops = [(one(n), ns, k) for n, ns, k in c.ops]
-        c.outside = [(one(n), ns) for n, ns in c.outside]
-        if c.thread is not None:
-            c.thread = one(c.thread)
-        g = st.gpu
-        if g is not None:
-            g.device = one(g.device)
-            g.categories = {one(k): v for k, v in g.categories.items()}
-            g.kernels = [(one(n), ns, k) for n, ns, k in g.kernels]
-            g.unknown = [(one(n), ns) for n, ns in g.unknown]
 
 
 def to_json(st: StepTime) -> Dict[str, Any]:
@@ -346,7 +329,6 @@ __all__ = [
     "TOP_N",
     "compute",
     "cpu_step",
-    "share_names",
     "fill_blocked",
     "gpu_steps",
     "to_json",

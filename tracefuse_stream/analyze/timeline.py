@@ -64,7 +64,7 @@ _FIELDS = 14
 ROW_FIELDS = _FIELDS  # what the step-time figures read the rows by (analyze/step_time.py)
 
 
-@dataclass
+@dataclass(slots=True)  # one per part of every rank's stretch: the --json breakdown holds a step's
 class Part:
     """One contributor of one stretch: total ns, calls (or gaps), largest piece."""
 
@@ -74,7 +74,7 @@ class Part:
     span: Tuple[int, int] = (0, 0)  # first start .. last end of what it holds
 
 
-@dataclass
+@dataclass(slots=True)
 class Breakdown:
     """What one stretch of one rank was made of."""
 
@@ -308,21 +308,23 @@ class Segments:
 
     cuts: List[int]
     names: List[str]
-    # thread -> (where each segment's rows start, the rows: int64s, zlib-compressed: ~5x
-    # smaller, so a rank's partitions take ~13 KB, not 64, while every rank's wait for
-    # the reduce; issue 38)
+    # thread -> (where each segment's rows start, the rows: int64s, zlib-compressed
+    # (pack_unit): ~5x smaller, so a rank's partitions take ~14 KB, not 64, while every
+    # rank's wait for the reduce; issue 38)
     cpu: Dict[bytes, Tuple[List[int], bytes]]
     gpu: Dict[bytes, Tuple[List[int], bytes]]  # device -> the same
     step_thread: Dict[int, bytes]
     labels: Dict[bytes, str]  # thread / device key -> "thread 7" / "GPU 0"
     gpu_dev: Dict[Tuple[Any, int], bytes]  # (stream tid, start ns) of a GPU collective -> device
+    name_cap: int = 0  # names kept per step, unit and kind (analyze/name_cap.py; 0: not capped)
+    folded: int = 0  # distinct names past the cap, summed into "(other names)"
 
     def rows_of(self, packed: bytes) -> array[int]:
         """A unit's rows, decompressed (the last two kept, for the whole process: a
         rank's stretches are broken down one after another, on its thread and GPU)."""
         hit = next((flat for k, flat in _UNPACKED if k is packed), None)
         if hit is None:
-            hit = array("q", zlib.decompress(packed))
+            hit = unpack_unit(packed)
             _UNPACKED[:] = [(packed, hit)] + _UNPACKED[:1]
         return hit
 
@@ -331,6 +333,19 @@ class Segments:
         distinct name in the reduce, not one per rank; issue 38)."""
         self.names = [cache.setdefault(n, n) for n in self.names]
         self.labels = {k: cache.setdefault(v, v) for k, v in self.labels.items()}
+
+
+def pack_unit(flat: array[int]) -> bytes:
+    """A unit's rows as :class:`Segments` keeps them: zlib level 1 (row by row: packed
+    column by column they took ~12 KB a rank, not 14, but every read of a unit, once
+    per rank and step of the ``--json`` breakdown, then paid a re-interleave: +20% CPU
+    on 500 steps)."""
+    return zlib.compress(flat.tobytes(), 1)
+
+
+def unpack_unit(packed: bytes) -> array[int]:
+    """The rows :func:`pack_unit` packed."""
+    return array("q", zlib.decompress(packed))
 
 
 _UNPACKED: List[Tuple[bytes, array[int]]] = []  # (packed, its rows): the last two decompressed
@@ -384,11 +399,13 @@ class TimelineFeed:
         arrivals: Sequence[int],
         gpu_arrivals: Sequence[Tuple[Any, int]],
         keep: bool = False,
+        compress: bool = True,
     ) -> Segments:
         """Partition at ``steps``' starts and ends and ``arrivals`` (file-relative ns)
         the step threads and the GPUs of ``gpu_arrivals`` ((stream tid, start ns) of the
         GPU collectives); free the events (``keep``: the caller frees them with
-        :meth:`release`, once it has read the step-time figures from them)."""
+        :meth:`release`, once it has read the step-time figures from them; ``compress``
+        False: the rows left uncompressed, for analyze/name_cap.py to compress once)."""
         # step ends too: a whole step is then a sum of segments (analyze/diff_figures.py)
         cuts = sorted({lo for lo, _hi in steps.values()} | {hi for _lo, hi in steps.values()} | set(arrivals))
         threads = sorted({v[2] for v in self._steps.values()})
@@ -409,7 +426,7 @@ class TimelineFeed:
                 starts[seg + 1] += 1
             for k in range(1, len(starts)):
                 starts[k] += starts[k - 1]
-            return starts, zlib.compress(packed, 1)
+            return starts, pack_unit(flat) if compress else packed
 
         return Segments(
             cuts, text,
@@ -461,6 +478,8 @@ __all__ = [
     "Segments",
     "TimelineFeed",
     "new_timeline",
+    "pack_unit",
+    "unpack_unit",
     "pid_of_key",
     "unpack_rows",
     "value_key",

@@ -1,9 +1,10 @@
-"""Argument types and options shared by the commands' parsers (``-j``, ``--dask``)."""
+"""Argument types and options shared by the commands' parsers (``-j``, ``--dask``, ``--name-cap``)."""
 
 from __future__ import annotations
 
 import argparse
 
+from tracefuse_stream.analyze.name_cap import NAME_CAP
 from tracefuse_stream.errors import UsageError
 
 
@@ -21,6 +22,30 @@ def jobs_count(text: str) -> int:
             f"--jobs must be 1 or more workers (leave -j out for the usable cores), not {text!r}"
         )
     return n
+
+
+def name_cap_count(text: str) -> int:
+    """``--name-cap N``: names kept per rank and step in the why, 1 or more (a usage
+    error otherwise, never silently the default)."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = None
+    if n is None or n < 1:
+        raise UsageError(f"--name-cap must be 1 or more names, not {text!r}")
+    return n
+
+
+def add_name_cap_arg(p: argparse.ArgumentParser) -> None:
+    """``--name-cap N`` on a command that reads the why's partitions (analyze/name_cap.py)."""
+    p.add_argument(
+        "--name-cap",
+        type=name_cap_count,
+        default=NAME_CAP,
+        metavar="N",
+        help=f"with the why: names kept per rank and step for each kind, thread and GPU (default {NAME_CAP}); "
+        "the rest are summed into '(other names)', and a note says how many",
+    )
 
 
 JOBS_HELP = "worker processes, 1 or more (default: usable cores; 1 = no workers)"
@@ -41,4 +66,4 @@ def add_dask_arg(p: argparse.ArgumentParser, extra: str = "") -> None:
     p.add_argument("--dask", metavar="ADDRESS", help=DASK_HELP + (f"; {extra}" if extra else ""))
 
 
-__all__ = ["DASK_HELP", "JOBS_HELP", "add_dask_arg", "jobs_count"]
+__all__ = ["DASK_HELP", "JOBS_HELP", "add_dask_arg", "add_name_cap_arg", "jobs_count", "name_cap_count"]

@@ -43,6 +43,7 @@ def _info(a: argparse.Namespace) -> int:
         sections=sections,
         scans_out=scans,
         kernel_categories=categories,
+        name_cap=a.name_cap,
     )
     sections_from = len(text)  # with --collectives, only the sections follow its report
     if a.steps:

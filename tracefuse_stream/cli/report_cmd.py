@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict
 
-from tracefuse_stream.cli.argtypes import JOBS_HELP, add_dask_arg, jobs_count
+from tracefuse_stream.cli.argtypes import JOBS_HELP, add_dask_arg, add_name_cap_arg, jobs_count
 
 DEFAULT_OUTPUT = "report.html"
 
@@ -38,6 +38,7 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--steps", metavar="A:B", help="report on ProfilerStep#A..#B only (N alone: that one step)"
     )
+    add_name_cap_arg(p)
     p.add_argument("-j", "--jobs", type=jobs_count, default=0, help=JOBS_HELP)
     add_dask_arg(p, "the page is written here")
     p.add_argument("-q", "--quiet", action="store_true", help="no summary line; warnings still go to stderr")
@@ -97,6 +98,7 @@ def cmd_report(a: argparse.Namespace) -> int:
                 a.inputs, a.output, ranks=a.ranks, cycle=a.cycle, steps=a.steps, against=a.against
             ),
             keep_pass=bool(a.against),
+            name_cap=a.name_cap,
         )
         if a.against:  # the diff BASE -> these inputs, as tracefuse diff gives it (docs/diff.md)
             data.document["diff"] = _diff_section(a, data)

@@ -22,6 +22,7 @@ import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from tracefuse_stream.analyze.kernel_categories import CategorySpec
+from tracefuse_stream.analyze.name_cap import NAME_CAP
 from tracefuse_stream.analyze.onepass import broken_text, scan_files
 from tracefuse_stream.errors import UsageError
 from tracefuse_stream.plan.cycles import describe_cycles
@@ -71,6 +72,7 @@ def collect_info(
     sections: Sequence[str] = (),
     scans_out: Optional[List[Any]] = None,
     kernel_categories: Optional[CategorySpec] = None,
+    name_cap: int = NAME_CAP,
 ) -> Tuple[PlanList, List[RankInfo], Dict[str, Any], List[str]]:
     """Plan and scan every readable input, every cycle: ``(plans, rows, json, text)``.
 
@@ -79,13 +81,14 @@ def collect_info(
     ``sections`` ("steps", "collectives", "align"): the same single pass per file also
     keeps what those need (analyze/onepass.py), appended to ``scans_out`` in the order of
     the readable plans; ``jobs`` > 1: files are scanned in worker processes;
-    ``kernel_categories``: the step-time figures' category rules (None: built-in).
+    ``kernel_categories``: the step-time figures' category rules (None: built-in);
+    ``name_cap``: the why's names kept per rank and step (analyze/name_cap.py).
     """
     plans = plan_all(inputs, rank_from=rank_from, ranks=ranks, every_cycle=True, keep_going=True)
     plans.broken[:] = [(path, broken_text(e)) for path, e in plans.broken]
     rows: List[RankInfo] = []
     good: List[RankPlan] = []
-    for p, fs in zip(plans, scan_files(list(plans), jobs, sections, kernel_categories)):
+    for p, fs in zip(plans, scan_files(list(plans), jobs, sections, kernel_categories, name_cap)):
         if fs.broken is not None:
             plans.broken.append((p.path, fs.broken))
             continue

@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from tracefuse_stream._version import __version__
 from tracefuse_stream.analyze.assessment import not_assessed
+from tracefuse_stream.analyze.name_cap import NAME_CAP
 from tracefuse_stream.errors import UsageError
 from tracefuse_stream.listing import inline
 from tracefuse_stream.plan.cycles import choose_cycle, parse_cycle
@@ -126,13 +127,21 @@ def report_data(
     jobs: int = 0,
     command: str = "",
     keep_pass: bool = False,
+    name_cap: int = NAME_CAP,
 ) -> ReportData:
     """Plan and read ``inputs`` as ``info --collectives`` does (one pass per file, in
     ``jobs`` workers) and return the page's data (see the module docstring);
-    ``keep_pass``: with the pass's plans and scans (``ReportData.read``)."""
+    ``keep_pass``: with the pass's plans and scans (``ReportData.read``); ``name_cap``:
+    the why's names kept per rank and step (analyze/name_cap.py)."""
     scans: List[Any] = []
     plans, _rows, _out, _text = collect_info(
-        inputs, rank_from=rank_from, ranks=ranks, jobs=jobs, sections=["collectives"], scans_out=scans
+        inputs,
+        rank_from=rank_from,
+        ranks=ranks,
+        jobs=jobs,
+        sections=["collectives"],
+        scans_out=scans,
+        name_cap=name_cap,
     )
     by_cycle: Dict[Optional[int], List[Tuple[RankPlan, Any]]] = {}
     for p, sc in zip(plans, scans):

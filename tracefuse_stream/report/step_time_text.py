@@ -65,10 +65,11 @@ def lines(rows: Sequence[StepTime]) -> List[str]:
         + "):"
     ]
     table = [["step"] + [t for _f, t in cols] + (["overlap"] if gpu else [])]
+    overlaps = _overlaps(rows, steps[:STEPS_SHOWN]) if gpu else {}
     for step in steps[:STEPS_SHOWN]:
         row = [str(step)] + [_cell(at[(step, f)]) if (step, f) in at else "-" for f, _t in cols]
         if gpu:
-            row.append(_overlap(rows, step))
+            row.append(overlaps[step])
         table.append(row)
     widths = [max(len(r[k]) for r in table) for k in range(len(table[0]))]
     out += ["  " + "  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in table]
@@ -89,11 +90,14 @@ def lines(rows: Sequence[StepTime]) -> List[str]:
     return out + ([f"imbalance: {printable(v)}" for v in verdicts] or [none])
 
 
-def _overlap(rows: Sequence[StepTime], step: int) -> str:
-    vals = sorted(
-        ov for st in rows if st.step == step and st.gpu is not None and (ov := st.gpu.overlap_pct) is not None
-    )
-    return f"{vals[len(vals) // 2]:.0f}%" if vals else "-"
+def _overlaps(rows: Sequence[StepTime], steps: Sequence[int]) -> Dict[int, str]:
+    """step -> the median rank's overlap of ``steps``, in one pass over ``rows`` (they
+    may be decoded as they are read: analyze/step_pack.py)."""
+    vals: Dict[int, List[float]] = {s: [] for s in steps}
+    for st in rows:
+        if st.step in vals and st.gpu is not None and (ov := st.gpu.overlap_pct) is not None:
+            vals[st.step].append(ov)
+    return {s: f"{v[len(v) // 2]:.0f}%" if v else "-" for s, v in ((s, sorted(v)) for s, v in vals.items())}
 
 
 __all__ = ["json_entries", "lines"]
