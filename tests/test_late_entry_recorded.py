@@ -8,12 +8,12 @@ tests/data/recorded/README.md: nothing in the traces names what was done):
 
 from __future__ import annotations
 
-import gzip
 import json
 from pathlib import Path
 from typing import Any, Dict
 
 import pytest
+from recorded_ops import mm_640_us
 
 from tracefuse_stream.cli.app import main
 
@@ -26,21 +26,8 @@ def _coll(capsys: pytest.CaptureFixture) -> Dict[str, Any]:
 
 
 def _mm_us(rank: int) -> Dict[int, float]:
-    """step -> the rank's time in its 640 x 640 matmuls (the injected tail work), µs,
-    from its trace."""
-    for f in sorted((RECORDED / "ddp4_tail_a").glob("*.json.gz")):
-        doc = json.loads(gzip.decompress(f.read_bytes()))
-        if doc["distributedInfo"]["rank"] == rank:
-            break
-    ev = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
-    steps = [e for e in ev if e["name"].startswith("ProfilerStep#")]
-    out: Dict[int, float] = {}
-    for e in ev:
-        if e["name"] == "aten::mm" and e["args"].get("Input Dims") == [[640, 640], [640, 640]]:
-            st = next(s for s in steps if s["ts"] <= e["ts"] <= s["ts"] + s["dur"])
-            n = int(st["name"].split("#")[1])
-            out[n] = out.get(n, 0.0) + e["dur"]
-    return out
+    """step -> rank's time in its 640 x 640 matmuls (the injected tail work), µs."""
+    return mm_640_us("ddp4_tail_a", rank)
 
 
 def test_a_late_entry_lists_what_the_previous_steps_tail_did(capsys: pytest.CaptureFixture) -> None:

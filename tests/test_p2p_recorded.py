@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Dict
 
 import pytest
+from recorded_ops import mm_640_us
 
 from tracefuse_stream.cli.app import main
 
@@ -45,24 +46,6 @@ def _text(capsys: pytest.CaptureFixture, name: str) -> str:
     return capsys.readouterr().out
 
 
-def _extra_mm_us(name: str, rank: int) -> Dict[int, float]:
-    """step -> the rank's time in its 640 x 640 matmuls (the injected extra compute), µs,
-    read from the rank's trace (ProfilerStep#N on the main thread holding each)."""
-    for f in sorted((RECORDED / name).glob("*.json.gz")):
-        doc = json.loads(gzip.decompress(f.read_bytes()))
-        if doc["distributedInfo"]["rank"] == rank:
-            break
-    ev = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
-    steps = [e for e in ev if e["name"].startswith("ProfilerStep#")]
-    out: Dict[int, float] = {}
-    for e in ev:
-        if e["name"] == "aten::mm" and e["args"].get("Input Dims") == [[640, 640], [640, 640]]:
-            st = next(s for s in steps if s["ts"] <= e["ts"] <= s["ts"] + s["dur"])
-            n = int(st["name"].split("#")[1])
-            out[n] = out.get(n, 0.0) + e["dur"]
-    return out
-
-
 def test_a_slow_stage_is_the_origin_and_the_stages_it_held_are_delayed(capsys: pytest.CaptureFixture) -> None:
     """Rank 1 is named; rank 2 waited for it (its activations), rank 0 too (its sends held
     until rank 1 posted the recv, its grads late), rank 3 for rank 2: the cascade's origin
@@ -84,7 +67,7 @@ def test_a_slow_stage_is_the_origin_and_the_stages_it_held_are_delayed(capsys: p
             2,
             3,
         ]
-    extra = _extra_mm_us("pp4_shapes_a", 1)
+    extra = mm_640_us("pp4_shapes_a", 1)
     assert sorted(extra) == [2, 3, 4] and all(35_000 < v < 75_000 for v in extra.values())
     assert [(w["rank"], w["step"]) for w in coll["what_if"]] == [(1, 2), (1, 3), (1, 4)]
     for w in coll["what_if"]:
@@ -232,7 +215,7 @@ def test_the_slow_stage_why_explains_its_own_extra_time(capsys: pytest.CaptureFi
     extra time (``explains: own_lateness``), never a share of many times a tiny
     lateness; the top part is the injected matmuls, by about what they took."""
     coll = _info(capsys, "pp4_shapes_a")
-    mm = _extra_mm_us("pp4_shapes_a", 1)
+    mm = mm_640_us("pp4_shapes_a", 1)
     whys = [w for w in coll["why"] if w["rank"] == 1]
     assert [w["step"] for w in whys] == [2, 3, 4]
     for w in whys:
@@ -323,7 +306,7 @@ def test_a_pipeline_without_collectives_gets_its_graph_from_the_pairs_alone(
         == [(p["step"], p["step_us"]) for p in want["critical_path"]]
         == [(2, 128196.118), (3, 147792.334), (4, 144979.53)]
     )
-    mm = _extra_mm_us("pp4_shapes_a", 1)
+    mm = mm_640_us("pp4_shapes_a", 1)
     for p in coll["critical_path"]:
         segs = p["segments"]
         assert all(s["name"].startswith("send/recv ") or s["name"] == "step end" for s in segs)

@@ -104,7 +104,23 @@ def _dec(row: Tuple[Any, ...], names: List[str]) -> StepTime:
     return StepTime(rank, step, start_ns, step_ns, g, c)
 
 
-class PackedSteps(Sequence[StepTime]):
+class _Decoded(Sequence[StepTime]):
+    """Rows decoded as they are iterated: an index decodes them all (rare: the readers
+    iterate)."""
+
+    __slots__ = ()
+
+    @overload
+    def __getitem__(self, i: int) -> StepTime: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> List[StepTime]: ...
+
+    def __getitem__(self, i: Union[int, slice]) -> Union[StepTime, List[StepTime]]:
+        return list(self)[i]
+
+
+class PackedSteps(_Decoded):
     """One rank's step rows as one bytes object, decoded each time they are iterated."""
 
     __slots__ = ("_blob", "_n", "_names")
@@ -127,17 +143,8 @@ class PackedSteps(Sequence[StepTime]):
         names = self._names.names
         return (_dec(row, names) for row in marshal.loads(zlib.decompress(self._blob)))
 
-    @overload
-    def __getitem__(self, i: int) -> StepTime: ...
 
-    @overload
-    def __getitem__(self, i: slice) -> List[StepTime]: ...
-
-    def __getitem__(self, i: Union[int, slice]) -> Union[StepTime, List[StepTime]]:
-        return list(self)[i]
-
-
-class StepRows(Sequence[StepTime]):
+class StepRows(_Decoded):
     """Every rank's rows in rank order (each rank's by step), without holding them
     decoded: what :attr:`Analysis.step_time` is (analyze/analysis.py)."""
 
@@ -151,15 +158,6 @@ class StepRows(Sequence[StepTime]):
 
     def __iter__(self) -> Iterator[StepTime]:
         return chain.from_iterable(self._parts)
-
-    @overload
-    def __getitem__(self, i: int) -> StepTime: ...
-
-    @overload
-    def __getitem__(self, i: slice) -> List[StepTime]: ...
-
-    def __getitem__(self, i: Union[int, slice]) -> Union[StepTime, List[StepTime]]:
-        return list(self)[i]
 
 
 def pack_rows(rows: Optional[Sequence[StepTime]], names: NameIds) -> Sequence[StepTime]:
