@@ -75,7 +75,7 @@ def step_parts(segments: Segments, steps: Dict[int, Tuple[int, int]]) -> Dict[in
     thread's parts and those of every GPU the pass partitioned, summed over the GPUs (a
     run-vs-run diff compares whole steps, not stretches up to a collective); a step the
     pass did not cut at is left out. Unit by unit, steps inside: each unit's rows are
-    decompressed once (Segments.rows_of keeps the last)."""
+    decompressed once (Segments.rows keeps the last blocks)."""
     out: Dict[int, Dict[Key, Part]] = {}
     for step, (lo, hi) in sorted(steps.items(), key=lambda kv: (segments.step_thread.get(kv[0], b""), kv[0])):
         bd = breakdown(segments, step, lo, hi)

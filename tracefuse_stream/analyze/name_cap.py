@@ -121,7 +121,7 @@ def cap_names(
     groups = _groups(segments, sorted({lo for lo, _hi in steps.values()}))
     names = segments.names
     units = [
-        (d, k, unpack_unit(d[k][1]) if compressed else array("q", d[k][1]))
+        (d, k, unpack_unit(d[k][1]) if compressed else array("q", b"".join(d[k][1])))
         for d in (segments.cpu, segments.gpu)
         for k in sorted(d)
     ]

@@ -269,6 +269,8 @@ def fill_blocked(table: Any, per_rank: Mapping[int, Sequence[StepTime]]) -> None
         last = inst.last_arrival_ns
         for r, e in inst.entries.items():
             spans.setdefault(r, []).append((e.start_ns, max(e.start_ns, last), e.end_ns))
+    for v in spans.values():
+        v.sort()  # by arrival: a step's collectives found by bisection, not a scan per step
     for held in per_rank.values():
         rows = held if isinstance(held, list) else list(held)
         for st in rows:
@@ -276,7 +278,8 @@ def fill_blocked(table: Any, per_rank: Mapping[int, Sequence[StepTime]]) -> None
             if win is None:
                 continue
             lo, hi = win
-            mine = [x for x in spans.get(st.rank, []) if lo <= x[0] < hi]
+            theirs = spans.get(st.rank, [])
+            mine = theirs[bisect.bisect_left(theirs, (lo,)) : bisect.bisect_left(theirs, (hi,))]
             wait = union_ns([(a, w) for a, w, _e in mine], lo, hi)
             blocked = union_ns([(a, max(w, e)) for a, w, e in mine], lo, hi)
             st.cpu.collective_wait_ns, st.cpu.collective_comm_ns = wait, blocked - wait

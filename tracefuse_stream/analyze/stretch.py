@@ -17,7 +17,7 @@ from tracefuse_stream.analyze.timeline import (
     Key,
     Part,
     Segments,
-    rows_between,
+    Unit,
 )
 
 
@@ -69,26 +69,24 @@ def breakdown(segments: Segments, step: int, lo: int, hi: int, gpu_tid: Any = No
     thread = segments.step_thread.get(step)
     if thread is not None and thread in segments.cpu:
         bd.main_thread = segments.labels.get(thread)
-        starts, packed = segments.cpu[thread]
-        _combine(rows_between(segments.rows_of(packed), starts[i], starts[j]), segments.names, bd)
+        _combine(segments.rows(segments.cpu[thread], i, j), segments.names, bd)
     if gpu_tid is not None:
         dev = segments.gpu_dev.get((gpu_tid, hi))
         if dev is None:
             dev = next((d for (t, _a), d in sorted(segments.gpu_dev.items(), key=str) if t == gpu_tid), None)
         if dev is not None and dev in segments.gpu:
             bd.stream = segments.labels.get(dev)
-            starts, packed = segments.gpu[dev]
-            _combine(rows_between(segments.rows_of(packed), starts[i], starts[j]), segments.names, bd)
+            _combine(segments.rows(segments.gpu[dev], i, j), segments.names, bd)
         else:
             bd.stream = "GPU ?"
     return bd
 
 
-def unit_parts(segments: Segments, unit: Tuple[List[int], bytes], lo: int, hi: int) -> Dict[Key, Part]:
+def unit_parts(segments: Segments, unit: Unit, lo: int, hi: int) -> Dict[Key, Part]:
     """One unit's (``segments.cpu`` / ``.gpu`` value) parts over [lo, hi], both cuts."""
     i, j = bisect.bisect_left(segments.cuts, lo), bisect.bisect_left(segments.cuts, hi)
     bd = Breakdown(hi - lo)
-    _combine(rows_between(segments.rows_of(unit[1]), unit[0][i], unit[0][j]), segments.names, bd)
+    _combine(segments.rows(unit, i, j), segments.names, bd)
     return bd.parts
 
 

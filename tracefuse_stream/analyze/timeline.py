@@ -62,6 +62,9 @@ Row = Tuple[int, int, int, int, int, int, int, int, int, int, int, int, int, int
 # ~500: 1.3 MB a 20 MB rank)
 _FIELDS = 14
 ROW_FIELDS = _FIELDS  # what the step-time figures read the rows by (analyze/step_time.py)
+BLOCK_ROWS = 256  # rows a packed block holds (28 KB raw): about a step's rows of one unit
+Packed = Tuple[bytes, ...]  # a unit's rows: zlib blocks of BLOCK_ROWS rows (pack_unit), or one raw block
+Unit = Tuple[List[int], Packed]  # (where each segment's rows start, the rows)
 
 
 @dataclass(slots=True)  # one per part of every rank's stretch: the --json breakdown holds a step's
@@ -308,25 +311,37 @@ class Segments:
 
     cuts: List[int]
     names: List[str]
-    # thread -> (where each segment's rows start, the rows: int64s, zlib-compressed
-    # (pack_unit): ~5x smaller, so a rank's partitions take ~14 KB, not 64, while every
-    # rank's wait for the reduce; issue 38)
-    cpu: Dict[bytes, Tuple[List[int], bytes]]
-    gpu: Dict[bytes, Tuple[List[int], bytes]]  # device -> the same
+    # thread -> (where each segment's rows start, the rows: int64s in zlib blocks of
+    # BLOCK_ROWS rows (pack_unit): ~5x smaller, so a rank's partitions take ~14 KB, not
+    # 64, while every rank's wait for the reduce (issue 38); blocks, so that a step's
+    # stretch decompresses its own rows, not the whole run's)
+    cpu: Dict[bytes, Unit]
+    gpu: Dict[bytes, Unit]  # device -> the same
     step_thread: Dict[int, bytes]
     labels: Dict[bytes, str]  # thread / device key -> "thread 7" / "GPU 0"
     gpu_dev: Dict[Tuple[Any, int], bytes]  # (stream tid, start ns) of a GPU collective -> device
     name_cap: int = 0  # names kept per step, unit and kind (analyze/name_cap.py; 0: not capped)
     folded: int = 0  # distinct names past the cap, summed into "(other names)"
 
-    def rows_of(self, packed: bytes) -> array[int]:
-        """A unit's rows, decompressed (the last two kept, for the whole process: a
-        rank's stretches are broken down one after another, on its thread and GPU)."""
-        hit = next((flat for k, flat in _UNPACKED if k is packed), None)
-        if hit is None:
-            hit = unpack_unit(packed)
-            _UNPACKED[:] = [(packed, hit)] + _UNPACKED[:1]
-        return hit
+    def rows(self, unit: Unit, i: int, j: int) -> Any:
+        """The rows of segments ``i`` to ``j`` of ``unit`` (a ``cpu`` / ``gpu`` value),
+        as tuples, decompressing only the blocks that hold them (the last few kept,
+        for the whole process: a rank's stretches are broken down one after another).
+        Why blocks: the ``--json`` breakdown reads every rank's stretches step by step;
+        one block for the whole unit made each read decompress every step's rows, a
+        cost quadratic in the steps (8 ranks x 400 steps: 24.6 s, 200 steps: 7.0 s)."""
+        starts, blocks = unit
+        first, stop = starts[i], starts[j]
+        if stop <= first:
+            return iter(())
+        b0, b1 = first // BLOCK_ROWS, (stop - 1) // BLOCK_ROWS
+        flat = _block(blocks[b0])
+        if b1 > b0:
+            flat = array("q", flat)
+            for b in range(b0 + 1, b1 + 1):
+                flat.extend(_block(blocks[b]))
+        off = b0 * BLOCK_ROWS
+        return rows_between(flat, first - off, stop - off)
 
     def share_names(self, cache: Dict[str, str]) -> None:
         """Make the names and labels the strings ``cache`` already holds (one string per
@@ -335,20 +350,35 @@ class Segments:
         self.labels = {k: cache.setdefault(v, v) for k, v in self.labels.items()}
 
 
-def pack_unit(flat: array[int]) -> bytes:
-    """A unit's rows as :class:`Segments` keeps them: zlib level 1 (row by row: packed
-    column by column they took ~12 KB a rank, not 14, but every read of a unit, once
-    per rank and step of the ``--json`` breakdown, then paid a re-interleave: +20% CPU
-    on 500 steps)."""
-    return zlib.compress(flat.tobytes(), 1)
+def pack_unit(flat: array[int]) -> Packed:
+    """A unit's rows as :class:`Segments` keeps them: blocks of :data:`BLOCK_ROWS` rows,
+    each zlib level 1 (row by row: packed column by column they took ~12 KB a rank,
+    not 14, but every read of a unit, once per rank and step of the ``--json``
+    breakdown, then paid a re-interleave: +20% CPU on 500 steps)."""
+    raw = flat.tobytes()
+    size = BLOCK_ROWS * _FIELDS * flat.itemsize
+    return tuple(zlib.compress(raw[k : k + size], 1) for k in range(0, len(raw), size))
 
 
-def unpack_unit(packed: bytes) -> array[int]:
-    """The rows :func:`pack_unit` packed."""
-    return array("q", zlib.decompress(packed))
+def unpack_unit(packed: Packed) -> array[int]:
+    """The rows :func:`pack_unit` packed, all of them."""
+    flat = array("q")
+    for block in packed:
+        flat.frombytes(zlib.decompress(block))
+    return flat
 
 
-_UNPACKED: List[Tuple[bytes, array[int]]] = []  # (packed, its rows): the last two decompressed
+def _block(block: bytes) -> array[int]:
+    """One block's rows, decompressed (the last :data:`_KEEP` kept)."""
+    hit = next((flat for k, flat in _UNPACKED if k is block), None)
+    if hit is None:
+        hit = array("q", zlib.decompress(block))
+        _UNPACKED[:] = [(block, hit)] + _UNPACKED[: _KEEP - 1]
+    return hit
+
+
+_KEEP = 4
+_UNPACKED: List[Tuple[bytes, array[int]]] = []  # (block, its rows): the last _KEEP decompressed
 
 
 class TimelineFeed:
@@ -417,7 +447,7 @@ class TimelineFeed:
             self.timeline = new_timeline()
         text = [n.decode("utf-8", "surrogatepass") for n in names]
 
-        def per_seg(packed: bytes) -> Tuple[List[int], bytes]:
+        def per_seg(packed: bytes) -> Unit:
             # the rows come in segment order: segment k is rows[starts[k]:starts[k + 1]]
             flat = array("q")
             flat.frombytes(packed)
@@ -426,7 +456,7 @@ class TimelineFeed:
                 starts[seg + 1] += 1
             for k in range(1, len(starts)):
                 starts[k] += starts[k - 1]
-            return starts, pack_unit(flat) if compress else packed
+            return starts, pack_unit(flat) if compress else (packed,)
 
         return Segments(
             cuts, text,
@@ -467,6 +497,9 @@ def rows_between(flat: array[int], first: int, stop: int) -> Any:
 
 
 __all__ = [
+    "BLOCK_ROWS",
+    "Packed",
+    "Unit",
     "rows_between",
     "Breakdown",
     "GPU_CATS",
