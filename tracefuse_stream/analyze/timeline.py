@@ -33,7 +33,6 @@ of segments (:func:`breakdown`); the events are freed with the file.
 from __future__ import annotations
 
 import struct
-import zlib
 from array import array
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -43,6 +42,16 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from tracefuse_stream import native
 from tracefuse_stream.analyze import pytimeline_steps
 from tracefuse_stream.analyze.pytimeline_steps import GpuOut
+from tracefuse_stream.analyze.unit_pack import (
+    BLOCK_ROWS,
+    ROW_FIELDS,
+    Packed,
+    Unit,
+    pack_unit,
+    rows_between,
+    unit_rows,
+    unpack_unit,
+)
 from tracefuse_stream.select.window import step_number
 from tracefuse_stream.timeunits import FAR_NS, us_to_ns_or_none
 
@@ -60,11 +69,7 @@ _STEP_B = STEP_PREFIX.encode()
 Row = Tuple[int, int, int, int, int, int, int, int, int, int, int, int, int, int]
 # kept per unit as one flat array of int64, 112 bytes a row (a tuple of 14 ints took
 # ~500: 1.3 MB a 20 MB rank)
-_FIELDS = 14
-ROW_FIELDS = _FIELDS  # what the step-time figures read the rows by (analyze/step_time.py)
-BLOCK_ROWS = 256  # rows a packed block holds (28 KB raw): about a step's rows of one unit
-Packed = Tuple[bytes, ...]  # a unit's rows: zlib blocks of BLOCK_ROWS rows (pack_unit), or one raw block
-Unit = Tuple[List[int], Packed]  # (where each segment's rows start, the rows)
+_FIELDS = ROW_FIELDS
 
 
 @dataclass(slots=True)  # one per part of every rank's stretch: the --json breakdown holds a step's
@@ -330,55 +335,13 @@ class Segments:
         Why blocks: the ``--json`` breakdown reads every rank's stretches step by step;
         one block for the whole unit made each read decompress every step's rows, a
         cost quadratic in the steps (8 ranks x 400 steps: 24.6 s, 200 steps: 7.0 s)."""
-        starts, blocks = unit
-        first, stop = starts[i], starts[j]
-        if stop <= first:
-            return iter(())
-        b0, b1 = first // BLOCK_ROWS, (stop - 1) // BLOCK_ROWS
-        flat = _block(blocks[b0])
-        if b1 > b0:
-            flat = array("q", flat)
-            for b in range(b0 + 1, b1 + 1):
-                flat.extend(_block(blocks[b]))
-        off = b0 * BLOCK_ROWS
-        return rows_between(flat, first - off, stop - off)
+        return unit_rows(unit, i, j)
 
     def share_names(self, cache: Dict[str, str]) -> None:
         """Make the names and labels the strings ``cache`` already holds (one string per
         distinct name in the reduce, not one per rank; issue 38)."""
         self.names = [cache.setdefault(n, n) for n in self.names]
         self.labels = {k: cache.setdefault(v, v) for k, v in self.labels.items()}
-
-
-def pack_unit(flat: array[int]) -> Packed:
-    """A unit's rows as :class:`Segments` keeps them: blocks of :data:`BLOCK_ROWS` rows,
-    each zlib level 1 (row by row: packed column by column they took ~12 KB a rank,
-    not 14, but every read of a unit, once per rank and step of the ``--json``
-    breakdown, then paid a re-interleave: +20% CPU on 500 steps)."""
-    raw = flat.tobytes()
-    size = BLOCK_ROWS * _FIELDS * flat.itemsize
-    return tuple(zlib.compress(raw[k : k + size], 1) for k in range(0, len(raw), size))
-
-
-def unpack_unit(packed: Packed) -> array[int]:
-    """The rows :func:`pack_unit` packed, all of them."""
-    flat = array("q")
-    for block in packed:
-        flat.frombytes(zlib.decompress(block))
-    return flat
-
-
-def _block(block: bytes) -> array[int]:
-    """One block's rows, decompressed (the last :data:`_KEEP` kept)."""
-    hit = next((flat for k, flat in _UNPACKED if k is block), None)
-    if hit is None:
-        hit = array("q", zlib.decompress(block))
-        _UNPACKED[:] = [(block, hit)] + _UNPACKED[: _KEEP - 1]
-    return hit
-
-
-_KEEP = 4
-_UNPACKED: List[Tuple[bytes, array[int]]] = []  # (block, its rows): the last _KEEP decompressed
 
 
 class TimelineFeed:
@@ -488,12 +451,6 @@ def unpack_rows(packed: bytes) -> List[Row]:
     flat = array("q")
     flat.frombytes(packed)
     return list(rows_between(flat, 0, len(flat) // _FIELDS))
-
-
-def rows_between(flat: array[int], first: int, stop: int) -> Any:
-    """Rows ``first`` to ``stop`` of a unit's flat array, as tuples."""
-    it = iter(flat[first * _FIELDS : stop * _FIELDS])
-    return zip(*([it] * _FIELDS))
 
 
 __all__ = [
