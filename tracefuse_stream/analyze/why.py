@@ -214,7 +214,7 @@ class _EnteredWhere:
         self.by_step = {x.step: x for x in self.steps}
         self._tails: Dict[int, List[int]] = {}
         self.table, self.plans, self.segments = table, plans, segments
-        self._tail_bds: Dict[int, Dict[int, Breakdown]] = {}  # one step's at a time
+        self._tail_refs: Dict[int, _Reference] = {}  # one step's tails at a time
 
     def _prev(self, rank: int, step: Optional[int]) -> Any:
         prev = self.by_step.get(step - 1) if step is not None else None
@@ -248,22 +248,16 @@ class _EnteredWhere:
         prev = self._prev(rank, step)
         if prev is None or self.table is None:
             return None
-        bds = self._tail_bds.get(prev.step)
-        if bds is None:
-            self._tail_bds = {prev.step: self._tails_of(prev.step, prev.graph)}
-            bds = self._tail_bds[prev.step]
-        mine, ref = bds.get(rank), bds.get(ref_rank)
+        at = self._tail_refs.get(prev.step)
+        if at is None:  # the others' medians of one step's tails, sorted once for its ranks
+            at = _Reference(self._tails_of(prev.step, prev.graph), set(), _view)
+            self._tail_refs = {prev.step: at}
+        mine, ref = at.members.get(rank), at.members.get(ref_rank)
         if mine is None or ref is None:
             return None
-        cpu = {q: _view(b, False) for q, b in bds.items()}
-
-        def others(key: Key) -> int:
-            vals = sorted(
-                p.ns if (p := b.parts.get(key)) is not None else 0 for q, b in cpu.items() if q != rank
-            )
-            return vals[(len(vals) - 1) // 2] if vals else 0
-
-        rows = _contributors(cpu[rank], cpu[ref_rank], others, top)
+        rows = _contributors(
+            _view(mine, False), _view(ref, False), lambda k: at.others_median(rank, False, k), top
+        )
         for c in rows:
             del c["piece_ns"], c["span_ns"]
         return {
