@@ -22,7 +22,8 @@ import bisect
 from array import array
 from typing import Dict, List, Set, Tuple
 
-from tracefuse_stream.analyze.timeline import ROW_FIELDS, Segments, pack_unit, unpack_unit
+from tracefuse_stream.analyze.timeline import Segments
+from tracefuse_stream.analyze.unit_pack import ROW_FIELDS, pack_unit, segment_starts
 
 #: names kept per rank, step, unit (step thread or GPU) and kind; ``--name-cap`` changes it
 NAME_CAP = 256
@@ -98,33 +99,17 @@ def _remap(flat: array, ids: Dict[int, int]) -> None:
     flat[2::ROW_FIELDS] = array("q", [ids[n] if n >= 0 else n for n in nids])
 
 
-def _starts(flat: array, n_cuts: int) -> List[int]:
-    """Where each segment's rows start (timeline.py ``per_seg``'s rule)."""
-    starts = [0] * n_cuts
-    for seg in flat[0::ROW_FIELDS]:
-        starts[seg + 1] += 1
-    for k in range(1, len(starts)):
-        starts[k] += starts[k - 1]
-    return starts
-
-
-def cap_names(
-    segments: Segments, steps: Dict[int, Tuple[int, int]], cap: int = NAME_CAP, compressed: bool = True
-) -> None:
+def cap_names(segments: Segments, steps: Dict[int, Tuple[int, int]], cap: int = NAME_CAP) -> None:
     """Cap ``segments`` at ``cap`` names per step, unit and kind (the module docstring),
     in place; drop the names no row holds; record the cap and the names folded
-    (``segments.name_cap``, ``segments.folded``); the rows compressed after
-    (``compressed``: they came so; else as ``TimelineFeed.finish(compress=False)``
-    leaves them). ``steps``: step -> (start, end) ns."""
+    (``segments.name_cap``, ``segments.folded``); the rows come uncompressed
+    (``TimelineFeed.finish(compress=False)``) and are compressed here, once.
+    ``steps``: step -> (start, end) ns."""
     if cap < 1:
         raise ValueError("cap_names: the cap is at least 1")
     groups = _groups(segments, sorted({lo for lo, _hi in steps.values()}))
     names = segments.names
-    units = [
-        (d, k, unpack_unit(d[k][1]) if compressed else array("q", b"".join(d[k][1])))
-        for d in (segments.cpu, segments.gpu)
-        for k in sorted(d)
-    ]
+    units = [(d, k, array("q", b"".join(d[k][1]))) for d in (segments.cpu, segments.gpu) for k in sorted(d)]
     nids = [set(flat[2::ROW_FIELDS]) for _d, _k, flat in units]
     kept = [
         _kept(flat, groups, names, cap) if len(n) > cap else (set(), set())
@@ -144,7 +129,7 @@ def cap_names(
     for d, k, flat in units:
         if len(used) < len(names) or folded:
             _remap(flat, ids)
-        starts = _starts(flat, len(segments.cuts)) if folded else d[k][0]
+        starts = segment_starts(flat, len(segments.cuts)) if folded else d[k][0]
         d[k] = (starts, pack_unit(flat))
     segments.name_cap = cap
     segments.folded = len(folded)

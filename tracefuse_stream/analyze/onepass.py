@@ -133,9 +133,7 @@ def _scan_file(
                 from_spec(kernel_categories),
             )
             feed.release()
-            cap_names(
-                scan.timeline, scan.steps, name_cap, compressed=False
-            )  # after the step figures: they read by id
+            cap_names(scan.timeline, scan.steps, name_cap)  # after the step figures: they read by id
         return FileScan(info, scan)
     except TraceFuseError as e:
         return FileScan(None, None, broken_text(e))

@@ -49,8 +49,8 @@ from tracefuse_stream.analyze.unit_pack import (
     Unit,
     pack_unit,
     rows_between,
+    segment_starts,
     unit_rows,
-    unpack_unit,
 )
 from tracefuse_stream.select.window import step_number
 from tracefuse_stream.timeunits import FAR_NS, us_to_ns_or_none
@@ -411,15 +411,9 @@ class TimelineFeed:
         text = [n.decode("utf-8", "surrogatepass") for n in names]
 
         def per_seg(packed: bytes) -> Unit:
-            # the rows come in segment order: segment k is rows[starts[k]:starts[k + 1]]
             flat = array("q")
             flat.frombytes(packed)
-            starts = [0] * len(cuts)
-            for seg in flat[0::_FIELDS]:
-                starts[seg + 1] += 1
-            for k in range(1, len(starts)):
-                starts[k] += starts[k - 1]
-            return starts, pack_unit(flat) if compress else (packed,)
+            return segment_starts(flat, len(cuts)), pack_unit(flat) if compress else (packed,)
 
         return Segments(
             cuts, text,
@@ -469,7 +463,6 @@ __all__ = [
     "TimelineFeed",
     "new_timeline",
     "pack_unit",
-    "unpack_unit",
     "pid_of_key",
     "unpack_rows",
     "value_key",

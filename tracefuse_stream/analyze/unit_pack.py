@@ -33,14 +33,6 @@ def pack_unit(flat: array[int]) -> Packed:
     return tuple(zlib.compress(raw[k : k + size], 1) for k in range(0, len(raw), size))
 
 
-def unpack_unit(packed: Packed) -> array[int]:
-    """The rows :func:`pack_unit` packed, all of them."""
-    flat = array("q")
-    for block in packed:
-        flat.frombytes(zlib.decompress(block))
-    return flat
-
-
 def _block(block: bytes) -> array[int]:
     """One block's rows, decompressed (the last :data:`_KEEP` kept, for the whole
     process: a rank's stretches are broken down one after another)."""
@@ -55,6 +47,17 @@ def rows_between(flat: array[int], first: int, stop: int) -> Any:
     """Rows ``first`` to ``stop`` of a unit's flat array, as tuples."""
     it = iter(flat[first * ROW_FIELDS : stop * ROW_FIELDS])
     return zip(*([it] * ROW_FIELDS))
+
+
+def segment_starts(flat: array[int], n_cuts: int) -> List[int]:
+    """Where each segment's rows start in a unit's rows (which come in segment order:
+    segment k is rows ``starts[k]`` to ``starts[k + 1]``)."""
+    starts = [0] * n_cuts
+    for seg in flat[0::ROW_FIELDS]:
+        starts[seg + 1] += 1
+    for k in range(1, len(starts)):
+        starts[k] += starts[k - 1]
+    return starts
 
 
 def unit_rows(unit: Unit, i: int, j: int) -> Any:
@@ -81,6 +84,6 @@ __all__ = [
     "Unit",
     "pack_unit",
     "rows_between",
+    "segment_starts",
     "unit_rows",
-    "unpack_unit",
 ]
