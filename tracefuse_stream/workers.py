@@ -27,7 +27,19 @@ import signal
 import sys
 import time
 import warnings
-from typing import TYPE_CHECKING, Any, Callable, Generator, Iterator, List, Optional, Sequence, Tuple, TypeVar
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Generator,
+    Iterable,
+    Iterator,
+    List,
+    Optional,
+    Sequence,
+    Tuple,
+    TypeVar,
+)
 
 if TYPE_CHECKING:  # the pool's modules load when a pool starts: a -j 1 run never pays them
     from concurrent.futures import ProcessPoolExecutor
@@ -439,10 +451,10 @@ def parallel_map(
     what results repeat, before the next one comes in)."""
     mapper = _remote.get()
     if mapper is not None and arglist:
-        got = mapper(fn, arglist)
-        return list(got) if each is None else [each(r) for r in got]
-    results = run_in_order(_call, [(fn, a) for a in arglist], jobs, lambda n: None)
-    return list(results) if each is None else [each(r) for r in results]
+        got: Iterable[R] = mapper(fn, arglist)
+    else:
+        got = run_in_order(_call, [(fn, a) for a in arglist], jobs, lambda n: None)
+    return list(got) if each is None else [each(r) for r in got]
 
 
 __all__ = [

@@ -8,32 +8,29 @@ from tracefuse_stream.analyze.name_cap import NAME_CAP
 from tracefuse_stream.errors import UsageError
 
 
+def _positive(text: str, what: str) -> int:
+    """``text`` as an int of 1 or more, else a :class:`UsageError` saying ``what``."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = None
+    if n is None or n < 1:
+        raise UsageError(f"{what}, not {text!r}")
+    return n
+
+
 def jobs_count(text: str) -> int:
     """``-j N``: a worker count, 1 or more (leaving ``-j`` out means the usable cores).
     ``-j 0`` or ``-j -1`` is a usage error (exit 2), never silently the default. A
     :class:`UsageError`, not argparse's error: one line, as every other usage error of
     the options (argparse lets it through its type call)."""
-    try:
-        n = int(text)
-    except ValueError:
-        n = None
-    if n is None or n < 1:
-        raise UsageError(
-            f"--jobs must be 1 or more workers (leave -j out for the usable cores), not {text!r}"
-        )
-    return n
+    return _positive(text, "--jobs must be 1 or more workers (leave -j out for the usable cores)")
 
 
 def name_cap_count(text: str) -> int:
     """``--name-cap N``: names kept per rank and step in the why, 1 or more (a usage
     error otherwise, never silently the default)."""
-    try:
-        n = int(text)
-    except ValueError:
-        n = None
-    if n is None or n < 1:
-        raise UsageError(f"--name-cap must be 1 or more names, not {text!r}")
-    return n
+    return _positive(text, "--name-cap must be 1 or more names")
 
 
 def add_name_cap_arg(p: argparse.ArgumentParser) -> None:
