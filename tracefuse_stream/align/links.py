@@ -150,11 +150,7 @@ def plan_links(
     out = LinkPlan(by_rank={p.rank: [] for p in plans}, table=table)
     next_id = (max((p.rank for p in plans), default=-1) + 1) << ID_BITS
     for inst in table.instances:
-        if not all(e.event.kept for e in inst.entries.values()):
-            out.filtered += 1
-            continue
-        if len({file_of.get(r) for r in inst.entries}) != 1:
-            out.across_files += 1
+        if not _linkable(inst, file_of, out):
             continue
         order = inst.arrival_order
         flows: Dict[int, List[Tuple[str, int]]] = {r: [] for r in order}
@@ -167,42 +163,53 @@ def plan_links(
         out.linked.setdefault(file_of[order[0]], []).append(inst)
         for r in order:
             e = inst.entries[r].event
-            args = (
-                (WAIT_ARG, round(inst.wait_ns(r) / 1000.0, 3)),
-                (LAST_ARG, inst.last_rank),
-                (INSTANCE_ARG, inst.id),
+            out.by_rank[r].append(
+                LinkSpec(e.pos, e.name, e.ts_ns, e.dur_ns, _slice_args(inst, r), tuple(flows[r]))
             )
-            out.by_rank[r].append(LinkSpec(e.pos, e.name, e.ts_ns, e.dur_ns, args, tuple(flows[r])))
     _link_pairs(table, file_of, out, next_id)
     for specs in out.by_rank.values():
         specs.sort()
     return out
 
 
-def _link_pairs(table: CollectiveTable, file_of: Dict[int, int], out: LinkPlan, next_id: int) -> int:
+def _linkable(inst: Any, file_of: Dict[int, int], out: LinkPlan) -> bool:
+    """All of the instance's (or pair's) slices kept, in one output file; else counted
+    in ``out`` as not linked, and why."""
+    if not all(e.event.kept for e in inst.entries.values()):
+        out.filtered += 1
+        return False
+    if len({file_of.get(r) for r in inst.entries}) != 1:
+        out.across_files += 1
+        return False
+    return True
+
+
+def _slice_args(inst: Any, r: int) -> Tuple[Tuple[str, Any], ...]:
+    """The args a linked slice of rank ``r`` gets (the module docstring)."""
+    return (
+        (WAIT_ARG, round(inst.wait_ns(r) / 1000.0, 3)),
+        (LAST_ARG, inst.last_rank),
+        (INSTANCE_ARG, inst.id),
+    )
+
+
+def _link_pairs(table: CollectiveTable, file_of: Dict[int, int], out: LinkPlan, next_id: int) -> None:
     """One arrow per linked send/recv pair, send -> recv (ids go on from ``next_id``);
     a pair with a slice dropped or in two files is counted as an instance's would be."""
     for inst in table.p2p_pairs:
-        if not all(e.event.kept for e in inst.entries.values()):
-            out.filtered += 1
+        if not _linkable(inst, file_of, out):
             continue
-        if len({file_of.get(r) for r in inst.entries}) != 1 or inst.sender is None:
+        if inst.sender is None:  # no side to start the arrow from: counted with the file splits
             out.across_files += 1
             continue
         next_id += 1
         out.pairs += 1
         for r, e in inst.entries.items():
-            args = (
-                (WAIT_ARG, round(inst.wait_ns(r) / 1000.0, 3)),
-                (LAST_ARG, inst.last_rank),
-                (INSTANCE_ARG, inst.id),
-            )
             ph = "s" if r == inst.sender else "f"
             ev = e.event
             out.by_rank[r].append(
-                LinkSpec(ev.pos, ev.name, ev.ts_ns, ev.dur_ns, args, ((ph, next_id),), True)
+                LinkSpec(ev.pos, ev.name, ev.ts_ns, ev.dur_ns, _slice_args(inst, r), ((ph, next_id),), True)
             )
-    return next_id
 
 
 class CollectiveLinker:
