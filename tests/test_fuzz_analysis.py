@@ -30,7 +30,7 @@ import random
 import re
 import shutil
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, Iterator, List, Tuple
 
 import pytest
 from conftest import fuzz_seed
@@ -236,13 +236,19 @@ def answers(inputs: List[Path], folder: Path, flags: List[str], kw: Dict[str, An
     return info, report, strag
 
 
-def test_fuzz_the_analysis(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def fuzzed_cases(tmp_path: Path) -> Iterator[Tuple[int, Path, List[Path], List[str], Dict[str, Any]]]:
+    """The seed's cases, each written into a folder of its own: (case, folder, inputs,
+    flags, stragglers() keywords); the seed printed first."""
     print(f"TRACEFUSE_FUZZ_SEED={SEED}")
     rnd = random.Random(SEED)
     for case in range(CASES):
         folder = tmp_path / f"c{case}"
         folder.mkdir()
-        inputs, flags, kw = make_case(rnd, folder)
+        yield (case, folder, *make_case(rnd, folder))
+
+
+def test_fuzz_the_analysis(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for case, folder, inputs, flags, kw in fuzzed_cases(tmp_path):
         where = f"TRACEFUSE_FUZZ_SEED={SEED} case {case}"
         try:
             monkeypatch.setenv("TRACEFUSE_KERNEL", "0")
@@ -264,12 +270,7 @@ def test_fuzzed_pages_render(tmp_path: Path) -> None:
 
     if not any(shutil.which(b) for b in BROWSERS):
         pytest.skip("no Chromium/Chrome on PATH: the page is checked in a browser")
-    print(f"TRACEFUSE_FUZZ_SEED={SEED}")
-    rnd = random.Random(SEED)
-    for case in range(CASES):
-        folder = tmp_path / f"c{case}"
-        folder.mkdir()
-        inputs, flags, _kw = make_case(rnd, folder)
+    for case, folder, inputs, flags, _kw in fuzzed_cases(tmp_path):
         page = folder / "page.html"
         if _cli(["report", "-q", "-j", "1", *flags, *inputs, "-o", page])[0] != 0:
             continue
