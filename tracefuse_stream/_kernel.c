@@ -8,10 +8,13 @@
  * (tracefuse_stream/native.py): without it every stage runs its Python path.
  *
  * rewrite(ctx, buf, pos, need_sep, at_start) -> (out, pos, status, skip_to, need_sep,
- *     n_in, n_dropped, n_out)
+ *     n_in, n_dropped, n_out, lo, hi)
  *   The straight line of rewrite/rules.py (RankRewriter.feed_batch): pids, flow and
  *   link ids, exact ts shifts, args trimming (--args), the rank arg, category and
- *   time-window filters, first ts and GPU work per pid. The contract that keeps it
+ *   time-window filters, first ts and GPU work per pid, and the span of the events
+ *   written (lo: first ts, hi: last ts + dur, in 1e-9 us of the input's own ts, None
+ *   when none was timed; the run check's); ProfilerStep#... events go back to Python,
+ *   which reads their step numbers. The contract that keeps it
  *   honest: every event it writes has exactly the bytes of the Python path (msgspec
  *   decode with exact numbers -> feed_batch -> msgspec encode). So it writes only
  *   events whose text needs no normalisation and hands every other event back to

@@ -22,8 +22,9 @@ from __future__ import annotations
 import bisect
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
+from tracefuse_stream.align.collective_event import _step_of
 from tracefuse_stream.align.collectives import (
     COLLECTIVE_SELECTION,
     GLOO_CAT,
@@ -43,6 +44,7 @@ from tracefuse_stream.errors import InputError, TraceFuseError
 from tracefuse_stream.gcpause import cyclic_gc_paused
 from tracefuse_stream.plan.extent import RankInfo, scan_rank
 from tracefuse_stream.plan.rankplan import RankPlan
+from tracefuse_stream.read.scan import ScanSelection
 from tracefuse_stream.workers import parallel_map, resolve_jobs
 
 SECTIONS = ("steps", "collectives", "align")
@@ -74,13 +76,20 @@ def broken_text(e: Any) -> str:
     return str(e)
 
 
+#: plain ``info``'s selection: only the ``ProfilerStep#N`` events are handed over (their
+#: numbers: the run check's steps with none in common), the others counted and timed
+STEPS_SELECTION = ScanSelection(ph="X", name_prefix=STEP_PREFIX, extremes=True, validate=False)
+
+
 @dataclass
 class FileScan:
-    """What one pass over one file found (``broken``: why it could not be read)."""
+    """What one pass over one file found (``broken``: why it could not be read;
+    ``steps``: the ProfilerStep numbers, from the sections' scan or plain info's)."""
 
     info: Optional[RankInfo]
     scan: Optional[RankScan]
     broken: Optional[str] = None
+    steps: Set[int] = dataclasses.field(default_factory=set)
 
 
 def scan_file(
@@ -102,7 +111,15 @@ def _scan_file(
 ) -> FileScan:
     try:
         if not sections:
-            return FileScan(scan_rank(plan), None)
+            steps: Set[int] = set()
+            base = int(plan.base_time_ns or 0)
+
+            def step(batch: List[Any]) -> None:
+                steps.update(
+                    st[0] for ev in batch if type(ev) is dict and (st := _step_of(ev, base)) is not None
+                )
+
+            return FileScan(scan_rank(plan, select=STEPS_SELECTION, visit=step), None, steps=steps)
         scan = RankScan(plan.rank, int(plan.base_time_ns or 0))
         collector = CollectiveCollector(scan, None)
         feed = TimelineFeed() if "collectives" in sections else None
@@ -134,7 +151,7 @@ def _scan_file(
             )
             feed.release()
             cap_names(scan.timeline, scan.steps, name_cap)  # after the step figures: they read by id
-        return FileScan(info, scan)
+        return FileScan(info, scan, steps=set(scan.steps))
     except TraceFuseError as e:
         return FileScan(None, None, broken_text(e))
 

@@ -101,6 +101,21 @@ static int after_kept(St *st, const Ctx *cx, const Ev *ev) {
     return r;
 }
 
+/* the span of the events written: the first ts and the last ts + dur (dur counted when
+ * positive), in 1e-9 us, as plan/extent.scan_rank times a file (the run check) */
+typedef struct {
+    int timed;
+    __int128 lo, hi;
+} Written;
+
+static inline void fold_span(Written *sp, const Ev *ev) {
+    if (!ev->has_ts) return;
+    __int128 end = ev->ts_nus + (ev->has_dur && ev->dur_nus > 0 ? ev->dur_nus : 0);
+    if (!sp->timed || ev->ts_nus < sp->lo) sp->lo = ev->ts_nus;
+    if (!sp->timed || end > sp->hi) sp->hi = end;
+    sp->timed = 1;
+}
+
 typedef struct {
     Span cat;
     int dropped;
@@ -214,6 +229,7 @@ static PyObject *kernel_rewrite(PyObject *self, PyObject *args) {
     int nmemo = 0;
     TidMemo tids = {{0}, 0};
     long long n_in = 0, n_drop = 0, n_out = 0;
+    Written span = {0, 0, 0};
     int status = ST_NEED_MORE, r = OK;
     Py_ssize_t consumed = pos, skip_to = -1;
     while (next_event(&st, &need_sep, &at_start, &consumed, &status, &skip_to)) {
@@ -263,6 +279,7 @@ static PyObject *kernel_rewrite(PyObject *self, PyObject *args) {
                 r = E_FALL;
             } else if ((r = thread_seen(&cx, &tids, &ev)) == OK) {
                 if ((r = after_kept(&st, &cx, &ev))) break;
+                fold_span(&span, &ev);
                 n_out++;
             }
         }
@@ -279,5 +296,13 @@ static PyObject *kernel_rewrite(PyObject *self, PyObject *args) {
     PyBuffer_Release(&buf);
     PyObject *out = output_bytes(&st, r);
     if (!out) return NULL;
-    return Py_BuildValue("(NniniLLL)", out, consumed, status, skip_to, need_sep, n_in, n_drop, n_out);
+    PyObject *lo = span.timed ? int128_to_py(span.lo) : Py_NewRef(Py_None);
+    PyObject *hi = span.timed ? int128_to_py(span.hi) : Py_NewRef(Py_None);
+    if (!lo || !hi) {
+        Py_DECREF(out);
+        Py_XDECREF(lo);
+        Py_XDECREF(hi);
+        return NULL;
+    }
+    return Py_BuildValue("(NniniLLLNN)", out, consumed, status, skip_to, need_sep, n_in, n_drop, n_out, lo, hi);
 }

@@ -93,6 +93,27 @@ static int num_scaled(const Num *num, int decimals, Py_ssize_t max_int, __int128
  * (sub-ns rounding: Python's call) */
 static int num_to_ns(const Num *num, __int128 *ns) { return num_scaled(num, 3, 24, ns); }
 
+/* a time in units of 1e-9 us, exactly (0: more than 9 decimals); the scan's lo/hi and
+ * the rewrite's span of the written events */
+static int num_to_nano_us(const Num *num, __int128 *out) { return num_scaled(num, 9, 20, out); }
+
+/* an exact 128-bit integer as a Python int */
+static PyObject *int128_to_py(__int128 v) {
+    char tmp[64];
+    int k = 0, neg = v < 0;
+    unsigned __int128 m = neg ? (unsigned __int128)(-v) : (unsigned __int128)v;
+    do {
+        tmp[k++] = (char)('0' + (int)(m % 10));
+        m /= 10;
+    } while (m);
+    char txt[66];
+    int j = 0;
+    if (neg) txt[j++] = '-';
+    while (k) txt[j++] = tmp[--k];
+    txt[j] = 0;
+    return PyLong_FromString(txt, NULL, 10);
+}
+
 /* a ts/dur Python refuses as beyond any clock (timeunits.time_problem: int64 ns, for a
  * ts also once added to the rank's base): such events go back to Python, which names
  * them (or --salvage drops them) */
@@ -218,6 +239,8 @@ typedef struct {
     int ts_null;
     int ts_ns_ok, dur_state; /* for the window: ts in ns; dur 0 absent/null, 1 in dur_ns */
     __int128 ts_ns, dur_ns;
+    int has_ts, has_dur;   /* the written span (rewrite.c fold_span): ts, dur in 1e-9 us */
+    __int128 ts_nus, dur_nus;
 } Ev;
 
 /* one pid lookup: small C cache in front of the rewriter's dict */
@@ -302,6 +325,8 @@ static int rewrite_event(St *st, const Ctx *cx, PidCache *pc, Ev *ev) {
                 Py_ssize_t start = st->i;
                 if ((r = scan_number(st, &num))) return r;
                 if (!number_is_canonical(&num) || beyond_clock(&num, cx->abs_base_ns)) return E_FALL;
+                if (!num_to_nano_us(&num, &ev->ts_nus)) return E_FALL; /* sub-1e-9 us: Python's span */
+                ev->has_ts = 1;
                 ev->ts_ns_ok = num_to_ns(&num, &ev->ts_ns);
                 if (cx->window && !ev->ts_ns_ok) return E_FALL;
                 ev->ts_out_start = st->olen;
@@ -320,6 +345,8 @@ static int rewrite_event(St *st, const Ctx *cx, PidCache *pc, Ev *ev) {
             Py_ssize_t start = st->i;
             if ((r = scan_number(st, &num))) return r;
             if (beyond_clock(&num, 0) || !number_is_canonical(&num)) return E_FALL; /* "-0": Python writes 0 */
+            if (!num_to_nano_us(&num, &ev->dur_nus)) return E_FALL; /* sub-1e-9 us: Python's span */
+            ev->has_dur = 1;
             if (cx->window) {
                 if (!num_to_ns(&num, &ev->dur_ns)) return E_FALL;
                 ev->dur_state = 1;
@@ -332,6 +359,11 @@ static int rewrite_event(St *st, const Ctx *cx, PidCache *pc, Ev *ev) {
             if (v < 0 || v >= ID_LIMIT) return E_FALL;
             if ((r = put_ll(st, v + cx->id_off))) return r;
             if (IS(k, "id")) ev->has_id = 1;
+        } else if (IS(k, "name") && c == '"') {
+            /* a step: Python reads its number (the steps each rank wrote: the run check) */
+            Span v;
+            if ((r = scan_string(st, &v, 1))) return r;
+            if (v.n >= 13 && memcmp(v.p, "ProfilerStep#", 13) == 0) return E_FALL;
         } else if (IS(k, "id2")) {
             return E_FALL; /* an async id2 {global|local}: Python makes it rank-unique */
         } else if (IS(k, "args")) {

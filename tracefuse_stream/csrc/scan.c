@@ -75,9 +75,6 @@ static int holds_any(Span text, const unsigned char *limit, const Span *w, int n
     return 0;
 }
 
-/* microseconds as an exact integer of 1e-9 us (0: more than 9 decimals) */
-static int num_to_nano_us(const Num *num, __int128 *out) { return num_scaled(num, 9, 20, out); }
-
 static int bytes_match(PyObject *want, Span got, int prefix) {
     Py_ssize_t n = PyBytes_GET_SIZE(want);
     if (prefix ? got.n < n : got.n != n) return 0;
@@ -200,18 +197,3 @@ static int scan_event(St *st, const Sel *sel, ScanEv *ev) {
     return OK;
 }
 
-static PyObject *int128_to_py(__int128 v) {
-    char tmp[64];
-    int k = 0, neg = v < 0;
-    unsigned __int128 m = neg ? (unsigned __int128)(-v) : (unsigned __int128)v;
-    do {
-        tmp[k++] = (char)('0' + (int)(m % 10));
-        m /= 10;
-    } while (m);
-    char txt[66];
-    int j = 0;
-    if (neg) txt[j++] = '-';
-    while (k) txt[j++] = tmp[--k];
-    txt[j] = 0;
-    return PyLong_FromString(txt, NULL, 10);
-}

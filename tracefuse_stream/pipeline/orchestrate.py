@@ -28,11 +28,13 @@ from tracefuse_stream.pipeline.stream import RankResult, RankTask, stream_rank
 from tracefuse_stream.pipeline.summary import MergeSummary, RankSummary, size_warning
 from tracefuse_stream.plan.planner import (
     InputSpec,
+    PlanList,
     RankPlan,
     input_notes,
     input_warnings,
     plan_inputs,
 )
+from tracefuse_stream.plan.runcheck import written_findings
 from tracefuse_stream.plan.starts import EarlyEvents, check_early, output_base
 from tracefuse_stream.rankset import compress_ranges
 from tracefuse_stream.report.step_counters import plan_counters
@@ -124,6 +126,7 @@ def _merge(inputs: InputSpec, output: str, opts: MergeOptions) -> MergeSummary:
     else:
         codec = "plain" if output == "-" else codec_for(output)
     plans = plan_inputs(inputs, rank_from=sel.rank_from, ranks=sel.ranks, salvage=ex.salvage, cycle=sel.cycle)
+    planned = plans  # the run check's, after writing (plans are rebuilt by the alignment below)
     warnings = input_warnings(plans)
     facts = input_notes(plans)  # (plans are rebuilt by the alignment below)
     for p in plans:
@@ -145,7 +148,7 @@ def _merge(inputs: InputSpec, output: str, opts: MergeOptions) -> MergeSummary:
     for r in results:
         warnings.extend(r.warnings)
     notes.extend(by_ranks((r.rank, n) for r in results for n in r.notes))  # "ranks 0-7: ..." once
-    warnings.extend(_result_warnings(results, flt, opts))
+    warnings.extend(_result_warnings(results, flt, opts) + _written_warnings(planned, results, flt))
     viewer = [estimate_viewer_bytes(ViewerCounts(json_bytes=s.json_bytes)) for s in sinks]
     big = max(range(len(sinks)), key=viewer.__getitem__, default=0)
     too_big = size_warning(
@@ -225,6 +228,17 @@ def _result_warnings(results: List[RankResult], flt: EventFilter, opts: MergeOpt
         f"{what} leaves rank(s) {compress_ranges(empty)} with no events (their profiles do not "
         "reach into the window; check the ranks' spans with `info`)"
     ]
+
+
+def _written_warnings(planned: List[RankPlan], results: List[RankResult], flt: EventFilter) -> List[str]:
+    """The run check's findings that need a pass over the files (plan/runcheck.py
+    written_findings), from the events written: first and last time, steps. Not under
+    ``--steps``/``--window``: what was written is the window's, not the recordings."""
+    if flt.window_ns is not None or not isinstance(planned, PlanList):
+        return []
+    extents = {r.path: (r.first_ns, r.last_ns, r.events_in) for r in results}
+    steps = {r.rank: r.steps for r in results}
+    return written_findings(planned, extents, steps, selected=planned.selected)
 
 
 def _event_filter(opts: MergeOptions, window_ns: Optional[tuple]) -> EventFilter:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 import orjson
 
@@ -34,6 +34,7 @@ from tracefuse_stream.rewrite.labels import rank_metadata
 from tracefuse_stream.rewrite.rules import RankRewriter
 from tracefuse_stream.select.filters import EventFilter
 from tracefuse_stream.select.spans import SPAN_DROPPED_NOTE
+from tracefuse_stream.timeunits import us_to_ns
 from tracefuse_stream.write.writer import FLUSH_BYTES, Piece, PieceWriter
 
 PROGRESS_EVERY = 1 << 22
@@ -80,6 +81,11 @@ class RankResult:
     skipped: int = 0  # salvage: events read but left out because they could not be written
     flows_added: int = 0  # --link-collectives: flow events made by the merge
     counters_added: int = 0  # --link-collectives: step counter events made by the merge
+    # the run check after writing (plan/runcheck.check_written): the events written, first
+    # and last (ts + dur) in absolute ns, and their ProfilerStep numbers
+    first_ns: Optional[int] = None
+    last_ns: Optional[int] = None
+    steps: Set[int] = field(default_factory=set)
 
 
 def stream_rank(task: RankTask, progress: Progress = None) -> RankResult:
@@ -325,9 +331,18 @@ def _drive(
         seconds=time.perf_counter() - t0,
         salvage=_salvage_record(plan, reader, sink, strict_error),
         early_ts=rw.early_ts,
+        first_ns=_on_file_clock(plan, rw.span_lo),
+        last_ns=_on_file_clock(plan, rw.span_hi),
+        steps=set(rw.steps),
         warnings=list(reader.notes) + (linker.warnings(plan.path) if linker is not None else []),
         notes=([SPAN_DROPPED_NOTE] if rw.spans_dropped else []) + counter_notes,
     )
+
+
+def _on_file_clock(plan: RankPlan, us: Any) -> Optional[int]:
+    """A ts of the file (us) in absolute ns on its own clock (no --align correction:
+    the run check compares the files as ``info`` reads them)."""
+    return None if us is None else (plan.base_time_ns or 0) + us_to_ns(us)
 
 
 def _counter_events(

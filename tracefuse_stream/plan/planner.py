@@ -242,7 +242,12 @@ class PlanList(List[RankPlan]):
             self, known=None if self.extents is None else {k: v[0] for k, v in self.extents.items()}
         )
         # a mixed run days apart is said once: the days-apart line names the ranks and starts
-        checks = [w for rc in self.run_checks() for w in rc.warnings() if not (far and w == rc.mixed_text())]
+        checks = [
+            w
+            for rc in self.run_checks()
+            for w in rc.warnings()
+            if not (far and w == rc.mixed_text(steps=True))
+        ]
         return world_size_warnings(self) + far + list(self.cautions) + checks
 
     def input_notes(self, limit: Optional[int] = SKIPPED_SHOWN) -> List[str]:

@@ -32,9 +32,14 @@ The rules, per profiling cycle:
   and -- when a pass has read them -- with the same event count and the same last event.
   Traces whose times are whole microseconds (older Kineto) can share a first event by
   chance: there the count and the last event must be known and equal.
-* **steps with no overlap** (the analyses, which read the steps: an error there, not a
-  warning of every command): ranks whose ``ProfilerStep`` numbers share none with the
+* **steps with no overlap** (every command that read the steps: ``info``, ``merge``
+  from the events it wrote, the analyses; an error in the analyses, a warning in
+  ``info`` and ``merge``): ranks whose ``ProfilerStep`` numbers share none with the
   others' recorded different steps, or different runs.
+
+A merge reads only each file's first events before it writes; the rules that need a
+pass (recordings that do not overlap, steps) are applied to what it wrote, after
+writing (:func:`written_findings`), so its warnings are the same lines as ``info``'s.
 """
 
 from __future__ import annotations
@@ -98,7 +103,8 @@ class RunCheck:
         if steps and len(self.step_runs) > 1:
             plans = {p.rank: p for p in self.plans}
             parts = [
-                f"ranks {compress_ranges(sorted(r for r, _ in g))} ({_files([plans[r] for r, _ in g if r in plans])}) "
+                f"rank{'s' if len(g) > 1 else ''} {compress_ranges(sorted(r for r, _ in g))} "
+                f"({_files([plans[r] for r, _ in g if r in plans])}) "
                 f"recorded steps {compress_ranges(sorted(set().union(*(s for _, s in g))))}"
                 for g in self.step_runs
             ]
@@ -107,7 +113,7 @@ class RunCheck:
 
     def warnings(self) -> List[str]:
         out = []
-        mixed = self.mixed_text()
+        mixed = self.mixed_text(steps=True)
         if mixed is not None:
             out.append(mixed)
         if self.missing:
@@ -310,6 +316,28 @@ def check_runs(
     ]
 
 
+def written_findings(
+    plans: Sequence[RankPlan],
+    extents: Extents,
+    steps: Mapping[int, Set[int]],
+    *,
+    selected: bool = False,
+) -> List[str]:
+    """What only a pass over the files finds, for a merge, whose planning read only each
+    file's start: recordings of one host that do not overlap (two runs seconds or
+    minutes apart) and steps with none in common -- from ``extents`` and ``steps``, the
+    events the merge wrote. Lines of the run check (every command's words); none for a
+    cycle whose mixed runs planning already named."""
+    out: List[str] = []
+    before = check_runs(plans, selected=selected)
+    after = check_runs(plans, extents, selected=selected, steps=steps)
+    for rc_before, rc in zip(before, after):
+        mixed = rc.mixed_text(steps=True)
+        if not rc_before.runs and mixed is not None:
+            out.append(mixed)
+    return out
+
+
 def require_one_run(checks: Sequence[RunCheck], what: str = "the collectives analysis") -> None:
     """Refuse (a usage error naming the files and the choices) what would give a wrong
     answer: mixed runs, and one recording under several ranks."""
@@ -359,4 +387,5 @@ __all__ = [
     "check_runs",
     "merge_inputs",
     "require_one_run",
+    "written_findings",
 ]

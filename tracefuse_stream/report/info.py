@@ -88,6 +88,7 @@ def collect_info(
     plans.broken[:] = [(path, broken_text(e)) for path, e in plans.broken]
     rows: List[RankInfo] = []
     good: List[RankPlan] = []
+    plans.steps = {}  # the steps each rank recorded: the run check's
     for p, fs in zip(plans, scan_files(list(plans), jobs, sections, kernel_categories, name_cap)):
         if fs.broken is not None:
             plans.broken.append((p.path, fs.broken))
@@ -95,6 +96,7 @@ def collect_info(
         assert fs.info is not None
         rows.append(fs.info)
         good.append(p)
+        plans.steps.setdefault(p.rank, set()).update(fs.steps)
         if scans_out is not None:
             scans_out.append(fs.scan)
     plans[:] = good
@@ -109,11 +111,6 @@ def collect_info(
         )
         text.extend(describe_cycles(plans.cycles, known=known))
     text.append(format_info(rows, plans.broken))
-    if scans_out is not None and sections:  # the steps each rank recorded: the run check's
-        plans.steps = {}
-        for p, sc in zip(plans, scans_out):
-            if sc is not None:
-                plans.steps.setdefault(p.rank, set()).update(sc.steps)
     text.extend(f"warning: {w}" for w in plans.warnings())
     text.extend(f"note: {n}" for n in plans.input_notes(limit=None))
     listing: List[Dict[str, Any]] = [r.to_dict() for r in rows]

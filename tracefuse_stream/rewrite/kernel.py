@@ -24,6 +24,7 @@ from tracefuse_stream.rewrite.rules import RankRewriter
 
 #: the reader's names for the kernel's stops (see read/batches.EventBatches.mixed)
 _STATUS = {0: "more", 1: "end", 2: "fallback"}
+_NANO = Decimal(10) ** -9
 
 
 class _Context:
@@ -66,13 +67,19 @@ class KernelRewriter:
     def __call__(
         self, buf: bytearray, pos: int, need_sep: bool, at_start: bool
     ) -> Tuple[bytes, int, str, int, bool]:
-        out, pos, status, skip_to, need_sep, n_in, n_drop, n_out = native.kernel.rewrite(  # type: ignore[union-attr]
+        out, pos, status, skip_to, need_sep, n_in, n_drop, n_out, lo, hi = native.kernel.rewrite(  # type: ignore[union-attr]
             self.ctx, buf, pos, need_sep, at_start
         )
         rw = self.rw
         rw.index += n_in
         rw.dropped += n_drop
         rw.events_out += n_out
+        if lo is not None:  # the span of the events it wrote, in 1e-9 us (rules.RankRewriter.span_lo)
+            lo, hi = Decimal(lo) * _NANO, Decimal(hi) * _NANO
+            if rw.span_lo is None or lo < rw.span_lo:
+                rw.span_lo = lo
+            if rw.span_hi is None or hi > rw.span_hi:
+                rw.span_hi = hi
         return out, pos, _STATUS[status], skip_to, bool(need_sep)
 
 

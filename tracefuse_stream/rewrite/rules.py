@@ -25,7 +25,7 @@ and constants, never events. The rules, and why (see docs/OUTPUT_FORMAT.md):
 
 from __future__ import annotations
 
-from decimal import Context, Decimal, Inexact, InvalidOperation, Overflow
+from decimal import Decimal
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from tracefuse_stream.errors import ErrorKind, InputError
@@ -54,56 +54,18 @@ from tracefuse_stream.rewrite.contract import (  # noqa: F401
     output_pid,
     rank_of_pid,
 )
+from tracefuse_stream.rewrite.shift import TimeShifter
 from tracefuse_stream.rewrite.values import _beyond_ids, _is_id, pid_key, short_text  # noqa: F401
 from tracefuse_stream.select.filters import EventFilter
 from tracefuse_stream.select.spans import PROFILER_SPAN_CAT, is_profiler_span, span_fits
+from tracefuse_stream.select.window import step_number
 from tracefuse_stream.timeunits import TimeCheck, us_to_ns
 
 Event = Dict[str, Any]
 
 
 BAD_TIME_HINT = "use --salvage to drop such events"
-
-
-# Exact decimal arithmetic for time shifts: 100 digits hold any timestamp a trace
-# can carry; a result that would still round raises instead (Inexact is trapped).
-_EXACT = Context(prec=100, traps=[InvalidOperation, Inexact, Overflow])
-_THOUSAND = Decimal(1000)
-
-
-class TimeShifter:
-    """Adds an exact number of nanoseconds to microsecond timestamps.
-
-    Integer results of a whole-microsecond shift stay JSON integers; anything else
-    is an exact ``Decimal`` (both encoders write it as a JSON number with its digits)
-    instead of a float that could round.
-    """
-
-    def __init__(self, shift_ns: int) -> None:
-        self.shift_ns = shift_ns
-        self.identity = shift_ns == 0
-        self._int_us = shift_ns // 1000 if shift_ns % 1000 == 0 else None
-        self._dshift = _EXACT.divide(Decimal(shift_ns), _THOUSAND)
-        self._add = _EXACT.add
-
-    def __call__(self, ts: Any) -> Any:
-        if self.identity:
-            return ts
-        t = type(ts)
-        if t is Decimal:
-            if ts.is_finite():
-                return self._add(ts, self._dshift)
-            raise ValueError(f"timestamp is {ts}")
-        if t is int:
-            if self._int_us is not None:
-                return ts + self._int_us
-            return self._add(Decimal(ts), self._dshift)
-        if t is float:
-            r = repr(ts)
-            if r in ("nan", "inf", "-inf"):
-                raise ValueError(f"timestamp is {r}")
-            return self._add(Decimal(r), self._dshift)
-        raise ValueError(f"timestamp is not a number: {ts!r}")
+_STEP_PREFIX = "ProfilerStep#"  # a step's name (select/window.step_number reads its N)
 
 
 class RankRewriter:
@@ -141,6 +103,12 @@ class RankRewriter:
         self._add, self._dshift = self.shift._add, self.shift._dshift
         self.abs_base_ns = base_time_ns
         self.early_ts: Any = None  # the earliest written ts below 0 (before the output base)
+        # the span of the events written, on their own ts (exact us; ``ts + dur`` with dur
+        # counted when positive, as plan/extent.scan_rank times a file) and the
+        # ProfilerStep numbers written: the run check after a merge (plan/runcheck.py)
+        self.span_lo: Any = None
+        self.span_hi: Any = None
+        self.steps: Set[int] = set()
         self.time_problem = TimeCheck(base_time_ns)  # malformed ts/dur: one rule (timeunits)
         self.pid_base = (rank + 1) * PID_STRIDE
         self.id_off = rank << ID_BITS
@@ -288,14 +256,14 @@ class RankRewriter:
         """
         kept: List[Event] = []
         keep_event, buffer_meta = kept.append, self.metadata.append
-        index, dropped, path, rank = self.index, 0, self.path, self.rank
+        index, dropped, path = self.index, 0, self.path
         flt = self.filter  # categories dropped outright, checked inline; other rules: flt.keep()
         drop_cats, simple_filter = flt.dropped_categories(), flt.only_drops_categories()
         window = flt.window_ns is not None
         pids, first_ts, gpu_like = self.pids, self.pid_first_ts, self.pid_gpu_like
         shifting, add, dshift = self._shifting, self._add, self._dshift
         rewrite_args, time_problem = self._rewrite_args, self.time_problem
-        tids_seen = self.tids_seen
+        tids_seen, lo, hi = self.tids_seen, self.span_lo, self.span_hi
         try:
             for ev in events:
                 index += 1
@@ -307,9 +275,7 @@ class RankRewriter:
                     raise InputError(path, f"bad {bad_time}", event_index=index, hint=BAD_TIME_HINT)
                 ph = get("ph")
                 if ph == "M":
-                    if shifting and get("ts") is not None:
-                        self._check_meta_ts(get("ts"), index)  # shifted later, by the labels
-                    buffer_meta(ev)
+                    buffer_meta(self._check_meta_ts(ev, index) if shifting else ev)  # the labels shift it
                     continue
                 cat = get("cat")
                 if type(cat) is not str:
@@ -335,6 +301,7 @@ class RankRewriter:
                     ev["tid"] = self.map_tid(pid, tid)
                 elif pid << 32 | tid not in tids_seen:
                     self._new_thread(pid << 32 | tid, index)
+                t = ts  # the event's own ts, for the span written (__init__)
                 if ts is not None and shifting:
                     try:
                         if type(ts) is Decimal and ts.is_finite():
@@ -349,25 +316,31 @@ class RankRewriter:
                     first_ts.setdefault(pid, 0 if ts is None else ts)
                 if "id" in ev or "bind_id" in ev or "id2" in ev or (type(ph) is str and ph in FLOW_PHASES):
                     self._rewrite_ids(ev, ph, index)  # flows: rare next to slices
-                args = get("args")
-                if type(args) is dict:
-                    rewrite_args(ev, args, index)
-                elif args is None:
-                    ev["args"] = {"rank": rank}
-                else:
-                    raise InputError(path, "event args is not an object", event_index=index)
+                rewrite_args(ev, get("args"), index)
                 if cat in GPU_CATS:
                     gpu_like.add(pid)
+                if t is not None and (type(t) is Decimal or type(t) is int):  # the span written (__init__)
+                    dur = get("dur")
+                    end = t + dur if (type(dur) is Decimal or type(dur) is int) and dur > 0 else t
+                    lo, hi = t if lo is None or t < lo else lo, end if hi is None or end > hi else hi
+                if ph == "X" and type(name := get("name")) is str and name.startswith(_STEP_PREFIX):
+                    self._step(name, t)
                 keep_event(ev)
         finally:
-            self.index = index
+            self.index, self.span_lo, self.span_hi = index, lo, hi
             self.dropped += dropped
             self.events_out += len(kept)
         return kept
 
-    def _rewrite_args(self, ev: Event, args: Dict[str, Any], index: int) -> None:
+    def _rewrite_args(self, ev: Event, args: Any, index: int) -> None:
         """An event's args: trimmed to ``--args``, link ids moved into the rank's range,
-        the ``rank`` arg added (in place; ``ev["args"]`` replaced when trimmed)."""
+        the ``rank`` arg added (in place; ``ev["args"]`` replaced when trimmed); no args:
+        ``{"rank": r}``; args that are not an object: an input error."""
+        if type(args) is not dict:
+            if args is not None:
+                raise InputError(self.path, "event args is not an object", event_index=index)
+            ev["args"] = {"rank": self.rank}
+            return
         keep_args, id_off = self.keep_args, self.id_off
         if keep_args is not None and not keep_args.issuperset(args):
             args = ev["args"] = {k: v for k, v in args.items() if k in keep_args}
@@ -440,13 +413,24 @@ class RankRewriter:
         if self.early_ts is None or ts < self.early_ts:
             self.early_ts = ts
 
-    def _check_meta_ts(self, ts: Any, index: int) -> None:
+    def _check_meta_ts(self, ev: Event, index: int) -> Event:
         """A metadata event's ts must shift like any other (its error names the event)."""
+        ts = ev.get("ts")
+        if ts is None:
+            return ev
         try:
             self.shift(ts)
         except (ValueError, TypeError, ArithmeticError) as e:
             why = e if isinstance(e, (ValueError, TypeError)) else f"{ts!r} cannot be shifted exactly"
             raise InputError(self.path, f"bad ts: {why}", event_index=index) from None
+        return ev
+
+    def _step(self, name: str, ts: Any) -> None:
+        """A ``ProfilerStep#N`` X event written (the kernel hands every one back): N is
+        one of the steps this rank wrote, when it is a step and has a time."""
+        step = step_number(name)
+        if step is not None and ts is not None:
+            self.steps.add(step)
 
     def _span_out(self, ev: Event) -> bool:
         """Kineto's profiler span reaching outside the window: dropped (select/spans.py)."""
