@@ -34,14 +34,21 @@ and the clock offset estimated from such instances "corrected" it away).
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from tracefuse_stream.errors import UsageError
 
 FACTOR = 8
 FLOOR_NS = 1_000_000  # 1 ms: ends of one collective on one host agree far better
 MAX_APART_NS = 30 * 60 * 10**9  # members further apart than this are not one collective
 FAR_CLOCK_NS = 10**9  # a host clock offset estimated beyond this is said (far_clock_note)
+#: the default ``--max-clock-offset`` (``max_clock_offset_s``): synced hosts agree to
+#: milliseconds, so an offset estimated beyond a second is refused by the analyses
+#: (analyze/analysis.require_near_clocks) unless the user accepts it
+MAX_CLOCK_OFFSET_S = 1.0
 _SYMMETRIC = re.compile(r"all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|barrier", re.IGNORECASE)
 
 Found = Tuple[str, str, str, Dict[int, "object"]]  # (name, group, match, rank -> Entry)
@@ -82,6 +89,20 @@ def drop_apart(found: List[Found], unmatched: Counter) -> List[Found]:
     return kept
 
 
+def clock_offset_limit(value: Any, what: str = "max_clock_offset_s") -> float:
+    """``--max-clock-offset`` / ``max_clock_offset_s``: seconds, a finite number of 0 or
+    more (text from the command line, a number from the API); a usage error otherwise."""
+    try:
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise ValueError
+        s = float(value)
+    except ValueError:
+        s = math.nan
+    if not (math.isfinite(s) and s >= 0):
+        raise UsageError(f"{what} must be a number of seconds, 0 or more, not {value!r}")
+    return s
+
+
 def far_clock_note(host: str, offset_ns: int) -> str:
     """Why: within :data:`MAX_APART_NS` a clock offset between hosts and two runs look
     alike (the instances "correct" either away); synced hosts agree to milliseconds, so
@@ -90,6 +111,12 @@ def far_clock_note(host: str, offset_ns: int) -> str:
         f"{host}'s clock is {abs(offset_ns) / 1e9:,.1f} s {'ahead of' if offset_ns > 0 else 'behind'} the lowest "
         "rank's host's, estimated from the collectives' ends; if the hosts' clocks agree, these files are not one run"
     )
+
+
+def reference_host(found: Sequence[Found], hosts: Mapping[int, Optional[str]]) -> Optional[str]:
+    """The host :func:`host_offsets` measures against: the lowest rank's of the first
+    symmetric instance."""
+    return next((_host(min(f[3]), hosts) for f in found if is_symmetric(f[0])), None)
 
 
 def host_offsets(found: Sequence[Found], hosts: Mapping[int, Optional[str]]) -> Dict[str, int]:
@@ -155,9 +182,12 @@ __all__ = [
     "FAR_CLOCK_NS",
     "FLOOR_NS",
     "MAX_APART_NS",
+    "MAX_CLOCK_OFFSET_S",
     "check_ends",
+    "clock_offset_limit",
     "drop_apart",
     "far_clock_note",
     "host_offsets",
+    "reference_host",
     "is_symmetric",
 ]

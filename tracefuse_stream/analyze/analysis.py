@@ -8,6 +8,7 @@ without touching the pages.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -19,13 +20,18 @@ from tracefuse_stream.align.collectives import (
     pg_count_of,
     scan_collectives,
 )
+from tracefuse_stream.align.instance_ends import MAX_CLOCK_OFFSET_S
 from tracefuse_stream.analyze import step_time, why
 from tracefuse_stream.analyze.name_cap import FOLDED
 from tracefuse_stream.analyze.step_pack import StepRows
 from tracefuse_stream.analyze.step_time import StepTime
 from tracefuse_stream.analyze.stragglers import Verdict, held_by_rank, judge, wait_by_rank
 from tracefuse_stream.analyze.timeline import Segments
+from tracefuse_stream.errors import UsageError
+from tracefuse_stream.listing import inline
 from tracefuse_stream.plan.rankplan import RankPlan
+from tracefuse_stream.rankset import compress_ranges
+from tracefuse_stream.textout import printable
 from tracefuse_stream.workers import parallel_map
 
 WORST_PER_RANK = 3
@@ -53,9 +59,12 @@ def _scan(path: str, rank: int, base: Optional[int]) -> RankScan:
     return scan_collectives(path, rank, base, positions=False)
 
 
-def table_from_scans(plans: Sequence[RankPlan], scans: Sequence[RankScan]) -> CollectiveTable:
+def table_from_scans(
+    plans: Sequence[RankPlan], scans: Sequence[RankScan], max_clock_offset_s: float = MAX_CLOCK_OFFSET_S
+) -> CollectiveTable:
     """Match the scans of ``plans`` (same order) on the ranks' own clocks (the why's
-    segments of the scans that have them kept with the table)."""
+    segments of the scans that have them kept with the table); hosts whose clocks seem
+    further apart than ``max_clock_offset_s`` are refused (:func:`require_near_clocks`)."""
     table = match_instances(
         {p.rank: s for p, s in zip(plans, scans)},
         {p.rank: pg_config_of(p.header) for p in plans},
@@ -65,14 +74,57 @@ def table_from_scans(plans: Sequence[RankPlan], scans: Sequence[RankScan]) -> Co
     )
     table.timelines = {p.rank: s.timeline for p, s in zip(plans, scans) if s.timeline is not None}
     table.step_times = {p.rank: s.step_time for p, s in zip(plans, scans) if s.step_time}
+    require_near_clocks(table, plans, max_clock_offset_s)
     return table
 
 
-def collect_table(plans: Sequence[RankPlan], jobs: int = 1) -> CollectiveTable:
+def require_near_clocks(table: CollectiveTable, plans: Sequence[RankPlan], max_clock_offset_s: float) -> None:
+    """Refuse a table built on a host clock offset beyond ``max_clock_offset_s``.
+
+    Why: the offset is estimated from the instances themselves, and within
+    align/instance_ends.MAX_APART_NS hosts whose clocks disagree by seconds and two runs
+    of one job written into one folder look alike: the matching "corrects" either away.
+    Synced hosts agree to milliseconds, so an offset of seconds is an ambiguous input,
+    and an answer built on it is wrong if it is two runs: the user says which
+    (``--max-clock-offset``: the clocks do disagree; then the offset is a note)."""
+    limit = max_clock_offset_s * 1e9
+    far = [(h, off) for h, off in sorted(table.clock_offsets.items()) if abs(off) > limit]
+    if not far:
+        return
+    paths = {p.rank: p.path for p in plans}
+    label = {r: f"host {h}" if h else f"rank {r}" for r, h in table.hosts.items()}
+
+    def files(host: Optional[str]) -> str:
+        ranks = sorted(r for r, lab in label.items() if lab == host)
+        return f"{'rank' if len(ranks) == 1 else 'ranks'} {compress_ranges(ranks)} " + (
+            f"({inline([paths[r] for r in ranks if r in paths], limit=2)})"
+        )
+
+    lines = [
+        f"the collectives analysis needs the hosts' clocks within {max_clock_offset_s:g} s of each other:"
+    ]
+    for host, off in far:
+        lines.append(
+            f"  {printable(host)}'s clock seems {abs(off) / 1e9:,.1f} s {'ahead of' if off > 0 else 'behind'} "
+            f"{printable(table.clock_ref or '?')}'s, estimated from the collectives' ends: {printable(host)}: "
+            f"{files(host)}; {printable(table.clock_ref or '?')}: {files(table.clock_ref)}"
+        )
+    need = math.ceil(max(abs(off) for _h, off in far) / 1e9)
+    lines.append(
+        "synced hosts agree to milliseconds: these files may be two runs, not one. choose: one run's files "
+        f"(--ranks), or, if the hosts' clocks do disagree by that much, --max-clock-offset SECONDS with SECONDS "
+        f"of at least {need} (the offset is then corrected, and noted)"
+    )
+    raise UsageError("\n".join(lines))
+
+
+def collect_table(
+    plans: Sequence[RankPlan], jobs: int = 1, max_clock_offset_s: float = MAX_CLOCK_OFFSET_S
+) -> CollectiveTable:
     """The instance table of ``plans`` (one collective-only pass per rank, in workers
     when ``jobs`` > 1), on the ranks' own clocks (no alignment)."""
     scans = parallel_map(_scan, [(p.path, p.rank, p.base_time_ns) for p in plans], jobs)
-    return table_from_scans(plans, scans)
+    return table_from_scans(plans, scans, max_clock_offset_s)
 
 
 def rank_stats(table: CollectiveTable, verdict: Optional[Verdict] = None) -> List[RankStats]:
@@ -161,9 +213,10 @@ def collect_analyses(
     scans: Optional[Sequence[Optional[RankScan]]] = None,
     jobs: int = 1,
     every_rank: bool = True,
+    max_clock_offset_s: float = MAX_CLOCK_OFFSET_S,
 ) -> Dict[Optional[int], Analysis]:
     """cycle -> its :class:`Analysis` with the why (instances never span cycles;
-    ``every_rank``: :func:`analyse`'s)."""
+    ``every_rank``: :func:`analyse`'s; ``max_clock_offset_s``: :func:`require_near_clocks`)."""
     cycles: Dict[Optional[int], List[Tuple[RankPlan, Optional[RankScan]]]] = {}
     for i, p in enumerate(plans):
         cycles.setdefault(p.cycle, []).append((p, scans[i] if scans is not None else None))
@@ -171,9 +224,9 @@ def collect_analyses(
     for c, pairs in sorted(cycles.items(), key=lambda kv: kv[0] or 0):
         ps = [p for p, _ in pairs]
         if all(sc is not None for _, sc in pairs):
-            table = table_from_scans(ps, [sc for _, sc in pairs])  # type: ignore[misc]
+            table = table_from_scans(ps, [sc for _, sc in pairs], max_clock_offset_s)  # type: ignore[misc]
         else:
-            table = collect_table(ps, jobs)
+            table = collect_table(ps, jobs, max_clock_offset_s)
         out[c] = analyse(table, ps, jobs, every_rank)
     return out
 
@@ -186,5 +239,6 @@ __all__ = [
     "collect_analyses",
     "collect_table",
     "rank_stats",
+    "require_near_clocks",
     "table_from_scans",
 ]

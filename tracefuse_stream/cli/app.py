@@ -13,7 +13,13 @@ import sys
 from typing import List, Optional, Sequence
 
 from tracefuse_stream._version import __version__
-from tracefuse_stream.cli.argtypes import JOBS_HELP, add_dask_arg, add_name_cap_arg, jobs_count
+from tracefuse_stream.cli.argtypes import (
+    JOBS_HELP,
+    add_dask_arg,
+    add_max_clock_offset_arg,
+    add_name_cap_arg,
+    jobs_count,
+)
 from tracefuse_stream.cli.diff_cmd import add_diff_arguments
 from tracefuse_stream.cli.report_cmd import add_report_arguments
 from tracefuse_stream.cli.signals import forget_caught_interrupt, terminate_raises
@@ -200,6 +206,7 @@ def _add_info_args(p: argparse.ArgumentParser) -> None:
         '{"categories": [{"name", "pattern", "class"}]}), tried before the built-in table',
     )
     add_name_cap_arg(p)
+    add_max_clock_offset_arg(p, "with --collectives: ")
     p.add_argument("-j", "--jobs", type=jobs_count, default=0, help=JOBS_HELP)
     add_dask_arg(p)
 

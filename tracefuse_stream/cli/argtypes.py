@@ -1,9 +1,11 @@
-"""Argument types and options shared by the commands' parsers (``-j``, ``--dask``, ``--name-cap``)."""
+"""Argument types and options shared by the commands' parsers (``-j``, ``--dask``, ``--name-cap``,
+``--max-clock-offset``)."""
 
 from __future__ import annotations
 
 import argparse
 
+from tracefuse_stream.align.instance_ends import MAX_CLOCK_OFFSET_S, clock_offset_limit
 from tracefuse_stream.analyze.name_cap import NAME_CAP
 from tracefuse_stream.errors import UsageError
 
@@ -45,6 +47,19 @@ def add_name_cap_arg(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_max_clock_offset_arg(p: argparse.ArgumentParser, when: str = "") -> None:
+    """``--max-clock-offset SECONDS`` on a command that matches collectives across hosts
+    (analyze/analysis.require_near_clocks); ``when``: the help's opening words."""
+    p.add_argument(
+        "--max-clock-offset",
+        type=lambda text: clock_offset_limit(text, "--max-clock-offset"),
+        default=MAX_CLOCK_OFFSET_S,
+        metavar="SECONDS",
+        help=f"{when}accept host clocks this far apart (default {MAX_CLOCK_OFFSET_S:g}: synced hosts agree to "
+        "milliseconds); an offset estimated beyond it is refused, since two runs of one job look the same",
+    )
+
+
 JOBS_HELP = "worker processes, 1 or more (default: usable cores; 1 = no workers)"
 
 #: What runs on the cluster and what stays, said once for every command's help.
@@ -63,4 +78,12 @@ def add_dask_arg(p: argparse.ArgumentParser, extra: str = "") -> None:
     p.add_argument("--dask", metavar="ADDRESS", help=DASK_HELP + (f"; {extra}" if extra else ""))
 
 
-__all__ = ["DASK_HELP", "JOBS_HELP", "add_dask_arg", "add_name_cap_arg", "jobs_count", "name_cap_count"]
+__all__ = [
+    "DASK_HELP",
+    "JOBS_HELP",
+    "add_dask_arg",
+    "add_max_clock_offset_arg",
+    "add_name_cap_arg",
+    "jobs_count",
+    "name_cap_count",
+]

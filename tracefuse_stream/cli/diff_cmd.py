@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tracefuse_stream.cli.argtypes import JOBS_HELP, add_dask_arg, jobs_count
+from tracefuse_stream.cli.argtypes import JOBS_HELP, add_dask_arg, add_max_clock_offset_arg, jobs_count
 
 ALIGN_STEPS = ("number", "position")
 
@@ -52,6 +52,7 @@ def add_diff_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--new-cycle", metavar="N|latest", help="the profiling cycle of NEW_RUN (instead of --cycle)"
     )
+    add_max_clock_offset_arg(p)
     p.add_argument("-j", "--jobs", type=jobs_count, default=0, help=JOBS_HELP)
     add_dask_arg(p, "the two runs are compared here")
     p.add_argument("--json", action="store_true", help="the diff as JSON (schema: docs/diff.md)")
@@ -82,6 +83,7 @@ def cmd_diff(a: argparse.Namespace) -> int:
             jobs=a.jobs,
             base_cycle=a.base_cycle,
             new_cycle=a.new_cycle,
+            max_clock_offset_s=a.max_clock_offset,
         )
     if a.json:
         write_json(report, sys.stdout)  # json.dumps(indent=2)'s text, strict (no NaN)

@@ -73,6 +73,7 @@ def _info(a: argparse.Namespace) -> int:
             extra=text[sections_from:],
             warnings=out["warnings"],
             checks=checks,
+            max_clock_offset_s=a.max_clock_offset,
         )
     if a.json:
         write_json(out, sys.stdout)  # one shape: report/info.py INFO_JSON_KEYS

@@ -16,7 +16,13 @@ import sys
 from pathlib import Path
 from typing import Any, Dict
 
-from tracefuse_stream.cli.argtypes import JOBS_HELP, add_dask_arg, add_name_cap_arg, jobs_count
+from tracefuse_stream.cli.argtypes import (
+    JOBS_HELP,
+    add_dask_arg,
+    add_max_clock_offset_arg,
+    add_name_cap_arg,
+    jobs_count,
+)
 
 DEFAULT_OUTPUT = "report.html"
 
@@ -39,6 +45,7 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
         "--steps", metavar="A:B", help="report on ProfilerStep#A..#B only (N alone: that one step)"
     )
     add_name_cap_arg(p)
+    add_max_clock_offset_arg(p)
     p.add_argument("-j", "--jobs", type=jobs_count, default=0, help=JOBS_HELP)
     add_dask_arg(p, "the page is written here")
     p.add_argument("-q", "--quiet", action="store_true", help="no summary line; warnings still go to stderr")
@@ -59,11 +66,15 @@ def _diff_section(a: argparse.Namespace, data: Any) -> Dict[str, Any]:
 
     plans, scans = data.read
     data.read = None  # the scans hold the run's timelines: gone once the figures are made
-    new = run_from_pass(a.inputs, plans, scans, cycle=a.cycle, jobs=a.jobs, label="NEW")
+    limit = a.max_clock_offset
+    new = run_from_pass(
+        a.inputs, plans, scans, cycle=a.cycle, jobs=a.jobs, label="NEW", max_clock_offset_s=limit
+    )
     del plans, scans
     d, b, n = run_diff(
-        a.against, new, ranks=a.ranks, rank_from=a.rank_from, cycle=a.cycle, steps=a.steps, jobs=a.jobs
-    )
+        a.against, new, ranks=a.ranks, rank_from=a.rank_from, cycle=a.cycle, steps=a.steps, jobs=a.jobs,
+        max_clock_offset_s=limit,
+    )  # fmt: skip
     return to_json(d, b.paths, n.paths, b.warnings, n.warnings)
 
 
@@ -99,6 +110,7 @@ def cmd_report(a: argparse.Namespace) -> int:
             ),
             keep_pass=bool(a.against),
             name_cap=a.name_cap,
+            max_clock_offset_s=a.max_clock_offset,
         )
         if a.against:  # the diff BASE -> these inputs, as tracefuse diff gives it (docs/diff.md)
             data.document["diff"] = _diff_section(a, data)

@@ -14,6 +14,7 @@ from collections import Counter
 from typing import Any, Dict, List, Optional, Sequence, TypedDict, Union
 
 from tracefuse_stream.align.collectives import CollectiveTable
+from tracefuse_stream.align.instance_ends import MAX_CLOCK_OFFSET_S, clock_offset_limit
 from tracefuse_stream.analyze.assessment import not_assessed
 from tracefuse_stream.cluster import dask_backend
 from tracefuse_stream.errors import InputError
@@ -62,6 +63,7 @@ def stragglers(
     cycle: Optional[int] = None,
     jobs: int = 1,
     dask: Optional[str] = None,
+    max_clock_offset_s: float = MAX_CLOCK_OFFSET_S,
 ) -> StragglerReport:
     """Who holds the others back, per step, and why (see :mod:`tracefuse_stream.analyze.stragglers`
     and :mod:`tracefuse_stream.analyze.why`).
@@ -71,7 +73,10 @@ def stragglers(
     (``"0,4"``, ``"0-7"`` or a list); ``cycle``: the profiling cycle (1-based; default the
     latest, as ``info --collectives``); ``jobs``: worker processes; ``dask``: a Dask
     scheduler address (``tcp://host:8786``) or scheduler file: the per-rank scans run
-    on that cluster's workers instead (cluster.py; a ClusterError if it cannot). A file that cannot be
+    on that cluster's workers instead (cluster.py; a ClusterError if it cannot);
+    ``max_clock_offset_s``: host clocks estimated further apart (seconds) raise a
+    :class:`~tracefuse_stream.errors.UsageError` naming them (two runs look the same; synced
+    hosts agree to milliseconds): a larger value accepts the offset. A file that cannot be
     read raises :class:`~tracefuse_stream.errors.InputError` naming it. The input warnings
     every command prints are ``warnings`` (each also an :class:`InputWarning`); mixed runs,
     one recording under several ranks, a ``cycle`` or ``ranks`` that select nothing raise
@@ -79,12 +84,18 @@ def stragglers(
     """
     check_jobs(jobs)  # as merge() checks it: -1 is an error, not one worker
     paths = input_list(inputs)  # a Path is one input; anything else but paths a UsageError
+    limit = clock_offset_limit(max_clock_offset_s)
     with dask_backend(dask, paths):  # the per-rank passes on a cluster, if given
-        return _stragglers(paths, ranks, rank_from, cycle, jobs)
+        return _stragglers(paths, ranks, rank_from, cycle, jobs, limit)
 
 
 def _stragglers(
-    paths: List[Any], ranks: Union[None, str, Sequence[int]], rank_from: str, cycle: Optional[int], jobs: int
+    paths: List[Any],
+    ranks: Union[None, str, Sequence[int]],
+    rank_from: str,
+    cycle: Optional[int],
+    jobs: int,
+    max_clock_offset_s: float,
 ) -> StragglerReport:
     wanted = rank_list_arg(ranks)
     scans: List[Any] = []
@@ -98,7 +109,10 @@ def _stragglers(
     checks = select_cycle(plans.run_checks(), key)
     require_one_run(checks, "stragglers()")  # mixed runs, one recording under several ranks
     analyses = collect_analyses(
-        [p for p in plans if p.cycle == key], [s for p, s in zip(plans, scans) if p.cycle == key], jobs
+        [p for p in plans if p.cycle == key],
+        [s for p, s in zip(plans, scans) if p.cycle == key],
+        jobs,
+        max_clock_offset_s=max_clock_offset_s,
     )
     analysis = analyses.get(key)
     report: Dict[str, Any] = to_json(analysis if analysis is not None else _empty())["collectives"]

@@ -18,6 +18,7 @@ from collections import Counter
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from tracefuse_stream.align.collectives import CollectiveTable, RankScan
+from tracefuse_stream.align.instance_ends import MAX_CLOCK_OFFSET_S
 from tracefuse_stream.analyze import per_collective
 from tracefuse_stream.analyze import stragglers as S
 from tracefuse_stream.analyze.analysis import (
@@ -343,6 +344,7 @@ def info_collectives(
     extra: Sequence[str] = (),
     warnings: Sequence[str] = (),
     checks: Sequence[Any] = (),
+    max_clock_offset_s: float = MAX_CLOCK_OFFSET_S,
 ) -> int:
     """``info --collectives [--json]``: print the report (per profiling cycle when the
     inputs hold several: instances never span cycles); exit 1 when a file is broken.
@@ -356,8 +358,12 @@ def info_collectives(
     (plan/planner.py ``PlanList.warnings``); ``checks``: the run checks of the cycles
     (plan/runcheck.py): a cycle the analysis could not assess says so first
     (analyze/assessment.py), in the text and as ``not_assessed`` in the JSON.
+    ``max_clock_offset_s``: host clocks further apart are refused (analyze/analysis.py
+    require_near_clocks).
     """
-    tables = collect_analyses(plans, scans, jobs, every_rank=as_json)  # the text shows no breakdown
+    tables = collect_analyses(  # the text shows no breakdown
+        plans, scans, jobs, every_rank=as_json, max_clock_offset_s=max_clock_offset_s
+    )
     broken = list(getattr(plans, "broken", []))
     several = len(tables) > 1
     unassessed = {

@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
+from tracefuse_stream.align.instance_ends import MAX_CLOCK_OFFSET_S, clock_offset_limit
 from tracefuse_stream.analyze.analysis import collect_analyses
 from tracefuse_stream.analyze.assessment import no_overlap_text
 from tracefuse_stream.analyze.diff import Diff, compare
@@ -52,7 +53,14 @@ def _ranks(ranks: Ranks) -> Optional[List[int]]:
 
 
 def load_run(
-    inputs: Inputs, *, ranks: Optional[List[int]], rank_from: str, cycle: Any, jobs: int, label: str
+    inputs: Inputs,
+    *,
+    ranks: Optional[List[int]],
+    rank_from: str,
+    cycle: Any,
+    jobs: int,
+    label: str,
+    max_clock_offset_s: float = MAX_CLOCK_OFFSET_S,
 ) -> Run:
     """Read one run (one pass per file, as ``info --collectives``) into its figures; a
     broken file is an :class:`InputError` naming it; mixed runs, one recording under
@@ -62,11 +70,20 @@ def load_run(
     plans, _rows, _out, _text = collect_info(
         paths, rank_from=rank_from, ranks=ranks, jobs=jobs, sections=["collectives"], scans_out=scans
     )
-    return run_from_pass(paths, plans, scans, cycle=cycle, jobs=jobs, label=label)
+    return run_from_pass(
+        paths, plans, scans, cycle=cycle, jobs=jobs, label=label, max_clock_offset_s=max_clock_offset_s
+    )
 
 
 def run_from_pass(
-    paths: Sequence[str], plans: PlanList, scans: Sequence[Any], *, cycle: Any, jobs: int, label: str
+    paths: Sequence[str],
+    plans: PlanList,
+    scans: Sequence[Any],
+    *,
+    cycle: Any,
+    jobs: int,
+    label: str,
+    max_clock_offset_s: float = MAX_CLOCK_OFFSET_S,
 ) -> Run:
     """One run's figures from a pass already made (``collect_info``'s plans and scans):
     ``report --against`` reads its own run once, for the page and for the diff."""
@@ -77,7 +94,13 @@ def run_from_pass(
     key = choose_shown_cycle(plans, cycle, inline(paths, limit=3))
     require_one_run(select_cycle(plans.run_checks(), key), f"diff ({label})")
     mine = [(p, s) for p, s in zip(plans, scans) if p.cycle == key]
-    analysis = collect_analyses([p for p, _ in mine], [s for _, s in mine], jobs, every_rank=False).get(key)
+    analysis = collect_analyses(
+        [p for p, _ in mine],
+        [s for _, s in mine],
+        jobs,
+        every_rank=False,
+        max_clock_offset_s=max_clock_offset_s,
+    ).get(key)
     verdict = (
         verdict_sentence(analysis.table, analysis.verdict, analysis.stats) if analysis is not None else ""
     )
@@ -142,18 +165,24 @@ def run_diff(
     jobs: int = 1,
     base_cycle: Any = None,
     new_cycle: Any = None,
+    max_clock_offset_s: float = MAX_CLOCK_OFFSET_S,
 ) -> Tuple[Diff, Run, Run]:
     """Both runs read and compared (the command line's and :func:`diff`'s work);
     ``new`` may be a :class:`Run` already read (:func:`run_from_pass`)."""
     check_jobs(jobs)  # as merge() checks it: -1 is an error, not one worker
+    limit = clock_offset_limit(max_clock_offset_s)
     wanted = _ranks(ranks)
     bc = cycle if base_cycle is None else base_cycle
     nc = cycle if new_cycle is None else new_cycle
-    b = load_run(base, ranks=wanted, rank_from=rank_from, cycle=bc, jobs=jobs, label="BASE")
+    b = load_run(
+        base, ranks=wanted, rank_from=rank_from, cycle=bc, jobs=jobs, label="BASE", max_clock_offset_s=limit
+    )
     n = (
         new
         if isinstance(new, Run)
-        else load_run(new, ranks=wanted, rank_from=rank_from, cycle=nc, jobs=jobs, label="NEW")
+        else load_run(
+            new, ranks=wanted, rank_from=rank_from, cycle=nc, jobs=jobs, label="NEW", max_clock_offset_s=limit
+        )
     )
     check_window(b, "BASE", base_steps or steps)
     check_window(n, "NEW", new_steps or steps)
@@ -178,6 +207,7 @@ def diff(
     jobs: int = 1,
     base_cycle: Any = None,
     new_cycle: Any = None,
+    max_clock_offset_s: float = MAX_CLOCK_OFFSET_S,
 ) -> Dict[str, Any]:
     """What changed from run ``base`` to run ``new``, on which ranks, and whether it is
     real: the object ``tracefuse diff --json`` prints (schema: docs/diff.md).
@@ -187,7 +217,9 @@ def diff(
     ``steps`` (``"A:B"``) for both runs, ``base_steps`` / ``new_steps`` for one;
     ``align_steps``: ``"number"`` (the same ``ProfilerStep#N``) or ``"position"``;
     ``cycle``: the profiling cycle of each run (default: the latest; ``base_cycle`` /
-    ``new_cycle``: of one run, e.g. two cycles of one folder). Runs that cannot
+    ``new_cycle``: of one run, e.g. two cycles of one folder); ``max_clock_offset_s``: host
+    clocks further apart (seconds, estimated from the collectives) are a
+    :class:`~tracefuse_stream.errors.UsageError` (two runs look the same). Runs that cannot
     be matched raise :class:`~tracefuse_stream.errors.UsageError` naming what differs
     and the option that resolves it; an unreadable file an
     :class:`~tracefuse_stream.errors.InputError` naming it.
@@ -195,7 +227,7 @@ def diff(
     d, b, n = run_diff(
         base, new, ranks=ranks, rank_from=rank_from, steps=steps, base_steps=base_steps,
         new_steps=new_steps, align_steps=align_steps, cycle=cycle, jobs=jobs,
-        base_cycle=base_cycle, new_cycle=new_cycle,
+        base_cycle=base_cycle, new_cycle=new_cycle, max_clock_offset_s=max_clock_offset_s,
     )  # fmt: skip
     return to_json(d, b.paths, n.paths, b.warnings, n.warnings)
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from tracefuse_stream._version import __version__
+from tracefuse_stream.align.instance_ends import MAX_CLOCK_OFFSET_S
 from tracefuse_stream.analyze.assessment import not_assessed
 from tracefuse_stream.analyze.name_cap import NAME_CAP
 from tracefuse_stream.errors import UsageError
@@ -128,11 +129,13 @@ def report_data(
     command: str = "",
     keep_pass: bool = False,
     name_cap: int = NAME_CAP,
+    max_clock_offset_s: float = MAX_CLOCK_OFFSET_S,
 ) -> ReportData:
     """Plan and read ``inputs`` as ``info --collectives`` does (one pass per file, in
     ``jobs`` workers) and return the page's data (see the module docstring);
     ``keep_pass``: with the pass's plans and scans (``ReportData.read``); ``name_cap``:
-    the why's names kept per rank and step (analyze/name_cap.py)."""
+    the why's names kept per rank and step (analyze/name_cap.py); ``max_clock_offset_s``:
+    host clocks further apart are refused (analyze/analysis.py require_near_clocks)."""
     scans: List[Any] = []
     plans, _rows, _out, _text = collect_info(
         inputs,
@@ -153,7 +156,7 @@ def report_data(
     require_one_run(checks, "the report")  # mixed runs, one recording under several ranks: a wrong page
     pairs = by_cycle.get(chosen, [])
     ps = [p for p, _ in pairs]
-    table = table_from_scans(ps, [sc for _, sc in pairs])
+    table = table_from_scans(ps, [sc for _, sc in pairs], max_clock_offset_s)
     if steps is not None:
         check_steps(table, steps, f"in {where}" + (f" (cycle {chosen})" if chosen is not None else ""))
         table = only_steps(table, *steps)
