@@ -481,12 +481,13 @@ def test_api_arguments_of_the_wrong_kind_are_usage_errors() -> None:
 
 def test_runs_39_s_apart_on_two_hosts_say_the_clock_offset(tmp_path: Path, capsys, kernel) -> None:
     """Rank 0 on another host: under 30 min a clock offset and two runs look alike (the
-    instances "correct" 39 s away); an offset of seconds is said, with both readings."""
+    instances "correct" 39 s away): refused by default (tests/test_run_check_written.py);
+    accepted with --max-clock-offset, the offset is said, with both readings."""
     mixed = _mixed_39s(tmp_path / "mixed")
     for f in mixed.iterdir():
         if _recorded_rank(f) == 0:
             _write(f, _text(f).replace('"host_name": "vm"', '"host_name": "other"', 1))
-    code, out, _ = cli(capsys, "info", "--collectives", mixed, "-j", "1")
+    code, out, _ = cli(capsys, "info", "--collectives", mixed, "-j", "1", "--max-clock-offset", "60")
     assert code == EXIT_OK
     (note,) = [n for n in out.splitlines() if "clock is" in n]
     assert re.fullmatch(
@@ -494,5 +495,7 @@ def test_runs_39_s_apart_on_two_hosts_say_the_clock_offset(tmp_path: Path, capsy
         r"if the hosts' clocks agree, these files are not one run",
         note,
     ), note
-    code, out, _ = cli(capsys, "info", "--collectives", "--json", mixed, "-j", "1")
+    code, out, _ = cli(
+        capsys, "info", "--collectives", "--json", mixed, "-j", "1", "--max-clock-offset", "60"
+    )
     assert note[len("note: ") :] in json.loads(out)["collectives"]["notes"]

@@ -46,13 +46,7 @@ from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Seq
 from tracefuse_stream.align import gloo_groups
 from tracefuse_stream.align.clock import is_collective_kernel
 from tracefuse_stream.align.collective_event import STEP_PREFIX, CollectiveEvent, Key, _describe, _step_of
-from tracefuse_stream.align.instance_ends import (
-    FAR_CLOCK_NS,
-    check_ends,
-    drop_apart,
-    far_clock_note,
-    reference_host,
-)
+from tracefuse_stream.align.instance_ends import FAR_CLOCK_NS, check_ends, drop_apart, far_clock_note
 from tracefuse_stream.align.p2p import ANY_SOURCE, GLOO_P2P, P2P_CALLS, P2pCall, match_pairs, p2p_call
 from tracefuse_stream.align.pg_config import PgConfig, pg_config_of, pg_count_of
 from tracefuse_stream.align.sequences import match_group
@@ -263,11 +257,9 @@ class CollectiveTable:
     p2p_unlinked: Counter = field(default_factory=Counter)  # reason -> point-to-point ops not linked
     #: ``report --steps A:B``: the ProfilerSteps chosen (then one step is "selected", not "profiled")
     steps_selected: Optional[Tuple[int, int]] = None
-    #: host label ("host vm", or "rank r" without a host name) -> its clock ahead of
-    #: ``clock_ref``'s (ns), estimated from the instances' ends (align/instance_ends.py);
-    #: empty on one clock
+    #: host label ("host vm"; "rank r" without a host name) -> its clock ahead of the lowest
+    #: rank's host (ns), from the instances' ends (align/instance_ends.py); empty on one clock
     clock_offsets: Dict[str, int] = field(default_factory=dict)
-    clock_ref: Optional[str] = None
 
     @property
     def unmatched_total(self) -> int:
@@ -425,7 +417,6 @@ def match_instances(
     p2p: Counter = Counter()
     found += _match_gloo(scans, pg_configs, pg_counts or {}, hosts, offsets, unmatched, notes, p2p)
     found = drop_apart(found, unmatched)  # type: ignore[arg-type,assignment]  # never one collective, whatever the clocks
-    clock_ref = reference_host(found, hosts)  # type: ignore[arg-type]
     found, host_offs, _tol = check_ends(found, hosts, unmatched)  # type: ignore[arg-type,assignment]
     notes += [far_clock_note(h, off) for h, off in sorted(host_offs.items()) if abs(off) > FAR_CLOCK_NS]
     found.sort(key=lambda f: (min(e.start_ns for e in f[3].values()), f[1], f[0]))
@@ -456,7 +447,7 @@ def match_instances(
         for r in merged
     }  # fmt: skip
     table = CollectiveTable(merged, instances, unmatched, notes, steps, p2p, {r: hosts.get(r) for r in merged})  # fmt: skip
-    table.clock_offsets, table.clock_ref = dict(host_offs), clock_ref if host_offs else None
+    table.clock_offsets = dict(host_offs)
     _link_p2p(table, scans, pg_configs, hosts, offsets)
     return table
 

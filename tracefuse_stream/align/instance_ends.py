@@ -91,9 +91,11 @@ def drop_apart(found: List[Found], unmatched: Counter) -> List[Found]:
 
 def clock_offset_limit(value: Any, what: str = "max_clock_offset_s") -> float:
     """``--max-clock-offset`` / ``max_clock_offset_s``: seconds, a finite number of 0 or
-    more (text from the command line, a number from the API); a usage error otherwise."""
+    more (text from the command line, ``what`` a flag; an int or float from the API); a
+    usage error otherwise."""
+    text = (str,) if what.startswith("--") else ()
     try:
-        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        if isinstance(value, bool) or not isinstance(value, (int, float, *text)):
             raise ValueError
         s = float(value)
     except ValueError:
@@ -111,12 +113,6 @@ def far_clock_note(host: str, offset_ns: int) -> str:
         f"{host}'s clock is {abs(offset_ns) / 1e9:,.1f} s {'ahead of' if offset_ns > 0 else 'behind'} the lowest "
         "rank's host's, estimated from the collectives' ends; if the hosts' clocks agree, these files are not one run"
     )
-
-
-def reference_host(found: Sequence[Found], hosts: Mapping[int, Optional[str]]) -> Optional[str]:
-    """The host :func:`host_offsets` measures against: the lowest rank's of the first
-    symmetric instance."""
-    return next((_host(min(f[3]), hosts) for f in found if is_symmetric(f[0])), None)
 
 
 def host_offsets(found: Sequence[Found], hosts: Mapping[int, Optional[str]]) -> Dict[str, int]:
@@ -188,6 +184,5 @@ __all__ = [
     "drop_apart",
     "far_clock_note",
     "host_offsets",
-    "reference_host",
     "is_symmetric",
 ]

@@ -93,6 +93,7 @@ def require_near_clocks(table: CollectiveTable, plans: Sequence[RankPlan], max_c
         return
     paths = {p.rank: p.path for p in plans}
     label = {r: f"host {h}" if h else f"rank {r}" for r, h in table.hosts.items()}
+    ref = next((label[r] for r in sorted(label) if table.clock_offsets.get(label[r]) == 0), "?")
 
     def files(host: Optional[str]) -> str:
         ranks = sorted(r for r, lab in label.items() if lab == host)
@@ -106,8 +107,8 @@ def require_near_clocks(table: CollectiveTable, plans: Sequence[RankPlan], max_c
     for host, off in far:
         lines.append(
             f"  {printable(host)}'s clock seems {abs(off) / 1e9:,.1f} s {'ahead of' if off > 0 else 'behind'} "
-            f"{printable(table.clock_ref or '?')}'s, estimated from the collectives' ends: {printable(host)}: "
-            f"{files(host)}; {printable(table.clock_ref or '?')}: {files(table.clock_ref)}"
+            f"{printable(ref)}'s, estimated from the collectives' ends: {printable(host)}: "
+            f"{files(host)}; {printable(ref)}: {files(ref)}"
         )
     need = math.ceil(max(abs(off) for _h, off in far) / 1e9)
     lines.append(
