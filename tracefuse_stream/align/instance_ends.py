@@ -93,13 +93,13 @@ def clock_offset_limit(value: Any, what: str = "max_clock_offset_s") -> float:
     """``--max-clock-offset`` / ``max_clock_offset_s``: seconds, a finite number of 0 or
     more (text from the command line, ``what`` a flag; an int or float from the API); a
     usage error otherwise."""
-    text = (str,) if what.startswith("--") else ()
-    try:
-        if isinstance(value, bool) or not isinstance(value, (int, float, *text)):
-            raise ValueError
-        s = float(value)
-    except ValueError:
-        s = math.nan
+    text = what.startswith("--")
+    s = math.nan
+    if (isinstance(value, (int, float)) and not isinstance(value, bool)) or (text and isinstance(value, str)):
+        try:
+            s = float(value)
+        except ValueError:
+            pass
     if not (math.isfinite(s) and s >= 0):
         raise UsageError(f"{what} must be a number of seconds, 0 or more, not {value!r}")
     return s
