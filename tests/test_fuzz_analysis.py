@@ -7,7 +7,9 @@ duplicated steps), times and durations (huge, negative, floats, exponents, at 2*
 numbers, host names (``__proto__``, ``constructor``, control characters, markup),
 op and collective names (escape sequences, CR/LF, 20 KB), collectives without steps;
 and the run check's families (plan/runcheck.py): mixed runs (a rank's base hours, or on
-one host a minute, after the others'), ranks missing from the world (a larger
+one host a minute, after the others), two hosts whose clocks seem a minute apart (the
+``--max-clock-offset`` refusal), steps with none in common (one rank's numbers moved
+up), ranks missing from the world (a larger
 ``world_size``), one recording under several ranks (a file copied, its rank edited),
 and selections that do not exist (``--steps``, ``--cycle``, ``--ranks``; the API's
 ``cycle=``/``ranks=``). Each case, on the C kernel's path and without it, must end
@@ -132,13 +134,15 @@ def make_case(rnd: random.Random, folder: Path) -> Tuple[List[Path], List[str], 
     ranks = list(range(n_ranks))
     if rnd.random() < 0.3:
         ranks[rnd.randrange(n_ranks)] = rnd.choice(RANKS)
-    # the run check's families: a rank hours (or, on one host, a minute) after the
-    # others; a world larger than the files; one recording copied under other ranks
-    family = rnd.choices(["none", "mixed", "one_host", "missing", "copies"], [0.6, 0.1, 0.1, 0.1, 0.1])[0]
+    # the run check's families: a rank hours (or, on one host or a host of its own, a
+    # minute) after the others; its step numbers none of the others'; a world larger
+    # than the files; one recording copied under other ranks
+    families = ["none", "mixed", "one_host", "two_hosts", "steps_apart", "missing", "copies"]
+    family = rnd.choices(families, [0.5, 0.1, 0.1, 0.05, 0.05, 0.1, 0.1])[0]
     shifts = [0] * n_ranks
-    if family in ("mixed", "one_host") and n_ranks > 1:
+    if family in ("mixed", "one_host", "two_hosts") and n_ranks > 1:
         shifts[-1] = HOURS_18_5 if family == "mixed" else 60 * 10**9
-    one_host = "h" if family == "one_host" else None
+    one_host = "h" if family in ("one_host", "two_hosts") else None
     world = n_ranks + rnd.choice([1, 2, 125]) if family == "missing" else n_ranks
     copies = family == "copies"
     paths: List[Path] = []
@@ -149,6 +153,8 @@ def make_case(rnd: random.Random, folder: Path) -> Tuple[List[Path], List[str], 
                 if rnd.random() < 0.1:
                     continue  # a missing step
                 num = str(s) if rnd.random() < 0.75 else rnd.choice(STEP_NUMBERS)
+                if family == "steps_apart" and i == n_ranks - 1:
+                    num = str(s + 10)
                 ev = {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{num}", "pid": 77, "tid": 77,
                       "ts": _time(rnd, TIMES, (s - 1) * 1000), "dur": _time(rnd, DURS, 999)}  # fmt: skip
                 events.append(_event_text(ev))
@@ -169,7 +175,8 @@ def make_case(rnd: random.Random, folder: Path) -> Tuple[List[Path], List[str], 
         head = trace_bytes([], rank=0, world=world, base_ns=BASE_NS + shifts[i])
         head = _edit_rank(head, rank)
         if one_host is not None:
-            head = head.replace(b"{", b'{"host_name": ' + json.dumps(one_host).encode() + b", ", 1)
+            host = one_host + ("2" if family == "two_hosts" and i == n_ranks - 1 else "")
+            head = head.replace(b"{", b'{"host_name": ' + json.dumps(host).encode() + b", ", 1)
         elif rnd.random() < 0.5:
             host = rnd.choice(HOSTS)
             head = head.replace(b"{", b'{"host_name": ' + json.dumps(host).encode() + b", ", 1)
