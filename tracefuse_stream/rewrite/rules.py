@@ -319,9 +319,9 @@ class RankRewriter:
                 rewrite_args(ev, get("args"), index)
                 if cat in GPU_CATS:
                     gpu_like.add(pid)
-                if t is not None and (type(t) is Decimal or type(t) is int):  # the span written (__init__)
-                    dur = get("dur")
-                    end = t + dur if (type(dur) is Decimal or type(dur) is int) and dur > 0 else t
+                if t is not None:  # the span written (__init__): ts and dur are usable times (time_problem)
+                    end = t + dur if (dur := get("dur")) else t
+                    end = t if end < t else end  # a negative dur: the ts (plan/extent.scan_rank)
                     lo, hi = t if lo is None or t < lo else lo, end if hi is None or end > hi else hi
                 if ph == "X" and type(name := get("name")) is str and name.startswith(_STEP_PREFIX):
                     self._step(name, t)
