@@ -28,6 +28,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 from tracefuse_stream.align.collectives import CollectiveTable
 from tracefuse_stream.analyze.medians import kth_without
+from tracefuse_stream.analyze.p2p_steps import STEP_END
 from tracefuse_stream.analyze.stragglers import Verdict
 from tracefuse_stream.analyze.stretch import breakdown
 from tracefuse_stream.analyze.timeline import Breakdown, Key, Segments
@@ -324,6 +325,11 @@ class Explain:
     ) -> None:
         self.table, self.verdict, self.plans, self.segments = table, verdict, plans, segments
         self.by_id = {i.id: i for i in table.instances}
+        for (
+            row
+        ) in verdict.by_step:  # a pipeline step's end (analyze/p2p_steps.py): its stretch is the whole step
+            if row.graph is not None and row.graph.end_inst is not None:
+                self.by_id[row.graph.end_inst.id] = row.graph.end_inst
         self.suspects, self.skew_of = _suspects(verdict)
         self.own_of = {x.step: x.own for x in verdict.by_step}
         self.entered = _EnteredWhere(verdict, table, plans, segments)
@@ -407,7 +413,7 @@ class _Step:
         if ref_rank is None:
             return None
         ref = at.members[ref_rank]
-        gpu = inst.match != "gloo order"
+        gpu = inst.match not in ("gloo order", STEP_END)
         cpu_c = _contributors(
             view(mine, False), view(ref, False), lambda k: at.others_median(r, False, k), top
         )
