@@ -43,6 +43,10 @@ noise is no chance). ``strong``: noise margin >= ``STRONG_MARGIN``, or p_chance 
 with a noise margin >= 1; ``moderate``: named otherwise; ``weak``: not named (the verdict
 says who came closest, with its p_chance). A coin flip names nobody.
 
+A step with no collective, only linked send/recv pairs (a pure pipeline), is judged the
+same way at its pairs (wait, held) and its step end (lateness, own lateness): see
+analyze/p2p_steps.py.
+
 Every figure depends only on the ranks' own timelines and the instances they share,
 never on which other ranks were merged beyond them: the verdict on a subset that keeps
 the straggler and a rank that waits for it is the verdict of the whole run.

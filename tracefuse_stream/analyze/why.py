@@ -13,7 +13,9 @@ the reference, largest first, the primary view's first (the GPU for a GPU collec
 its kernels, then the CPU side that launched them). The CPU parts add up to the
 lateness exactly, and so do the GPU parts (each view partitions the same stretch); ``explained_us`` is what the
 listed contributors of R's primary view (the GPU for a GPU collective, the main
-thread for a CPU one) add up to, ``share`` its fraction of the lateness.
+thread for a CPU one) add up to, ``share`` its fraction of the lateness. In a step of
+send/recv pairs alone (a pipeline without collectives) the step's end plays the
+collective (analyze/p2p_steps.py): each stretch is the rank's whole step.
 
 Cost: none of its own when the table comes from info's single pass (analyze/onepass.py):
 that pass already cut each file's timeline into segments at every step start and
@@ -325,9 +327,8 @@ class Explain:
     ) -> None:
         self.table, self.verdict, self.plans, self.segments = table, verdict, plans, segments
         self.by_id = {i.id: i for i in table.instances}
-        for (
-            row
-        ) in verdict.by_step:  # a pipeline step's end (analyze/p2p_steps.py): its stretch is the whole step
+        # a pipeline step's end (analyze/p2p_steps.py): each rank's stretch is then its whole step
+        for row in verdict.by_step:
             if row.graph is not None and row.graph.end_inst is not None:
                 self.by_id[row.graph.end_inst.id] = row.graph.end_inst
         self.suspects, self.skew_of = _suspects(verdict)
