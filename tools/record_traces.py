@@ -126,6 +126,12 @@ pp4_shapes_a    kind "pipeline" as pp4_stages_a (4 stages, 4 micro-batches, send
                 cascade's origin: rank 1), rank 0 is held in gloo:send and waits in
                 gloo:recv for rank 1.
 pp4_shapes_b    the same with nobody slower (the pipeline control).
+pp4_pure_a      a pure pipeline (``loss_all_reduce=False``: no collective in the step,
+                send/recv only), otherwise as pp4_shapes_a; rank 2 runs 2 x torch.mm of
+                the fixed 640 x 640 matrix in each micro-batch's forward (after its recv,
+                before its compute). Ground truth: root cause rank 2; rank 3 waits in
+                gloo:recv for rank 2, ranks 0 and 1 for rank 2's grads (cascade).
+pp4_pure_b      the same pure pipeline with nobody slower (its control).
 pp2x2_shapes    kind "pipeline" on sub-groups: groups [0, 2] and [1, 3] (dist.new_group);
                 each is a 2-stage pipeline (stage = the rank's place in its group), 2
                 micro-batches, send/recv on the group, then the world all_reduce of the
@@ -251,6 +257,11 @@ class TraceSet:
     # (rank, op, calls, n) as rank_ops, but run at the very end of each step (ddp: after
     # opt.step and the step's last collective, right before prof.step())
     tail_ops: tuple[tuple[int, str, int, int], ...] = ()
+    # --- knob of the issue-35 pure-pipeline sets (default: as before) ---
+    # pipeline: all_reduce the step's loss on world at the end of each step; False: a
+    # pure pipeline (pipeline parallel without data parallel: send/recv only, no
+    # collective in the step)
+    loss_all_reduce: bool = True
 
     @property
     def steps(self) -> int:
@@ -300,7 +311,7 @@ class TraceSet:
             return (mine[0], mine[0], "world")
         if self.kind == "chain":
             return (*mine, "world")
-        return ("world",)
+        return ("world",) if self.loss_all_reduce else ()
 
 
 # the job of the issue-37 pairs (ddp4_runs_*): what each run changes goes on top
@@ -451,6 +462,32 @@ SETS: dict[str, TraceSet] = {
             record_shapes=True,
             work_s=0.03,
             tail_ops=((2, "mm", 2, 640),),
+        ),
+        # pure pipelines (no loss all_reduce: send/recv only, no collective in the step),
+        # otherwise as pp4_shapes_a/b; rank 2: 2 x mm(640 x 640) in each micro-batch's
+        # forward; pp4_pure_b: nobody slower
+        TraceSet(
+            "pp4_pure_a",
+            4,
+            active=3,
+            pin=True,
+            record_shapes=True,
+            work_s=0.006,
+            kind="pipeline",
+            micro_batches=4,
+            rank_ops=((2, "mm", 2, 640),),
+            loss_all_reduce=False,
+        ),
+        TraceSet(
+            "pp4_pure_b",
+            4,
+            active=3,
+            pin=True,
+            record_shapes=True,
+            work_s=0.006,
+            kind="pipeline",
+            micro_batches=4,
+            loss_all_reduce=False,
         ),
         # two 2-stage pipelines on the groups [0, 2] and [1, 3] (send/recv peers: group ranks)
         TraceSet(
@@ -793,7 +830,8 @@ def _run_pipeline(ts: TraceSet, rank: int, outdir: Path, group=None) -> None:
                 if prev_r is not None:
                     dist.send(x.grad, prev_r, group=group)
             opt.step()
-            dist.all_reduce(total)  # the step's loss, on every rank (world)
+            if ts.loss_all_reduce:
+                dist.all_reduce(total)  # the step's loss, on every rank (world)
             prof.step()
 
 

@@ -23,6 +23,7 @@ from tracefuse_stream.align.collectives import (
 from tracefuse_stream.align.instance_ends import MAX_CLOCK_OFFSET_S
 from tracefuse_stream.analyze import step_time, why
 from tracefuse_stream.analyze.name_cap import FOLDED
+from tracefuse_stream.analyze.p2p_steps import pipeline_only
 from tracefuse_stream.analyze.step_pack import StepRows
 from tracefuse_stream.analyze.step_time import StepTime
 from tracefuse_stream.analyze.stragglers import Verdict, held_by_rank, judge, wait_by_rank
@@ -174,7 +175,12 @@ def analyse(
     track skip its cost)."""
     v = judge(table)
     a = Analysis(table, v, rank_stats(table, v))
-    if plans and table.instances:
+    if not table.instances and any(pipeline_only(row.graph) for row in v.by_step):
+        a.why_notes.append(
+            f"no collective in the steps: waits and holds read at the {len(table.p2p_pairs)} linked send/recv "
+            "pair(s), lateness and own lateness at each step's end (a pipeline: docs/collectives.md)"
+        )
+    if plans and (table.instances or table.p2p_pairs):  # a pipeline without collectives: its step ends
         mine = [p for p in plans if p.rank in set(table.ranks)]
         segs = [table.timelines.get(p.rank) for p in mine]
         missing = [k for k, s in enumerate(segs) if s is None]

@@ -50,15 +50,14 @@ def not_assessed(table: Any, checks: Sequence[Any] = ()) -> Optional[str]:
     assess, or None; ``checks``: the run checks of its cycle (plan/runcheck.py)."""
     if not table.ranks and not table.instances:  # every file broken: there was nothing to read
         return "not assessed: no input file could be read (see the BROKEN lines); nobody is judged"
-    if not table.instances:
+    pairs = len(getattr(table, "p2p_pairs", ()))
+    if not table.instances and not any(p.step is not None for p in getattr(table, "p2p_pairs", ())):
         why = no_overlap_text(table) or (
             f"{table.unmatched_total} could not be matched (see unmatched)"
             if table.unmatched_total
             else "the inputs hold no collective that two ranks share"
         )
-        pairs = len(getattr(table, "p2p_pairs", ()))
-        graph = (f"; the steps' critical paths come from the {pairs} linked send/recv pair(s) alone"
-                 if pairs else "")  # fmt: skip
+        graph = f"; {pairs} linked send/recv pair(s), none in a ProfilerStep" if pairs else ""
         return f"not assessed: no collective instance matched across ranks ({why}); nobody is judged{graph}"
     missing = sorted({r for rc in checks for r in rc.missing})
     absent = set() if any(rc.selected for rc in checks) else set(named_without_file(table))  # --ranks chose

@@ -114,6 +114,9 @@ class StepGraph:
     by_id: Dict[int, Instance] = field(default_factory=dict)  # the step's instances
     floor_ns: int = 0  # the noise floor the skews were settled with
     p2p: Dict[int, List[Tuple[int, int]]] = field(default_factory=dict)  # rank -> its send/recv spans
+    # a step of send/recv pairs alone (a pipeline): its end, met by every rank, read as a
+    # collective (analyze/p2p_steps.py); own[(rank, its id)] is the rank's own time to it
+    end_inst: Optional[Instance] = None
 
     @property
     def end_ns(self) -> int:
@@ -188,10 +191,11 @@ def settle(g: StepGraph, floor_ns: int) -> None:
     insts = [i for i in g.by_id.values() if i.sender is None]  # a send/recv pair's ends differ by design
     g.floor_ns = floor_ns
     g.late_skew = _late_skews(g.skew, insts, floor_ns)
-    owns = {i.id: sorted(g.own[(q, i.id)] for q in i.entries) for i in insts}  # for the others' medians
+    end = [g.end_inst] if g.end_inst is not None else []  # a pipeline's step end: own time compared there
+    owns = {i.id: sorted(g.own[(q, i.id)] for q in i.entries) for i in insts + end}  # the others' medians
     for r, ids in g.order.items():
         best_late, best_at = 0, -1
-        for i in ids:
+        for i in ids + [e.id for e in end]:
             if len(owns.get(i, ())) < 2:  # a pair's two ranks do different work: not compared
                 continue
             late = g.late_skew.get(r, 0) + g.own[(r, i)] - median_without(owns[i], g.own[(r, i)])
@@ -205,11 +209,20 @@ def own_spreads(g: StepGraph) -> List[int]:
     own times to it (waiting left out): how far apart ranks that are not held up arrive,
     which a cascade (most ranks late only because they waited) does not inflate."""
     out = []
-    for i in g.by_id.values():
+    for i in [*g.by_id.values(), *([g.end_inst] if g.end_inst is not None else [])]:
         if len(i.entries) > 2:
             v = sorted(g.own[(q, i.id)] for q in i.entries)
             out.append(v[(len(v) + 1) // 2 - 1] - v[0])
     return out
+
+
+def own_to_end(g: StepGraph, r: int) -> int:
+    """The rank's own time from its step start to its step end: the gaps along its
+    predecessor chain and its tail, waiting and communication left out (a pipeline's
+    step end is compared like a collective: analyze/p2p_steps.py)."""
+    p, gap = g.tail_pred[r], g.offset[(r, -1)]
+    base = 0 if p[0] == "S" else g.own[(r, p[2])]
+    return base + max(0, gap - _blocked(g.p2p.get(r, ()), g.end[r] - gap, g.end[r]))
 
 
 def _blocked(spans: Sequence[Tuple[int, int]], lo: int, hi: int) -> int:
@@ -456,6 +469,7 @@ __all__ = [
     "held_in_p2p",
     "held_through",
     "own_spreads",
+    "own_to_end",
     "retime",
     "retime_ends",
     "saves_ns",

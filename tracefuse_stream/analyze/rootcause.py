@@ -29,7 +29,8 @@ def root_cause(
             for r, t in row.lateness.items()
             if t > row.threshold.get(r, 0) and row.held.get(r, 0) <= row.threshold.get(r, 0)
         }
-        found = G.delays(row.graph, late)
+        # a pipeline's step end is no instance of its graph: its delays are the pairs' (below)
+        found = G.delays(row.graph, late) if row.graph.end_inst is None else []
         named = {d.rank for d in found}
         delayed += found + [d for d in p2p_delays(row) if d.rank not in named]
     saves: Dict[Tuple[int, Optional[int]], int] = {}

@@ -43,6 +43,10 @@ noise is no chance). ``strong``: noise margin >= ``STRONG_MARGIN``, or p_chance 
 with a noise margin >= 1; ``moderate``: named otherwise; ``weak``: not named (the verdict
 says who came closest, with its p_chance). A coin flip names nobody.
 
+A step with no collective, only linked send/recv pairs (a pure pipeline), is judged the
+same way at its pairs (wait, held) and its step end (lateness, own lateness): see
+analyze/p2p_steps.py.
+
 Every figure depends only on the ranks' own timelines and the instances they share,
 never on which other ranks were merged beyond them: the verdict on a subset that keeps
 the straggler and a rank that waits for it is the verdict of the whole run.
@@ -59,6 +63,7 @@ from tracefuse_stream.analyze import graph as G
 from tracefuse_stream.analyze.medians import median, median_without
 from tracefuse_stream.analyze.noise import noise_ns
 from tracefuse_stream.analyze.others import Members, OthersOutlier
+from tracefuse_stream.analyze.p2p_steps import add_step_ends
 from tracefuse_stream.analyze.rootcause import root_cause
 
 NOISE_FACTOR = 4.0
@@ -232,7 +237,8 @@ def _fill_row(table: CollectiveTable, row: StepRow, insts: Sequence[Instance], g
         if lo is not None and hi is not None:
             row.busy[r] = max(0, hi - lo - row.wait[r])
         row.lateness[r], row.late_at[r] = 0, -1
-    for inst in insts:  # lateness: arrival from the step start, against the others' median
+    end = [g.end_inst] if g.end_inst is not None else []  # a pipeline's step end (analyze/p2p_steps.py)
+    for inst in end or insts:  # lateness: arrival from the step start, against the others' median
         if len(inst.entries) < 2:
             continue
         rel = {q: e.start_ns - (spans[q][0] or 0) for q, e in inst.entries.items()}
@@ -249,7 +255,7 @@ def _fill_row(table: CollectiveTable, row: StepRow, insts: Sequence[Instance], g
         row.held[r] = row.held_raw[r] = 0
         if row.lateness[r] <= 0 and row.own.get(r, 0) <= 0:
             continue  # held is at most the lateness
-        others = members.sample(r, mine[r])
+        others = members.sample(r, end or mine[r])  # a pipeline: every stage of the step
         waits = []
         for q in others:
             lo, hi = spans[q]
@@ -276,6 +282,8 @@ def _step_rows(table: CollectiveTable, graphs: Dict[Optional[int], G.StepGraph])
     for step in sorted(graphs, key=lambda s: (s is None, s or 0)):
         insts = by.get(step, [])
         row = StepRow(step, instances=len(insts))
+        if graphs[step].end_inst is not None:  # no collective: the waits and holds are the pairs'
+            insts = list(graphs[step].by_id.values())
         for inst in insts:
             row.last[inst.last_rank] = row.last.get(inst.last_rank, 0) + 1
             if inst.spread_ns > row.worst_spread_ns:
@@ -316,6 +324,7 @@ def judge(table: CollectiveTable) -> Verdict:
     graphs = {
         step: G.build(table, step, by.get(step, []) + pairs.get(step, [])) for step in set(by) | set(pairs)
     }
+    add_step_ends(table, graphs)  # a step of pairs alone (a pipeline): its end is compared like a collective
     noise = noise_ns(table.instances, [x for sg in graphs.values() for x in G.own_spreads(sg)])
     for sg in graphs.values():
         G.settle(sg, max(int(NOISE_FACTOR * noise), MIN_THRESHOLD_NS))
@@ -329,7 +338,7 @@ def judge(table: CollectiveTable) -> Verdict:
             row.threshold[r] = max(verdict.base_threshold_ns(), outliers.of(h))
             if h > row.threshold[r]:
                 passes.setdefault(r, []).append(row)
-    group_size = _group_sizes(table)
+    group_size = _group_sizes([*table.instances, *(g.end_inst for g in graphs.values() if g.end_inst)])
     found: List[Straggler] = []
     for r, where in sorted(passes.items()):
         persistent = 2 * len(where) > len(rows)
@@ -386,10 +395,11 @@ def _evidence(s: Straggler) -> str:
     return "weak"
 
 
-def _group_sizes(table: CollectiveTable) -> Dict[int, int]:
-    """rank -> the median size of the instances it took part in."""
+def _group_sizes(instances: Sequence[Instance]) -> Dict[int, int]:
+    """rank -> the median size of the instances it took part in (a pipeline's step ends:
+    its stages)."""
     sizes: Dict[int, List[int]] = {}
-    for inst in table.instances:
+    for inst in instances:
         for r in inst.entries:
             sizes.setdefault(r, []).append(len(inst.entries))
     return {r: median(v) for r, v in sizes.items()}

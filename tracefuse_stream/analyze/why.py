@@ -13,7 +13,9 @@ the reference, largest first, the primary view's first (the GPU for a GPU collec
 its kernels, then the CPU side that launched them). The CPU parts add up to the
 lateness exactly, and so do the GPU parts (each view partitions the same stretch); ``explained_us`` is what the
 listed contributors of R's primary view (the GPU for a GPU collective, the main
-thread for a CPU one) add up to, ``share`` its fraction of the lateness.
+thread for a CPU one) add up to, ``share`` its fraction of the lateness. In a step of
+send/recv pairs alone (a pipeline without collectives) the step's end plays the
+collective (analyze/p2p_steps.py): each stretch is the rank's whole step.
 
 Cost: none of its own when the table comes from info's single pass (analyze/onepass.py):
 that pass already cut each file's timeline into segments at every step start and
@@ -28,6 +30,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 from tracefuse_stream.align.collectives import CollectiveTable
 from tracefuse_stream.analyze.medians import kth_without
+from tracefuse_stream.analyze.p2p_steps import STEP_END
 from tracefuse_stream.analyze.stragglers import Verdict
 from tracefuse_stream.analyze.stretch import breakdown
 from tracefuse_stream.analyze.timeline import Breakdown, Key, Segments
@@ -324,6 +327,10 @@ class Explain:
     ) -> None:
         self.table, self.verdict, self.plans, self.segments = table, verdict, plans, segments
         self.by_id = {i.id: i for i in table.instances}
+        # a pipeline step's end (analyze/p2p_steps.py): each rank's stretch is then its whole step
+        for row in verdict.by_step:
+            if row.graph is not None and row.graph.end_inst is not None:
+                self.by_id[row.graph.end_inst.id] = row.graph.end_inst
         self.suspects, self.skew_of = _suspects(verdict)
         self.own_of = {x.step: x.own for x in verdict.by_step}
         self.entered = _EnteredWhere(verdict, table, plans, segments)
@@ -407,7 +414,7 @@ class _Step:
         if ref_rank is None:
             return None
         ref = at.members[ref_rank]
-        gpu = inst.match != "gloo order"
+        gpu = inst.match not in ("gloo order", STEP_END)
         cpu_c = _contributors(
             view(mine, False), view(ref, False), lambda k: at.others_median(r, False, k), top
         )

@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from tracefuse_stream.align.collectives import CollectiveTable, RankScan
 from tracefuse_stream.align.instance_ends import MAX_CLOCK_OFFSET_S
-from tracefuse_stream.analyze import per_collective
+from tracefuse_stream.analyze import p2p_steps, per_collective
 from tracefuse_stream.analyze import stragglers as S
 from tracefuse_stream.analyze.analysis import (
     Analysis,
@@ -31,6 +31,7 @@ from tracefuse_stream.analyze.analysis import (
     table_from_scans,
 )
 from tracefuse_stream.analyze.assessment import not_assessed
+from tracefuse_stream.analyze.p2p_steps import pipeline_only
 from tracefuse_stream.analyze.stragglers import DEFINITIONS, Verdict, rule_text
 from tracefuse_stream.errors import EXIT_INPUT, EXIT_OK
 from tracefuse_stream.rankset import compress_ranges
@@ -121,7 +122,7 @@ def to_json(table: Any, stream: bool = False) -> Dict[str, Any]:
             "one_step": v.steps_profiled == 1,
             "steps_profiled": v.steps_profiled,
         },
-        "definitions": DEFINITIONS,
+        "definitions": DEFINITIONS if table.instances or not judged(table, v) else p2p_steps.DEFINITIONS,
         "by_step": _by_step_json(v),
         "threshold": {
             "noise_us": _us(v.noise_ns),
@@ -159,10 +160,16 @@ def _where(v: Verdict, steps: Sequence[Optional[int]], table: CollectiveTable) -
     return "step(s) " + ", ".join(_step(x) for x in steps)
 
 
+def judged(table: CollectiveTable, v: Verdict) -> bool:
+    """Whether anything was judged: matched collectives, or a pipeline's steps of linked
+    send/recv pairs alone (read at each step's end: analyze/p2p_steps.py)."""
+    return bool(table.instances) or any(pipeline_only(row.graph) for row in v.by_step)
+
+
 def verdict_sentence(table: CollectiveTable, v: Verdict, stats: Sequence[RankStats]) -> str:
     """The verdict in one sentence, with the strength of the evidence."""
     one = _one_step(table) + ": " if v.steps_profiled == 1 else ""
-    if not table.instances:
+    if not judged(table, v):
         return "no collective instance matched across ranks"
     if not v.stragglers:
         if v.candidates:
@@ -193,7 +200,7 @@ def evidence_text(s: Any) -> str:
 
 def verdict_lines(table: CollectiveTable, v: Verdict, stats: Sequence[RankStats]) -> List[str]:
     """The straggler(s), or why none is named."""
-    if not table.instances:
+    if not judged(table, v):
         return ["straggler: none (no collective instance matched across ranks)"]
     by_rank = {s.rank: s for s in stats}
     if not v.stragglers:
@@ -201,12 +208,13 @@ def verdict_lines(table: CollectiveTable, v: Verdict, stats: Sequence[RankStats]
             "straggler: none -- " + verdict_sentence(table, v, stats).replace(_one_step(table) + ": ", "")
         ]
     lines = []
+    unit = "instances" if table.instances else "send/recv pairs"  # a pipeline without collectives
     for i, s in enumerate(v.stragglers):
         # held covers the steps named; its arrivals and own wait are over every step: said so
         every = "" if len(s.steps) == len(v.by_step) else "over every step: "
         lines.append(
             f"{'straggler' if i == 0 else 'also     '}: rank {s.rank} -- the others waited {_ms(s.held_ns)} ms for it "
-            f"(in {_where(v, s.steps, table)}); {every}last to arrive in {s.last_arrivals} of {s.instances} instances, "
+            f"(in {_where(v, s.steps, table)}); {every}last to arrive in {s.last_arrivals} of {s.instances} {unit}, "
             f"waited {_ms(by_rank[s.rank].wait_ns)} ms itself; {evidence_text(s)} (p_chance "
             f"{p_text(s.p_chance)}, {s.noise_margin:.1f} x the noise bound)"
         )
@@ -219,9 +227,9 @@ def _step(step: Optional[int]) -> str:
     return "outside steps" if step is None else f"#{step}"
 
 
-def step_table(v: Verdict, ranks: Sequence[int]) -> List[str]:
-    """Rank x step wait (ms); ``*`` marks the step's last-arriving rank, ``!`` a
-    straggler of that step."""
+def step_table(v: Verdict, ranks: Sequence[int], where: str = "collectives") -> List[str]:
+    """Rank x step wait (ms) in ``where``; ``*`` marks the step's last-arriving rank,
+    ``!`` a straggler of that step."""
     rows = v.by_step
     if len(rows) > STEP_COLUMNS:
         keep = sorted(rows, key=lambda r: -sum(r.wait.values()))[:STEP_COLUMNS]
@@ -239,7 +247,7 @@ def step_table(v: Verdict, ranks: Sequence[int]) -> List[str]:
         cells.append(f"{sum(r.wait.get(rank, 0) for r in v.by_step) / 1e6:.1f}")
         body.append(cells)
     widths = [max(len(c[i]) for c in [head] + body) for i in range(len(head))]
-    lines = ["wait in collectives per step (ms; * last to arrive in the step, ! straggler of the step):"]
+    lines = [f"wait in {where} per step (ms; * last to arrive in the step, ! straggler of the step):"]
     lines += ["  " + "  ".join(c[i].rjust(widths[i]) for i in range(len(c))) for c in [head] + body]
     if len(rows) < len(v.by_step):
         lines.append(f"  ({len(v.by_step) - len(rows)} step(s) with less waiting not shown; --json has all)")
@@ -295,7 +303,12 @@ def format_text(table: Any, inputs: Sequence[str] = (), cycle: Optional[int] = N
                 f"last rank {inst.last_rank}"
             )
     elif table.p2p_pairs:  # a pipeline without collectives: its graph is its send/recv pairs alone
+        lines += why_text.why_lines(a.why)
         lines += rootcause.lines(table, v)
+        if judged(table, v):
+            lines += step_table(v, table.ranks, "send/recv pairs")
+            lines.append("figures: " + p2p_steps.DEFINITIONS)
+            lines.append("threshold: " + rule_text(v))
     lines += step_time_text.lines(a.step_time)
     for (kind, name, group, why_), n in sorted(table.unmatched.items(), key=lambda kv: (-kv[1], kv[0])):
         lines.append(

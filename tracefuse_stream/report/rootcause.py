@@ -160,7 +160,8 @@ def _what_if_lines(table: CollectiveTable, v: Verdict) -> List[str]:
     """What fixing each straggler saves, or why it is not estimated."""
     lengths = _step_lengths(v)
     out: List[str] = []
-    through = "every collective" + (" and send/recv pair" if table.p2p_pairs else "")
+    through = ("every collective" + (" and send/recv pair" if table.p2p_pairs else "")
+               if table.instances else "every send/recv pair")  # fmt: skip
     for s in v.stragglers:
         saves = [(step, ns) for (r, step), ns in v.saves.items() if r == s.rank]
         if not saves:

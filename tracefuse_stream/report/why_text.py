@@ -47,7 +47,11 @@ def why_lines(why: Sequence[Dict[str, Any]]) -> List[str]:
         )
         own = w.get("explains") == "own_lateness"
         target = w["own_lateness_us"] if own else w["lateness_us"]
-        if own:
+        if own and w["collective"].startswith("step end #"):  # a pipeline's step (analyze/p2p_steps.py)
+            lines.append(f"why rank {w['rank']} is late in step {w['step']}: {target / 1000:.1f} ms more own time "
+                         f"to its step end than the others' median, which reached them in send/recv (vs rank "
+                         f"{w['reference_rank']}, the median rank){share}:")  # fmt: skip
+        elif own:
             lines.append(f"why rank {w['rank']} is late in step {w['step']}: at most {max(w['lateness_us'], 0) / 1000:.1f} ms later than rank {w['reference_rank']} "
                          f"at {printable(w['collective'])}: its {target / 1000:.1f} ms of own extra time reached the "
                          f"others before that, in point-to-point ops (send/recv) or other groups{share}:")  # fmt: skip

@@ -1,0 +1,67 @@
+"""A step of send/recv pairs alone (a pipeline without a collective): its end read as
+the collective every rank meets.
+
+Why: the verdict (analyze/stragglers.py) reads lateness, held and the own lateness that
+caps held at collectives, and a pure pipeline (pipeline parallel without data
+parallel: torch's pipelining only sends and receives) has none in its steps. Its
+stages are coupled by their linked send/recv pairs (align/p2p.py), so they end a step
+together: the **step end** is where each rank's own time (the graph's gaps, waiting
+and communication in send/recv left out: analyze/graph.py ``own_to_end``) is compared
+with the others' median, as it is at a collective's arrival. A stage doing extra work
+has more own time to the step end than the others; they wait for it in send/recv: a
+receiver blocked in recv before its sender's send started, or a sender held in send
+until its receiver posted the recv, waits for the later of the two, and that is held
+time of the later one (the pairs are the step's instances for wait and held), the
+cascade followed through the re-timed graph (analyze/graph.py ``held_through``), so
+the same threshold, evidence, why, delayed ranks and what-if apply.
+
+The step end is one pseudo-instance per such step (``match`` and name ``step end``,
+ids after the pairs'), kept on the step's graph (``StepGraph.end_inst``), never among
+the graph's instances: the re-timing and the critical path are the pairs' alone.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Optional
+
+from tracefuse_stream.align.collectives import CollectiveTable, Entry, Instance
+from tracefuse_stream.analyze import graph as G
+
+STEP_END = "step end"  # the pseudo-instance's name and match
+
+DEFINITIONS = (
+    "no collective in the steps (a pipeline): wait = union of a rank's time in its linked send/recv pairs "
+    "before the other rank arrives (within its step); held = median over the other ranks of the union of "
+    "their time in pairs before the rank arrived, or how much earlier they would end the step without the "
+    "rank's extra own time (the pairs re-timed), at most its own lateness; lateness = its step (start to end) "
+    "minus the others' median; own lateness = its own time to its step end (waiting and communication in "
+    "send/recv left out) minus the others' median; busy step = step - wait"
+)
+
+
+def add_step_ends(table: CollectiveTable, graphs: Dict[Optional[int], G.StepGraph]) -> None:
+    """Give each graph made of send/recv pairs alone its step end (ids after every
+    instance's and pair's, in step order) and each rank's own time to it."""
+    ids = [i.id for i in [*table.instances, *table.p2p_pairs]]
+    next_id = max(ids, default=-1) + 1
+    for step in sorted(graphs, key=lambda s: (s is None, s or 0)):
+        g = graphs[step]
+        if step is None or not g.by_id or any(i.sender is None for i in g.by_id.values()):
+            continue
+        entries: Dict[int, Entry] = {}
+        for r in sorted(g.order):
+            span = table.steps.get(r, {}).get(step)
+            at = span[1] if span else g.end[r]  # the step's end: a cut of the why's segments
+            entries[r] = Entry(g.by_id[g.order[r][-1]].entries[r].event, at, at, None)
+        g.end_inst = Instance(next_id, STEP_END, "", STEP_END, entries, step)
+        for r in g.order:
+            g.own[(r, next_id)] = G.own_to_end(g, r)
+        next_id += 1
+
+
+def pipeline_only(g: Optional[G.StepGraph]) -> bool:
+    """The step's graph is its send/recv pairs alone (it has a step end)."""
+    return g is not None and g.end_inst is not None
+
+
+__all__ = ["DEFINITIONS", "STEP_END", "add_step_ends", "pipeline_only"]
