@@ -130,16 +130,16 @@ def test_the_world_all_reduce_is_matched_though_the_pair_groups_threads_are_idle
     pairs, ranks 1 and 3 would sit 1.5-4.9 ms in a one-float all-reduce after both
     arrived, until ranks 0 and 2 came). So: one world all-reduce per step, on all four
     ranks, nothing unmatched. The pair [0, 2] reached it 1.8-4.9 ms after [1, 3]; each
-    of the two waited for the other in their pipeline: delayed, nobody named."""
+    of the two waited for the other in their pipeline (rank 0 for 2, rank 2 for 0): the
+    pipeline's bubbles, no one's fault, so nobody named and nobody delayed (a wait in a
+    send/recv makes a rank delayed only with a straggler behind it, as in pp4_shapes_b)."""
     coll = _info(capsys, "pp2x2_shapes")
     assert coll["unmatched"] == {"total": 0, "by_reason": []}
     assert [(i["name"], i["group"], i["step"], i["ranks"]) for i in coll["instances"]] == [
         ("gloo:all_reduce", "0", s, [0, 1, 2, 3]) for s in (2, 3, 4)
     ]
     assert coll["stragglers"] == []
-    assert [(d["rank"], d["step"], d["by_rank"], d["group"], d["late_group"]) for d in coll["delayed"]] == [
-        (0, 3, 2, "1", "0"), (0, 4, 2, "1", "0"), (2, 4, 0, "1", "0")
-    ]  # fmt: skip
+    assert coll["delayed"] == []
     assert "1 could not be matched" not in _text(capsys, "pp2x2_shapes")
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Dict, Hashable, NamedTuple, Optional, Tuple
 
 from tracefuse_stream.align.clock import _seq_value, _stream_of
+from tracefuse_stream.align.ends import p2p_kernel_op
 from tracefuse_stream.align.pg_config import ranks_arg
 from tracefuse_stream.select.window import step_number
 from tracefuse_stream.timeunits import analysable, us_to_ns_or_none
@@ -53,8 +54,11 @@ def _describe(event: Dict[str, Any], index: int, kept: bool, base_ns: int = 0) -
         pg_s = None if pg is None else str(pg)
         seq = _seq_value(args)
         coll = args.get("Collective name")
-        if seq is not None:
-            key: Key = ("seq", pg_s or "", str(coll) if coll is not None else name, seq)
+        op = p2p_kernel_op(event)
+        if op is not None:  # a NCCL send/recv: linked by its peer, never matched as a collective
+            key: Key = ("p2p", pg_s or "", op, p2p_peer(args, op))
+        elif seq is not None:
+            key = ("seq", pg_s or "", str(coll) if coll is not None else name, seq)
         else:
             key = ("order", pg_s or "", name, _stream_of(event, args))
         ranks = ranks_arg(args.get("Process Group Ranks"))
@@ -66,6 +70,28 @@ def _describe(event: Dict[str, Any], index: int, kept: bool, base_ns: int = 0) -
     shapes = [args.get(k) for k in ("Input Dims", "Input type") if k in args]
     sig = repr(shapes) if shapes else None
     return CollectiveEvent(index, "gloo", name, ts, dur, event.get("tid"), (), None, None, sig, kept)
+
+
+def _rank_value(v: Any) -> Optional[int]:
+    if type(v) is int and v >= 0:
+        return v
+    if type(v) is str and 0 < len(v) < 20 and v.isascii() and v.isdigit():
+        return int(v)
+    return None
+
+
+def p2p_peer(args: Dict[str, Any], op: str) -> Optional[int]:
+    """The global rank a NCCL send goes to / a recv comes from: ``Dst Rank`` / ``Src
+    Rank`` (PyTorch writes the global rank there), else ``Rank`` -- for a send/recv the
+    *peer's* rank in the group -- through the group's ``Process Group Ranks`` (torch
+    orders a group's ranks as it numbers them); None when neither is written."""
+    peer = _rank_value(args.get("Dst Rank" if op == "send" else "Src Rank"))
+    if peer is not None:
+        return peer
+    local, ranks = _rank_value(args.get("Rank")), ranks_arg(args.get("Process Group Ranks"))
+    if local is None or ranks is None or local >= len(ranks):
+        return None
+    return ranks[local]
 
 
 def _step_of(event: Dict[str, Any], base_ns: int = 0) -> Optional[Tuple[int, int, int]]:

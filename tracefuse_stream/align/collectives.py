@@ -272,7 +272,7 @@ def _gpu_entries(scan: RankScan, cfg: PgConfig, offset: int) -> Dict[Key, Entry]
     groups: Dict[Key, List[Entry]] = {}
     cfg_ranks = dict(cfg)
     for e in scan.events:
-        if e.kind != "gpu":
+        if e.kind != "gpu" or e.key[0] == "p2p":  # send/recv: linked as pairs (align/p2p.py)
             continue
         start = scan.base_ns + e.ts_ns + offset
         entry = Entry(e, start, start + e.dur_ns, e.ranks or cfg_ranks.get(e.pg or ""))
@@ -358,6 +358,9 @@ def _match_gloo(
             if e.kind == "gloo" and e.name not in P2P_GLOO
         ]
         p2p.update(e.name for e in scans[r].events if e.kind == "gloo" and e.name in P2P_GLOO)
+        p2p.update(
+            f"NCCL {e.key[2]} kernel" for e in scans[r].events if e.kind == "gpu" and e.key[0] == "p2p"
+        )
     if not any(ops.values()):
         return []
     table = gloo_groups.group_table({r: cfgs.get(r, []) for r in merged}, notes)
@@ -472,10 +475,16 @@ def _link_p2p(
         inst = Instance(len(table.instances) + k, f"send/recv {p.src}->{p.dst}", p.group, "p2p", entries)
         inst.step, inst.sender = p.send.step, p.src
         table.p2p_pairs.append(inst)
-    if res.pairs:
+    n_gpu = sum(1 for p in res.pairs if p.send.event.kind == "gpu")
+    if len(res.pairs) > n_gpu:
         table.notes.append(
-            f"point-to-point: {len(res.pairs)} send/recv pair(s) linked by the peer and tag of their "
+            f"point-to-point: {len(res.pairs) - n_gpu} send/recv pair(s) linked by the peer and tag of their "
             "c10d::send / c10d::recv_ (recorded shapes): the i-th of each (step, sender, receiver, tag)"
+        )
+    if n_gpu:
+        table.notes.append(
+            f"point-to-point: {n_gpu} NCCL send/recv kernel pair(s) linked by the peer their args name "
+            "(Dst Rank / Src Rank): the i-th send of a rank to another with the i-th recv there from it"
         )
 
 

@@ -60,6 +60,26 @@ def is_collective_kernel(event: Mapping[str, Any]) -> bool:
     return _named_collective(event.get("name"))
 
 
+#: ``Collective name`` of NCCL's point-to-point ops (record_param_comms) -> direction
+P2P_COLLECTIVE_NAMES = {"send": "send", "recv": "recv"}
+
+
+def p2p_kernel_op(event: Mapping[str, Any]) -> Optional[str]:
+    """``"send"`` / ``"recv"`` for the GPU kernel of a NCCL point-to-point op, else None.
+
+    Why apart from the collectives: a send and a recv involve two ranks, not a group,
+    and their ``Seq`` counts the rank's own point-to-point ops (a separate counter), so
+    rank 0's third send and rank 1's third send are not one operation; matched as a
+    collective they would pair a pipeline's first stage with its last. Only the
+    ``Collective name`` decides: NCCL's all-to-all runs in the same ``SendRecv`` kernels.
+    """
+    args = event.get("args")
+    if event.get("cat") != "kernel" or not isinstance(args, dict):
+        return None
+    name = args.get("Collective name")
+    return P2P_COLLECTIVE_NAMES.get(name) if type(name) is str else None
+
+
 def _seq_value(args: Mapping[str, Any]) -> Optional[Hashable]:
     """The collective's sequence number (``Seq``, else ``Comms Id``), normalised so that
     ``5`` and ``"5"`` written by two Kineto versions still match."""
@@ -150,8 +170,8 @@ def _collective_kernels(path: PathLike, validate: bool = True) -> Iterator[Dict[
                 if b'"Collective name"' not in bytes(raw):
                     continue  # most kernels: no collective, no need to decode their args
             event["args"] = decode_args(event)
-            if is_collective_kernel(event):
-                yield event
+            if is_collective_kernel(event) and p2p_kernel_op(event) is None:
+                yield event  # a send/recv's end is not one every rank of a group sees
 
 
 def _named_collective(name: Any) -> bool:

@@ -43,6 +43,7 @@ GLOO_P2P = {"gloo:send": "send", "gloo:recv": "recv"}
 ANY_SOURCE = frozenset({"gloo:recvAnysource", "gloo:recv_anysource"})
 SHAPES_HINT = "record with record_shapes=True to link send/recv"
 NO_PEER = f"no peer recorded ({SHAPES_HINT})"
+NO_KERNEL_PEER = "no peer recorded (the NCCL kernel has no Dst Rank / Src Rank / Rank)"
 PgConfig = List[Tuple[str, Optional[Tuple[int, ...]]]]
 
 
@@ -54,6 +55,7 @@ class P2pCall(NamedTuple):
     end_ns: int
     peer: Optional[int]  # the peer's rank in the op's process group; None: not recorded
     tag: Optional[int]
+    global_peer: bool = False  # ``peer`` is already a global rank (a NCCL kernel's own args)
 
 
 def _int(v: Any) -> Optional[int]:
@@ -117,8 +119,13 @@ def _calls_for(scan: Any) -> List[Tuple[Side, Optional[P2pCall], str]]:
         calls[c.op].append(c)
     starts = {op: [c.ts_ns for c in cs] for op, cs in calls.items()}
     used: Set[Tuple[str, int]] = set()
-    out = []
+    out: List[Tuple[Side, Optional[P2pCall], str]] = []
     for e in scan.events:
+        if e.kind == "gpu" and e.key[0] == "p2p":  # a NCCL kernel: its own args name the peer
+            step = _step_of(scan, e.ts_ns)
+            end = e.ts_ns + e.dur_ns
+            out.append((Side(scan.rank, e.key[2], e, e.ts_ns, end, step), P2pCall(e.key[2], e.ts_ns, end, e.key[3], 0, True), e.key[2]))  # fmt: skip
+            continue
         op = GLOO_P2P.get(e.name, "any" if e.name in ANY_SOURCE else None)
         if e.kind != "gloo" or op is None:
             continue
@@ -203,11 +210,13 @@ def _keyed(
     cands: List[Optional[Dict[int, Tuple[str, ...]]]] = []
     offered: Set[Tuple[int, str, int, int]] = set()  # (rank, op, tag, candidate peer)
     for side, call, _op in ops:
-        c = (
-            None
-            if call is None or call.peer is None
-            else _peers(side.rank, call.peer, cfgs.get(side.rank, []))
-        )
+        c: Optional[Dict[int, Tuple[str, ...]]]
+        if call is None or call.peer is None:
+            c = None
+        elif call.global_peer:
+            c = {call.peer: (str(side.event.pg or "?"),)} if call.peer != side.rank else {}
+        else:
+            c = _peers(side.rank, call.peer, cfgs.get(side.rank, []))
         cands.append(c)
         for p in c or {}:
             offered.add((side.rank, side.op, call.tag, p))  # type: ignore[union-attr, arg-type]
@@ -224,9 +233,11 @@ def _keyed(
         wide = side._replace(
             start_ns=min(side.start_ns, call.ts_ns + at), end_ns=max(side.end_ns, call.end_ns + at)
         )
-        key = (
-            (side.step, side.rank, peer, call.tag) if op == "send" else (side.step, peer, side.rank, call.tag)
-        )
+        # a kernel runs when the GPU gets to it, which may be after its step's span on the
+        # CPU: NCCL pairs are counted over the recording, not per step (a rank that recorded
+        # one more step than its peer then links none of that pair of ranks: counts differ)
+        step = None if call.global_peer else side.step
+        key = (step, side.rank, peer, call.tag) if op == "send" else (step, peer, side.rank, call.tag)
         (sends if op == "send" else recvs).setdefault(key, []).append((wide, groups))
     return sends, recvs
 
@@ -244,7 +255,7 @@ def _resolve(
     if call is None:
         return "no c10d::send / c10d::recv_ op around it"
     if cands is None:
-        return NO_PEER
+        return NO_KERNEL_PEER if call.global_peer else NO_PEER
     if not cands:
         return "peer not in any of the rank's process groups"
     other = "recv" if side.op == "send" else "send"

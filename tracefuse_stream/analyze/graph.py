@@ -381,14 +381,14 @@ def extra_cut(g: StepGraph, rank: int) -> Dict[Tuple[int, int], int]:
     counts as its lateness: what fixing it removes."""
     own, by_id = gaps(g), g.by_id
     cut: Dict[Tuple[int, int], int] = {}
-    roles: Dict[bool, List[int]] = {True: [], False: []}  # the other ranks' gaps before their sends, recvs
+    roles: Dict[Tuple[bool, bool], List[int]] = {}  # the other ranks' gaps before their sends, recvs
     for (q, i), v in own.items():
         if q != rank and i >= 0 and by_id[i].sender is not None:
-            roles[by_id[i].sender == q].append(v)
+            roles.setdefault(_role(by_id[i], q), []).append(v)
     for i in g.order.get(rank, []):
         sender = by_id[i].sender
         others = (
-            roles[sender == rank]
+            roles.get(_role(by_id[i], rank)) or roles.get(_role(by_id[i], rank, True)) or []
             if sender is not None
             else [own[(q, i)] for q in by_id[i].entries if q != rank]
         )
@@ -400,6 +400,17 @@ def extra_cut(g: StepGraph, rank: int) -> Dict[Tuple[int, int], int]:
     if tails and (rank, -1) in own:
         cut[(rank, -1)] = max(0, own[(rank, -1)] - median(tails))
     return cut
+
+
+def _role(inst: Instance, rank: int, flip: bool = False) -> Tuple[bool, bool]:
+    """A send/recv pair seen from one of its ranks: (it sends, the data goes to the higher
+    rank). A pipeline's stages hand activations one way and gradients back the other,
+    and a stage's work before its forward send is not its work before a backward one:
+    a slow stage's forward is compared with the other stages' forwards (``flip``: the
+    other direction, where no other rank sent this way)."""
+    ranks = sorted(inst.entries)
+    up = inst.sender == ranks[0]
+    return inst.sender == rank, up != flip
 
 
 def saves_ns(g: StepGraph, ranks: Sequence[int]) -> int:
@@ -443,8 +454,8 @@ def delays(g: StepGraph, late: Dict[int, Tuple[int, int]]) -> List[Delay]:
         best = (0, -1, -1)
         for j in g.order.get(r, []):
             e = by_id[j].entries[r]
-            if e.start_ns >= a:
-                continue
+            if e.start_ns >= a or by_id[j].sender is not None:
+                continue  # a wait in a send/recv is a pipeline's bubble unless a straggler is behind it (p2p_delays)
             w = min(by_id[j].last_arrival_ns, a) - e.start_ns
             if w > best[0]:
                 best = (w, j, by_id[j].last_rank)

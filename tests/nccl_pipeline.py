@@ -1,0 +1,240 @@
+"""A GPU pipeline on NCCL, as Kineto writes it, with a KNOWN slow stage (tests only).
+
+Why a generator: no NCCL point-to-point trace is among the fixtures, and the project
+has no GPU here to record one. What PyTorch's profiler writes for one is public
+(``torch/csrc/profiler/util.cpp``, ``saveNcclMeta``): the kernel of a ``dist.send`` /
+``dist.recv`` carries the ``record_param_comms`` args, ``Collective name`` ``send`` /
+``recv``, ``Rank`` (the *peer's* rank in the group), ``Dst Rank`` / ``Src Rank`` (the
+peer's global rank) and ``Seq`` (the rank's own point-to-point counter, not shared
+with the peer). The kernel is NCCL's ``ncclDevKernel_SendRecv``, the one all-to-all
+also runs in.
+
+The job: ``stages`` ranks, one pipeline stage each, GPipe-like (every micro-batch's
+forward: recv from the previous stage, compute, send to the next; then every
+micro-batch's backward the other way), then, unless ``pure``, one world all-reduce of
+the step (``Seq`` counted per group, as NCCL collectives are). The GPU of each rank is
+simulated: kernels on one stream in issue order; a send and its recv both end
+``XFER_NS`` after the later of the two starts (NCCL's rendezvous), an all-reduce
+``ALLREDUCE_NS`` after its last member starts. The CPU launches the step's kernels at
+its start and synchronises at its end (``ProfilerStep#N`` spans the GPU work). The slow
+stage runs one more compute kernel of ``extra_ns`` in each micro-batch's forward, with
+an ordinary GEMM name: nothing in the trace names the cause.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+BASE_NS = 1_790_000_000_000_000_000
+XFER_NS = 40_000
+ALLREDUCE_NS = 90_000
+FWD_NS = 400_000
+BWD_NS = 800_000
+GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas"  # noqa: E501
+EXTRA = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_nn_n_tilesize64x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas"  # noqa: E501
+SENDRECV = "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"
+ALLREDUCE = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+COMPUTE_STREAM, NCCL_STREAM = 7, 20
+
+
+@dataclass
+class Op:
+    kind: str  # "compute" | "send" | "recv" | "allreduce"
+    name: str
+    dur_ns: int = 0
+    peer: Optional[int] = None
+    start: Optional[int] = None
+    end: Optional[int] = None
+
+
+@dataclass
+class Truth:
+    """What the generator did: the slow stage, its extra per step, the steps."""
+
+    slow: Optional[int]
+    extra_per_step_ns: int
+    steps: List[int]
+    pairs: int  # send/recv pairs written, every step
+    allreduces: int
+    step_ns: Dict[Tuple[int, int], int] = field(default_factory=dict)  # (rank, step) -> its span
+
+
+def _ops(rank: int, stages: int, micro: int, slow: Optional[int], extra_ns: int, pure: bool, rng: random.Random) -> List[Op]:  # fmt: skip
+    def jitter(ns: int) -> int:
+        return ns + rng.randrange(-2_000, 2_001)
+
+    ops: List[Op] = []
+    for _m in range(micro):
+        if rank > 0:
+            ops.append(Op("recv", SENDRECV, peer=rank - 1))
+        if rank == slow:
+            ops.append(Op("compute", EXTRA, extra_ns))
+        ops.append(Op("compute", GEMM, jitter(FWD_NS)))
+        if rank < stages - 1:
+            ops.append(Op("send", SENDRECV, peer=rank + 1))
+    for _m in range(micro):
+        if rank < stages - 1:
+            ops.append(Op("recv", SENDRECV, peer=rank + 1))
+        ops.append(Op("compute", GEMM, jitter(BWD_NS)))
+        if rank > 0:
+            ops.append(Op("send", SENDRECV, peer=rank - 1))
+    if not pure:
+        ops.append(Op("allreduce", ALLREDUCE))
+    return ops
+
+
+def _simulate(plans: Dict[int, List[Op]], ready: Dict[int, int]) -> None:
+    """Time every op of one step (in place): streams in order, rendezvous at p2p and
+    all-reduce."""
+    at = {r: 0 for r in plans}
+    free = dict(ready)
+    waiting: Dict[Tuple[str, int, int, int], Tuple[int, Op]] = {}
+    seen: Dict[Tuple[str, int, int], int] = {}
+    arrived_ar: Dict[int, Op] = {}
+    progress = True
+    while progress:
+        progress = False
+        for r, ops in plans.items():
+            while at[r] < len(ops):
+                op = ops[at[r]]
+                if op.kind == "compute":
+                    op.start, op.end = free[r], free[r] + op.dur_ns
+                    free[r] = op.end
+                elif op.kind in ("send", "recv"):
+                    if op.start is None:
+                        src, dst = (r, op.peer) if op.kind == "send" else (op.peer, r)
+                        n = seen.get((op.kind, src, dst), 0)  # type: ignore[arg-type]
+                        seen[(op.kind, src, dst)] = n + 1  # type: ignore[index]
+                        op.start = free[r]
+                        other = ("recv" if op.kind == "send" else "send", src, dst, n)
+                        if other in waiting:
+                            r2, op2 = waiting.pop(other)
+                            op.end = op2.end = max(op.start, op2.start) + XFER_NS  # type: ignore[type-var,operator]
+                            free[r2] = op2.end
+                        else:
+                            waiting[(op.kind, src, dst, n)] = (r, op)  # type: ignore[index]
+                    if op.end is None:
+                        break
+                    free[r] = op.end
+                else:
+                    if op.start is None:
+                        op.start = free[r]
+                        arrived_ar[r] = op
+                    if len(arrived_ar) == len(plans):
+                        end = max(o.start for o in arrived_ar.values()) + ALLREDUCE_NS  # type: ignore[type-var]
+                        for r2, o in arrived_ar.items():
+                            o.end = end
+                            free[r2] = end
+                        arrived_ar = {}
+                    if op.end is None:
+                        break
+                    free[r] = op.end
+                at[r] += 1
+                progress = True
+    assert all(at[r] == len(plans[r]) for r in plans), "the pipeline deadlocked"
+
+
+def _us(ns: int) -> float:
+    return ns / 1000  # relative times of a few seconds: the float's repr is the exact 3 decimals
+
+
+def _kernel(rank: int, op: Op, corr: int, stream: int, group: List[int], seq: int) -> Dict[str, Any]:
+    args: Dict[str, Any] = {"External id": corr, "device": rank % 8, "stream": stream, "correlation": corr}
+    if op.kind in ("send", "recv", "allreduce"):
+        args.update({
+            "Collective name": "allreduce" if op.kind == "allreduce" else op.kind,
+            "In msg nelems": 1_048_576, "Out msg nelems": 1_048_576, "Group size": len(group),
+            "dtype": "BFloat16", "In split size": "[]", "Out split size": "[]",
+            "Process Group Name": "0", "Process Group Description": "default_pg",
+            "Process Group Ranks": str(group),
+        })  # fmt: skip
+        if op.kind == "allreduce":
+            args.update({"Rank": rank, "Seq": seq})
+        else:
+            args.update(
+                {"Rank": op.peer, "Dst Rank" if op.kind == "send" else "Src Rank": op.peer, "Seq": seq}
+            )
+    return {"ph": "X", "cat": "kernel", "name": op.name, "pid": rank % 8, "tid": stream,
+            "ts": _us(op.start), "dur": _us(op.end - op.start), "args": args}  # type: ignore[operator]  # fmt: skip
+
+
+def build(
+    out: Path,
+    stages: int = 4,
+    micro: int = 4,
+    steps: Tuple[int, ...] = (5, 6, 7),
+    slow: Optional[int] = 2,
+    extra_ns: int = 300_000,
+    pure: bool = False,
+    seed: int = 0,
+) -> Truth:
+    """Write one ``rank<r>.json.gz`` per stage into ``out``; the ground truth back."""
+    rng = random.Random(seed)
+    group = list(range(stages))
+    events: Dict[int, List[Dict[str, Any]]] = {r: [] for r in group}
+    truth = Truth(slow, micro * extra_ns if slow is not None else 0, list(steps), 0, 0)
+    cpu_at = {r: 1_000_000 + rng.randrange(0, 5_000) for r in group}
+    corr = {r: 1 for r in group}
+    p2p_seq = {r: 0 for r in group}
+    for k, step in enumerate(steps):
+        plans = {r: _ops(r, stages, micro, slow, extra_ns, pure, rng) for r in group}
+        _simulate(plans, {r: cpu_at[r] + 30_000 for r in group})
+        for r, ops in plans.items():
+            t = cpu_at[r]
+            end = max(o.end for o in ops) + 15_000  # type: ignore[type-var]
+            tid = 100 + r
+            ev = events[r]
+            ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": 100 + r,
+                       "tid": tid, "ts": _us(t), "dur": _us(end - t), "args": {"External id": corr[r]}})  # fmt: skip
+            for i, op in enumerate(ops):
+                c = corr[r] = corr[r] + 1
+                launch = t + 2_000 + i * 6_000
+                ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 100 + r, "tid": tid,
+                           "ts": _us(launch), "dur": _us(4_000), "args": {"correlation": c}})  # fmt: skip
+                stream = COMPUTE_STREAM if op.kind == "compute" else NCCL_STREAM
+                if op.kind in ("send", "recv"):
+                    p2p_seq[r] += 1
+                ev.append(_kernel(r, op, c, stream, group, p2p_seq[r] if op.kind != "allreduce" else k + 1))
+            sync = t + 2_000 + len(ops) * 6_000
+            ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaDeviceSynchronize", "pid": 100 + r,
+                       "tid": tid, "ts": _us(sync), "dur": _us(end - 5_000 - sync)})  # fmt: skip
+            truth.step_ns[(r, step)] = end - t
+            cpu_at[r] = end + 200_000
+        truth.pairs += sum(1 for r in group for o in plans[r] if o.kind == "send")
+        truth.allreduces += 0 if pure else 1
+    out.mkdir(parents=True, exist_ok=True)
+    for r in group:
+        doc = {
+            "schemaVersion": 1,
+            "deviceProperties": [
+                {"id": r % 8, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85_000_000_000}
+            ],
+            "distributedInfo": {
+                "backend": "nccl",
+                "rank": r,
+                "world_size": stages,
+                "pg_count": 1,
+                "pg_config": [
+                    {
+                        "pg_name": "0",
+                        "pg_desc": "default_pg",
+                        "backend_config": "cuda:nccl",
+                        "pg_size": stages,
+                        "ranks": group,
+                    }
+                ],
+            },  # fmt: skip
+            "host_name": "node0",
+            "trace_id": f"{seed:08X}{r:024X}",
+            "traceEvents": sorted(events[r], key=lambda e: (e["pid"], e["tid"], e["ts"])),
+            "baseTimeNanoseconds": BASE_NS,
+            "traceName": f"rank{r}.json",
+        }
+        with gzip.open(out / f"rank{r}.json.gz", "wt", encoding="utf-8") as f:
+            json.dump(doc, f)
+    return truth

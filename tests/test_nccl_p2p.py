@@ -1,0 +1,141 @@
+"""NCCL send/recv: linked as pairs by the peer their kernels name, never matched as a
+collective (issue 35, item 1: "point-to-point pairs ... NCCL and gloo").
+
+The traces are written by tests/nccl_pipeline.py in the format PyTorch's profiler
+writes for a ``dist.send`` / ``dist.recv`` on NCCL (``Collective name`` send/recv,
+``Rank`` = the peer's group rank, ``Dst Rank`` / ``Src Rank`` = its global rank, ``Seq``
+= the rank's own point-to-point counter): a 4-stage GPipe pipeline, 4 micro-batches,
+one world all-reduce per step, stage 2 running one more GEMM kernel (300 us) in each
+micro-batch's forward. The generator's simulated GPU gives the truth: stage 2's extra
+is on the pipeline's critical path, so fixing it saves the whole 1.2 ms a step (the
+control without it is exactly that much shorter).
+
+Before this, the send/recv kernels were keyed like collectives: by ``Seq``, rank 0's
+k-th send and rank 1's k-th send "matched" as one instance across the pipeline.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any, Dict, List
+
+import nccl_pipeline as pipe
+import pytest
+
+from tracefuse_stream.align.clock import collect_collective_ends
+from tracefuse_stream.align.p2p import NO_KERNEL_PEER
+from tracefuse_stream.cli.app import main
+
+
+def _info(capsys: pytest.CaptureFixture, path: Path) -> Dict[str, Any]:
+    assert main(["info", "--collectives", "--json", "-j", "1", str(path)]) == 0
+    return json.loads(capsys.readouterr().out)["collectives"]
+
+
+def _edit_kernels(folder: Path, drop: List[str]) -> None:
+    """Remove ``drop`` from every send/recv kernel's args, in place."""
+    for f in folder.glob("*.json.gz"):
+        doc = json.loads(gzip.decompress(f.read_bytes()))
+        for e in doc["traceEvents"]:
+            if e.get("args", {}).get("Collective name") in ("send", "recv"):
+                for k in drop:
+                    e["args"].pop(k, None)
+        f.write_bytes(gzip.compress(json.dumps(doc).encode()))
+
+
+@pytest.fixture(scope="module")
+def slow(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    out = tmp_path_factory.mktemp("nccl_slow")
+    return out, pipe.build(out)
+
+
+def test_send_recv_kernels_are_pairs_not_collectives(capsys: pytest.CaptureFixture, slow: Any) -> None:
+    path, truth = slow
+    coll = _info(capsys, path)
+    assert [(i["name"], i["match"], i["ranks"]) for i in coll["instances"]] == [
+        ("allreduce", "seq", [0, 1, 2, 3])
+    ] * truth.allreduces
+    p2p = coll["point_to_point"]
+    assert (p2p["linked"], p2p["not_linked"]["total"]) == (truth.pairs, 0) == (72, 0)
+    assert p2p["by_name"] == {"NCCL recv kernel": 72, "NCCL send kernel": 72}
+    assert sorted({(p["src"], p["dst"]) for p in p2p["pairs"]}) == [
+        (0, 1),
+        (1, 0),
+        (1, 2),
+        (2, 1),
+        (2, 3),
+        (3, 2),
+    ]
+    # per step: 3 stage boundaries x 4 micro-batches x (forward + backward)
+    assert [sum(1 for p in p2p["pairs"] if p["step"] == s) for s in truth.steps] == [24, 24, 24]
+    assert coll["unmatched"]["total"] == 0
+    assert any("NCCL send/recv kernel pair(s) linked" in n for n in coll["notes"])
+
+
+def test_slow_stage_named_its_neighbours_delayed_and_the_saving_is_the_extra(
+    capsys: pytest.CaptureFixture, slow: Any
+) -> None:
+    path, truth = slow
+    coll = _info(capsys, path)
+    assert [s["rank"] for s in coll["stragglers"]] == [2]
+    assert {d["rank"] for d in coll["delayed"]} == {0, 1, 3}
+    assert all(d["origin"] == 2 for d in coll["delayed"])
+    for w in coll["why"]:
+        assert w["rank"] == 2 and 0.8 <= w["share"] <= 1.2
+        top = w["contributors"][0]
+        assert top["name"] == pipe.EXTRA and top["count"] == 4 and top["others_count"] == 0
+    saves = {w["step"]: w["saves_us"] for w in coll["what_if"] if w["rank"] == 2}
+    assert sorted(saves) == truth.steps
+    extra_us = truth.extra_per_step_ns / 1000
+    for s in truth.steps:  # the simulated GPU: the step is exactly the extra longer than without it
+        assert abs(saves[s] - extra_us) <= 0.05 * extra_us, (s, saves[s], extra_us)
+
+
+def test_the_balanced_pipeline_names_nobody(capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+    """The fill and drain bubbles are no one's fault: no straggler, nobody delayed."""
+    pipe.build(tmp_path, slow=None)
+    coll = _info(capsys, tmp_path)
+    assert coll["point_to_point"]["linked"] == 72
+    assert coll["stragglers"] == [] and coll["delayed"] == [] and coll["what_if"] == []
+
+
+def test_peer_from_the_group_rank_when_no_global_one_is_written(
+    capsys: pytest.CaptureFixture, tmp_path: Path
+) -> None:
+    """Older writers give ``Rank`` (the peer's rank in the group) and ``Process Group
+    Ranks`` only: the same pairs."""
+    pipe.build(tmp_path)
+    _edit_kernels(tmp_path, ["Dst Rank", "Src Rank"])
+    p2p = _info(capsys, tmp_path)["point_to_point"]
+    assert (p2p["linked"], p2p["not_linked"]["total"]) == (72, 0)
+
+
+def test_no_peer_at_all_is_said_and_still_no_collective(
+    capsys: pytest.CaptureFixture, tmp_path: Path
+) -> None:
+    pipe.build(tmp_path)
+    _edit_kernels(tmp_path, ["Dst Rank", "Src Rank", "Rank"])
+    coll = _info(capsys, tmp_path)
+    assert coll["point_to_point"]["linked"] == 0
+    assert coll["point_to_point"]["not_linked"]["by_reason"] == {NO_KERNEL_PEER: 144}
+    assert len(coll["instances"]) == 3 and coll["unmatched"]["total"] == 0
+
+
+def test_clock_alignment_reads_only_the_collectives(slow: Any) -> None:
+    """A send's end is not one every rank of its group sees: alignment keys only the
+    all-reduces (one per step), on every rank."""
+    path, truth = slow
+    for f in sorted(path.glob("*.json.gz")):
+        ends = collect_collective_ends(f, pipe.BASE_NS)
+        assert sorted(k[2] for k in ends.ends) == ["allreduce"] * truth.allreduces
+
+
+def test_both_code_paths_agree(
+    capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch, slow: Any
+) -> None:
+    path, _truth = slow
+    kernel = _info(capsys, path)
+    monkeypatch.setenv("TRACEFUSE_KERNEL", "0")
+    assert _info(capsys, path) == kernel
