@@ -139,3 +139,22 @@ def test_both_code_paths_agree(
     kernel = _info(capsys, path)
     monkeypatch.setenv("TRACEFUSE_KERNEL", "0")
     assert _info(capsys, path) == kernel
+
+
+def test_a_pure_nccl_pipeline_is_judged_on_the_gpu(capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+    """No collective in the step (analyze/p2p_steps.py): the step's end plays the
+    collective, and the why reads the GPU where the pairs are NCCL kernels: the extra
+    GEMM, all of the 1.2 ms a step; the what-if the same."""
+    truth = pipe.build(tmp_path, pure=True)
+    coll = _info(capsys, tmp_path)
+    assert coll["instances"] == [] and coll["point_to_point"]["linked"] == 72
+    assert [s["rank"] for s in coll["stragglers"]] == [2]
+    assert {d["rank"] for d in coll["delayed"]} == {0, 1, 3}
+    extra_us = truth.extra_per_step_ns / 1000
+    assert sorted(w["step"] for w in coll["why"]) == truth.steps
+    for w in coll["why"]:
+        assert w["view"] == "gpu" and 0.8 <= w["share"] <= 1.2
+        top = w["contributors"][0]
+        assert top["name"] == pipe.EXTRA and abs(top["extra_us"] - extra_us) <= 0.05 * extra_us
+    for s in coll["what_if"]:
+        assert s["rank"] == 2 and abs(s["saves_us"] - extra_us) <= 0.05 * extra_us

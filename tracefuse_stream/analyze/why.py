@@ -414,7 +414,10 @@ class _Step:
         if ref_rank is None:
             return None
         ref = at.members[ref_rank]
-        gpu = inst.match not in ("gloo order", STEP_END)
+        # a pipeline's step end reads the GPU where its pairs are NCCL kernels
+        gpu = inst.match != "gloo order" and (
+            inst.match != STEP_END or all(e.event.kind == "gpu" for e in inst.entries.values())
+        )
         cpu_c = _contributors(
             view(mine, False), view(ref, False), lambda k: at.others_median(r, False, k), top
         )
