@@ -38,7 +38,7 @@ from tracefuse_stream.analyze import step_time
 from tracefuse_stream.analyze.kernel_categories import CategorySpec, from_spec
 from tracefuse_stream.analyze.name_cap import NAME_CAP, cap_names
 from tracefuse_stream.analyze.step_pack import NameIds, pack_rows
-from tracefuse_stream.analyze.timeline import TimelineFeed
+from tracefuse_stream.analyze.timeline import Spill, TimelineFeed
 from tracefuse_stream.errors import InputError, TraceFuseError
 from tracefuse_stream.gcpause import cyclic_gc_paused
 from tracefuse_stream.plan.extent import RankInfo, scan_rank
@@ -171,12 +171,14 @@ def scan_files(
     args = [(p, want, kernel_categories, name_cap) for p in plans]
     cache: Dict[str, str] = {}  # every rank names the same ops: one string each, shared
     ids = NameIds()  # the same for the step figures, packed per rank (analyze/step_pack.py)
+    spill = Spill()  # the why's rows and the step figures: on disk until read (issue 38)
 
     def share(fs: FileScan) -> FileScan:
         if fs.scan is not None:
             if fs.scan.timeline is not None:
                 fs.scan.timeline.share_names(cache)
-            fs.scan.step_time = pack_rows(fs.scan.step_time, ids)  # type: ignore[assignment]
+                fs.scan.timeline.spill(spill)
+            fs.scan.step_time = pack_rows(fs.scan.step_time, ids, spill)  # type: ignore[assignment]
         return fs
 
     return parallel_map(scan_file, args, resolve_jobs(jobs, len(plans)), each=share)

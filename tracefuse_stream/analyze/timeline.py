@@ -46,10 +46,12 @@ from tracefuse_stream.analyze.unit_pack import (
     BLOCK_ROWS,
     ROW_FIELDS,
     Packed,
+    Spill,
     Unit,
     pack_unit,
     rows_between,
     segment_starts,
+    spill_unit,
     unit_rows,
 )
 from tracefuse_stream.select.window import step_number
@@ -343,6 +345,12 @@ class Segments:
         self.names = [cache.setdefault(n, n) for n in self.names]
         self.labels = {k: cache.setdefault(v, v) for k, v in self.labels.items()}
 
+    def spill(self, spill: Spill) -> None:
+        """Move the rows' blocks to ``spill`` (analyze/unit_pack.py): what the reduce
+        holds of a rank between the pass and the why is then its cuts and names."""
+        self.cpu = {k: spill_unit(u, spill) for k, u in self.cpu.items()}
+        self.gpu = {k: spill_unit(u, spill) for k, u in self.gpu.items()}
+
 
 class TimelineFeed:
     """One file's pass: the events Python decodes itself go in through :meth:`offer`
@@ -460,6 +468,7 @@ __all__ = [
     "PyTimeline",
     "ROW_FIELDS",
     "Segments",
+    "Spill",
     "TimelineFeed",
     "new_timeline",
     "pack_unit",
