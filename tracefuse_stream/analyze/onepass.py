@@ -175,6 +175,7 @@ def scan_files(
 
     def share(fs: FileScan) -> FileScan:
         if fs.scan is not None:
+            fs.scan.events = [_shared_event(e, cache) for e in fs.scan.events]
             if fs.scan.timeline is not None:
                 fs.scan.timeline.share_names(cache)
                 fs.scan.timeline.spill(spill)
@@ -182,6 +183,21 @@ def scan_files(
         return fs
 
     return parallel_map(scan_file, args, resolve_jobs(jobs, len(plans)), each=share)
+
+
+def _shared_event(e: Any, cache: Dict[Any, Any]) -> Any:
+    """``e`` with its name, match key, group, members, shapes and sizes the one copy
+    ``cache`` holds: every rank's event of one instance carries equal ones (~4 KB a
+    rank of 18 collectives, issue 38). Each is a str, an int or a tuple of them (never
+    a float or a bool: see align/collective_event.py), so equal is the same value."""
+    return e._replace(
+        name=cache.setdefault(e.name, e.name),
+        key=cache.setdefault(e.key, e.key),
+        pg=cache.setdefault(e.pg, e.pg),
+        ranks=cache.setdefault(e.ranks, e.ranks),
+        signature=cache.setdefault(e.signature, e.signature),
+        size=cache.setdefault(e.size, e.size),
+    )
 
 
 def steps_us(scan: RankScan) -> Dict[int, Tuple[float, float]]:
