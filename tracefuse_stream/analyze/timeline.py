@@ -319,9 +319,10 @@ class Segments:
     cuts: List[int]
     names: List[str]
     # thread -> (where each segment's rows start, the rows: int64s in zlib blocks of
-    # BLOCK_ROWS rows (pack_unit): ~5x smaller, so a rank's partitions take ~14 KB, not
-    # 64, while every rank's wait for the reduce (issue 38); blocks, so that a step's
-    # stretch decompresses its own rows, not the whole run's)
+    # BLOCK_ROWS rows (pack_unit): ~5x smaller, ~14 KB a rank, not 64; in the reduce
+    # moved to a temporary file (:meth:`spill`) while every rank waits for the why
+    # (issue 38); blocks, so that a step's stretch decompresses its own rows, not the
+    # whole run's)
     cpu: Dict[bytes, Unit]
     gpu: Dict[bytes, Unit]  # device -> the same
     step_thread: Dict[int, bytes]
