@@ -12,9 +12,12 @@ from __future__ import annotations
 import gc
 import os
 import pickle
+import tempfile
 from array import array
 from pathlib import Path
 from typing import Any, List
+
+import pytest
 
 from tracefuse_stream.analyze.analysis import collect_analyses
 from tracefuse_stream.analyze.onepass import scan_file
@@ -29,6 +32,7 @@ from tracefuse_stream.analyze.unit_pack import (
     spill_unit,
     unit_rows,
 )
+from tracefuse_stream.errors import OutputError
 from tracefuse_stream.report.info import collect_info
 from tracefuse_synth.run import write_run
 
@@ -67,8 +71,9 @@ def test_a_spilled_unit_pickles_as_its_blocks_and_the_file_goes_with_it() -> Non
     flat = _rows(BLOCK_ROWS + 1, 3)
     blocks = pack_unit(flat)
     spill = Spill()
+    assert spill.fd == -1  # no file before the first block
+    _starts, spilled = spill_unit((segment_starts(flat, 90), blocks), spill)
     fd = spill.fd
-    starts, spilled = spill_unit((segment_starts(flat, 90), blocks), spill)
     assert pickle.loads(pickle.dumps(spilled)) == blocks
     assert os.fstat(fd).st_nlink == 0  # never a name on disk
     del spill, spilled
@@ -79,6 +84,16 @@ def test_a_spilled_unit_pickles_as_its_blocks_and_the_file_goes_with_it() -> Non
     except OSError:
         still_open = False
     assert not still_open  # closed with the last unit that read from it
+
+
+def test_no_room_for_the_spill_is_an_output_error_naming_the_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gone = tmp_path / "no-such-dir"
+    monkeypatch.setattr(tempfile, "tempdir", str(gone))
+    with pytest.raises(OutputError) as e:
+        Spill().put(pack_unit(_rows(4, 1)))
+    assert str(gone) in str(e.value) and "TMPDIR" in str(e.value)
 
 
 def test_the_pass_spills_the_rows_and_the_why_reads_the_same(tmp_path: Path) -> None:

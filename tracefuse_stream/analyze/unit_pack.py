@@ -21,6 +21,8 @@ import zlib
 from array import array
 from typing import Any, Iterator, List, Sequence, Tuple, Union
 
+from tracefuse_stream.errors import OutputError
+
 #: int64s a segment row holds (analyze/timeline.py ``Row``; analyze/step_time.py reads by it)
 ROW_FIELDS = 14
 BLOCK_ROWS = 256  # rows a packed block holds (28 KB raw): about a step's rows of one unit
@@ -32,16 +34,24 @@ _SERIALS = itertools.count(1)
 
 
 class Spill:
-    """A temporary file (deleted when closed, on Linux at once) that packed blocks are
-    moved to, appended with ``pwrite`` and read with ``pread``; closed when the last
-    :class:`SpilledBlocks` that refers to it is gone. Disk use: the blocks' size, never
-    more (nothing is rewritten)."""
+    """A temporary file (in ``tempfile.gettempdir()``, deleted when closed, on Linux at
+    once; made at the first block) that packed blocks are moved to, appended with
+    ``pwrite`` and read with ``pread``; closed when the last :class:`SpilledBlocks` that
+    refers to it is gone. Disk use: the blocks' size, never more (nothing is
+    rewritten). A file that cannot be made or written is an :class:`OutputError` naming
+    the directory (``TMPDIR`` chooses another)."""
 
     def __init__(self) -> None:
-        self._file = tempfile.TemporaryFile(prefix="tracefuse-spill-")
-        self.fd = self._file.fileno()
+        self._file: Any = None
+        self.fd = -1
         self.end = 0
         self.serial = next(_SERIALS)  # with an offset: a block's key in the decompressed cache
+
+    def _fail(self, what: str, e: OSError) -> OutputError:
+        return OutputError(
+            f"{tempfile.gettempdir()}: cannot {what} the temporary file of the why's rows "
+            f"(set TMPDIR to a directory with room): {e.strerror or e}"
+        )
 
     def put(self, blocks: Sequence[bytes]) -> SpilledBlocks:
         """``blocks`` written at the end of the file, as a sequence that reads them back."""
@@ -49,19 +59,28 @@ class Spill:
         for b in blocks:
             offs.append(offs[-1] + len(b))
         data = b"".join(blocks)
-        done = 0
-        while done < len(data):  # pwrite may write less than asked
-            done += os.pwrite(self.fd, data[done:], self.end + done)
+        try:
+            if self._file is None:
+                self._file = tempfile.TemporaryFile(prefix="tracefuse-spill-")
+                self.fd = self._file.fileno()
+            done = 0
+            while done < len(data):  # pwrite may write less than asked
+                done += os.pwrite(self.fd, data[done:], self.end + done)
+        except OSError as e:
+            raise self._fail("create or write", e) from None
         self.end += len(data)
         return SpilledBlocks(self, offs)
 
     def read(self, off: int, size: int) -> bytes:
-        out = os.pread(self.fd, size, off)
-        while len(out) < size:  # pread may read less than asked
-            more = os.pread(self.fd, size - len(out), off + len(out))
-            if not more:
-                raise OSError(f"spill file {self._file.name!r}: {size} bytes at {off} not there")
-            out += more
+        try:
+            out = os.pread(self.fd, size, off)
+            while len(out) < size:  # pread may read less than asked
+                more = os.pread(self.fd, size - len(out), off + len(out))
+                if not more:
+                    raise OSError(f"{size} bytes at {off} are not there")
+                out += more
+        except OSError as e:
+            raise self._fail("read", e) from None
         return out
 
 
