@@ -113,3 +113,26 @@ def test_lazy_array_items_by_orjson_are_the_same_values() -> None:
     # the first item: same indentation as json.dumps, only the small float's spelling differs
     want = json.dumps({"a": {"b": [items[0]]}}, indent=2).replace("1e-05", "0.00001")
     assert _written({"a": {"b": json_stream.LazyArray(lambda: [items[0]])}}) == want + "\n"
+
+
+def test_a_plain_lazy_array_is_the_text_of_its_list_each_time_it_is_written() -> None:
+    """``PlainLazyArray`` (the per-step and per-instance arrays of ``info --collectives
+    --json``, made as they are written): the Python encoder's text, the very bytes of
+    the same items in a list (``1e-05``, not orjson's ``0.00001``), and made afresh for
+    each place the one object sits in (``collectives`` and its cycle)."""
+    made = []
+
+    def make() -> Any:
+        made.append(1)
+        return ({"step": s, "wait_us": {"0": 1e-05 * s, "1": 2.5}, "top": [s, None]} for s in range(3))
+
+    lazy = json_stream.PlainLazyArray(make)
+    doc = {"collectives": {"by_step": lazy}, "collectives_by_cycle": {"1": {"by_step": lazy}}}
+    plain = {
+        "collectives": {"by_step": list(make())},
+        "collectives_by_cycle": {"1": {"by_step": list(make())}},
+    }
+    made.clear()
+    text = _written(doc)
+    assert text == json.dumps(plain, indent=2, default=str) + "\n"
+    assert "1e-05" in text and made == [1, 1]

@@ -269,6 +269,24 @@ def _resolve(
     return peer, groups
 
 
+def link_notes(pairs: Sequence[Pair]) -> List[str]:
+    """The report's notes on how the pairs were linked: gloo's by their c10d calls,
+    NCCL's by their kernels' own args."""
+    n_gpu = sum(1 for p in pairs if p.send.event.kind == "gpu")
+    notes = []
+    if len(pairs) > n_gpu:
+        notes.append(
+            f"point-to-point: {len(pairs) - n_gpu} send/recv pair(s) linked by the peer and tag of their "
+            "c10d::send / c10d::recv_ (recorded shapes): the i-th of each (step, sender, receiver, tag)"
+        )
+    if n_gpu:
+        notes.append(
+            f"point-to-point: {n_gpu} NCCL send/recv kernel pair(s) linked by the peer their args name "
+            "(Dst Rank / Src Rank): the i-th send of a rank to another with the i-th recv there from it"
+        )
+    return notes
+
+
 def _unlink(res: P2pResult, side: Side, why: str) -> None:
     res.unlinked[why] += 1
     res.spans.setdefault(side.rank, []).append((side.start_ns, side.end_ns))
@@ -289,6 +307,7 @@ __all__ = [
     "P2pResult",
     "Pair",
     "Side",
+    "link_notes",
     "match_pairs",
     "p2p_call",
 ]

@@ -169,11 +169,12 @@ def build(
         for i in ids:
             a = by_id[i].entries[r].start_ns
             p, released = _pred(r, a, prev, pending, released, g, by_id)
-            g.pred[(r, i)] = p
+            k = (r, i)  # one key tuple for the three maps
+            g.pred[k] = p
             gap = a - _time(p, g, by_id)
-            g.offset[(r, i)] = gap
+            g.offset[k] = gap
             blocked = _blocked(p2p.get(r, ()), a - gap, a)
-            g.own[(r, i)] = (0 if p[0] == "S" else g.own[(r, p[2])]) + max(0, gap - blocked)
+            g.own[k] = (0 if p[0] == "S" else g.own[(r, p[2])]) + max(0, gap - blocked)
             heapq.heappush(pending, (by_id[i].last_arrival_ns, by_id[i].entries[r].end_ns, i))
             prev = i
         g.tail_pred[r] = p = _pred(r, end[r], prev, pending, released, g, by_id)[0]
@@ -202,6 +203,15 @@ def settle(g: StepGraph, floor_ns: int) -> None:
             if late > best_late or best_at < 0:
                 best_late, best_at = max(0, late), i
         g.own_late[r], g.own_late_at[r] = best_late, best_at
+
+
+def compact(g: StepGraph) -> None:
+    """Drop what only the judgement reads (each arrival's predecessor, own time and
+    offset: ~10 KB a rank over 10 steps, kept for every step; issue 38), once the
+    verdict is made; the step-end offsets (the why's tails), the order, the times and
+    the critical path stay. :func:`retime` and what calls it need a graph not compacted."""
+    g.pred, g.own = {}, {}
+    g.offset = {k: v for k, v in g.offset.items() if k[1] == -1}
 
 
 def own_spreads(g: StepGraph) -> List[int]:
@@ -474,6 +484,7 @@ __all__ = [
     "Segment",
     "StepGraph",
     "build",
+    "compact",
     "delays",
     "extra_cut",
     "gaps",

@@ -30,8 +30,9 @@ rank and max / median. Two verdicts:
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from tracefuse_stream.analyze.medians import median
 from tracefuse_stream.analyze.step_time import OTHER_NAMES, StepTime
@@ -84,27 +85,37 @@ def figure_ns(st: StepTime, figure: str) -> Optional[int]:
     return int(getattr(st.gpu.figures, figure + "_ns"))
 
 
+def _append(cols: List[Any], k: int, x: int) -> None:
+    try:
+        cols[k].append(x)
+    except OverflowError:  # beyond an int64: a list from here on
+        cols[k] = [*cols[k], x]
+
+
 def spreads(rows: Sequence[StepTime]) -> List[Spread]:
     """Every step's :class:`Spread` per figure (steps in order; figures as :data:`FIGURES`)."""
     # the figures only, not the rows: ``rows`` may be decoded as they are read, one
-    # rank at a time (analyze/step_pack.py), and must not all be held at once
-    by_step: Dict[int, Dict[str, List[Tuple[int, int]]]] = {}
+    # rank at a time (analyze/step_pack.py), and must not all be held at once; held as
+    # int64 arrays [values, ranks]: 16 bytes a figure, not ~100 as a tuple (issue 38); a
+    # number beyond 64 bits (a hostile file's times or ranks) turns its array into a list
+    by_step: Dict[int, Dict[str, List[Any]]] = {}
     for st in rows:
         per = by_step.get(st.step)
         if per is None:
-            per = by_step[st.step] = {fig: [] for fig in FIGURES}
+            per = by_step[st.step] = {fig: [array("q"), array("q")] for fig in FIGURES}
         for fig in FIGURES:
             v = figure_ns(st, fig)
             if v is not None:
-                per[fig].append((v, st.rank))
+                _append(per[fig], 0, v)
+                _append(per[fig], 1, st.rank)
     out = []
     for step, per in sorted(by_step.items()):
         for fig in FIGURES:
-            vals = per[fig]
-            if not vals:
+            values, ranks = per[fig]
+            if not values:
                 continue
-            med = int(median([v for v, _r in vals]))
-            top, rank = max(vals, key=lambda x: (x[0], -x[1]))
+            med = int(median(values))
+            top, rank = max(zip(values, ranks), key=lambda x: (x[0], -x[1]))
             out.append(Spread(step, fig, med, top, rank, top / med if med > 0 else None))
     return out
 

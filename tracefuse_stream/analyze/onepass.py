@@ -39,7 +39,7 @@ from tracefuse_stream.analyze import step_time
 from tracefuse_stream.analyze.kernel_categories import CategorySpec, from_spec
 from tracefuse_stream.analyze.name_cap import NAME_CAP, cap_names
 from tracefuse_stream.analyze.step_pack import NameIds, pack_rows
-from tracefuse_stream.analyze.timeline import TimelineFeed
+from tracefuse_stream.analyze.timeline import Spill, TimelineFeed
 from tracefuse_stream.errors import InputError, TraceFuseError
 from tracefuse_stream.gcpause import cyclic_gc_paused
 from tracefuse_stream.plan.extent import RankInfo, scan_rank
@@ -188,15 +188,33 @@ def scan_files(
     args = [(p, want, kernel_categories, name_cap) for p in plans]
     cache: Dict[str, str] = {}  # every rank names the same ops: one string each, shared
     ids = NameIds()  # the same for the step figures, packed per rank (analyze/step_pack.py)
+    spill = Spill()  # the why's rows and the step figures: on disk until read (issue 38)
 
     def share(fs: FileScan) -> FileScan:
         if fs.scan is not None:
+            fs.scan.events = [_shared_event(e, cache) for e in fs.scan.events]
             if fs.scan.timeline is not None:
                 fs.scan.timeline.share_names(cache)
-            fs.scan.step_time = pack_rows(fs.scan.step_time, ids)  # type: ignore[assignment]
+                fs.scan.timeline.spill(spill)
+            fs.scan.step_time = pack_rows(fs.scan.step_time, ids, spill)  # type: ignore[assignment]
         return fs
 
     return parallel_map(scan_file, args, resolve_jobs(jobs, len(plans)), each=share)
+
+
+def _shared_event(e: Any, cache: Dict[Any, Any]) -> Any:
+    """``e`` with its name, match key, group, members, shapes and sizes the one copy
+    ``cache`` holds: every rank's event of one instance carries equal ones (~4 KB a
+    rank of 18 collectives, issue 38). Each is a str, an int or a tuple of them (never
+    a float or a bool: see align/collective_event.py), so equal is the same value."""
+    return e._replace(
+        name=cache.setdefault(e.name, e.name),
+        key=cache.setdefault(e.key, e.key),
+        pg=cache.setdefault(e.pg, e.pg),
+        ranks=cache.setdefault(e.ranks, e.ranks),
+        signature=cache.setdefault(e.signature, e.signature),
+        size=cache.setdefault(e.size, e.size),
+    )
 
 
 def steps_us(scan: RankScan) -> Dict[int, Tuple[float, float]]:

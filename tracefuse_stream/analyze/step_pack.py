@@ -9,7 +9,8 @@ thousands of ranks. Packed -- names as ids into one table of the reduce
 it is, by ``marshal``, then zlib -- a rank's rows take ~180 bytes a step; they are
 decoded, one rank at a time, each time the report iterates them (the text report and
 the JSON read them a few times: a rank's decode is ~0.1 ms). Decoding gives the same
-values and types, so every report is the same bytes.
+values and types, so every report is the same bytes. In the reduce the packed bytes
+go to the why's temporary file (analyze/unit_pack.py ``Spill``), read back as iterated.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union, 
 
 from tracefuse_stream.analyze.gpu_union import FIGURE_FIELDS, GpuFigures
 from tracefuse_stream.analyze.step_time import CpuStep, GpuStep, StepTime
+from tracefuse_stream.analyze.unit_pack import Spill
 
 
 class NameIds:
@@ -121,19 +123,22 @@ class _Decoded(Sequence[StepTime]):
 
 
 class PackedSteps(_Decoded):
-    """One rank's step rows as one bytes object, decoded each time they are iterated."""
+    """One rank's step rows as one bytes object (in ``spill``, when given), decoded each
+    time they are iterated."""
 
-    __slots__ = ("_blob", "_n", "_names")
+    __slots__ = ("_blob", "_n", "_names", "_spill")
 
-    def __init__(self, rows: Sequence[StepTime], names: NameIds) -> None:
+    def __init__(self, rows: Sequence[StepTime], names: NameIds, spill: Optional[Spill] = None) -> None:
         self._names = names
-        self._blob = b""
+        self._spill = spill
+        self._blob: Sequence[bytes] = (b"",)
         self._n = 0
         self.pack(rows)
 
     def pack(self, rows: Sequence[StepTime]) -> None:
         """Hold ``rows`` (again: after :func:`~tracefuse_stream.analyze.step_time.fill_blocked`)."""
-        self._blob = zlib.compress(marshal.dumps(tuple(_enc(st, self._names) for st in rows)), 1)
+        blob = (zlib.compress(marshal.dumps(tuple(_enc(st, self._names) for st in rows)), 1),)
+        self._blob = self._spill.put(blob) if self._spill is not None else blob
         self._n = len(rows)
 
     def __len__(self) -> int:
@@ -141,7 +146,7 @@ class PackedSteps(_Decoded):
 
     def __iter__(self) -> Iterator[StepTime]:
         names = self._names.names
-        return (_dec(row, names) for row in marshal.loads(zlib.decompress(self._blob)))
+        return (_dec(row, names) for row in marshal.loads(zlib.decompress(self._blob[0])))
 
 
 class StepRows(_Decoded):
@@ -160,9 +165,11 @@ class StepRows(_Decoded):
         return chain.from_iterable(self._parts)
 
 
-def pack_rows(rows: Optional[Sequence[StepTime]], names: NameIds) -> Sequence[StepTime]:
-    """``rows`` packed (an empty list stays one: a rank without steps)."""
-    return PackedSteps(rows, names) if rows else []
+def pack_rows(
+    rows: Optional[Sequence[StepTime]], names: NameIds, spill: Optional[Spill] = None
+) -> Sequence[StepTime]:
+    """``rows`` packed (in ``spill``, when given; an empty list stays one: a rank without steps)."""
+    return PackedSteps(rows, names, spill) if rows else []
 
 
 __all__ = ["NameIds", "PackedSteps", "StepRows", "pack_rows"]

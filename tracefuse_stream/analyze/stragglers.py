@@ -379,6 +379,8 @@ def judge(table: CollectiveTable) -> Verdict:
     for row in rows:
         row.stragglers.sort(key=lambda r: (-row.held[r], r))
     verdict.delayed, verdict.saves, verdict.saves_all = root_cause(rows, verdict.stragglers)
+    for sg in graphs.values():
+        G.compact(sg)  # what is read after the verdict stays (issue 38: bounded memory)
     return verdict
 
 

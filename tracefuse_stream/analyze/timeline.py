@@ -46,10 +46,12 @@ from tracefuse_stream.analyze.unit_pack import (
     BLOCK_ROWS,
     ROW_FIELDS,
     Packed,
+    Spill,
     Unit,
     pack_unit,
     rows_between,
     segment_starts,
+    spill_unit,
     unit_rows,
 )
 from tracefuse_stream.select.window import step_number
@@ -317,9 +319,10 @@ class Segments:
     cuts: List[int]
     names: List[str]
     # thread -> (where each segment's rows start, the rows: int64s in zlib blocks of
-    # BLOCK_ROWS rows (pack_unit): ~5x smaller, so a rank's partitions take ~14 KB, not
-    # 64, while every rank's wait for the reduce (issue 38); blocks, so that a step's
-    # stretch decompresses its own rows, not the whole run's)
+    # BLOCK_ROWS rows (pack_unit): ~5x smaller, ~14 KB a rank, not 64; in the reduce
+    # moved to a temporary file (:meth:`spill`) while every rank waits for the why
+    # (issue 38); blocks, so that a step's stretch decompresses its own rows, not the
+    # whole run's)
     cpu: Dict[bytes, Unit]
     gpu: Dict[bytes, Unit]  # device -> the same
     step_thread: Dict[int, bytes]
@@ -342,6 +345,12 @@ class Segments:
         distinct name in the reduce, not one per rank; issue 38)."""
         self.names = [cache.setdefault(n, n) for n in self.names]
         self.labels = {k: cache.setdefault(v, v) for k, v in self.labels.items()}
+
+    def spill(self, spill: Spill) -> None:
+        """Move the rows' blocks to ``spill`` (analyze/unit_pack.py): what the reduce
+        holds of a rank between the pass and the why is then its cuts and names."""
+        self.cpu = {k: spill_unit(u, spill) for k, u in self.cpu.items()}
+        self.gpu = {k: spill_unit(u, spill) for k, u in self.gpu.items()}
 
 
 class TimelineFeed:
@@ -460,6 +469,7 @@ __all__ = [
     "PyTimeline",
     "ROW_FIELDS",
     "Segments",
+    "Spill",
     "TimelineFeed",
     "new_timeline",
     "pack_unit",

@@ -6,21 +6,122 @@ Why its own module: the partitioning builds rows, this only stores and reads the
 why blocks: the ``--json`` breakdown reads every rank's stretches step by step, and
 one block for the whole unit made each read decompress every step's rows, a cost
 quadratic in the steps (8 ranks x 400 steps: 26.1 s CPU; in blocks: 5.3 s).
+
+In the reduce the blocks move to a temporary file (:class:`Spill`), read back with one
+``pread`` per block: ~14 KB a rank held in memory was most of what the why kept per
+rank between the pass and the reduce (issue 38: 16,384 ranks in under 1 GB).
 """
 
 from __future__ import annotations
 
+import itertools
+import os
+import tempfile
 import zlib
 from array import array
-from typing import Any, List, Tuple
+from typing import Any, Iterator, List, Sequence, Tuple, Union
+
+from tracefuse_stream.errors import OutputError
 
 #: int64s a segment row holds (analyze/timeline.py ``Row``; analyze/step_time.py reads by it)
 ROW_FIELDS = 14
 BLOCK_ROWS = 256  # rows a packed block holds (28 KB raw): about a step's rows of one unit
-Packed = Tuple[bytes, ...]  # a unit's rows: zlib blocks of BLOCK_ROWS rows (pack_unit), or one raw block
-Unit = Tuple[List[int], Packed]  # (where each segment's rows start, the rows)
 _KEEP = 4
-_UNPACKED: List[Tuple[bytes, array[int]]] = []  # (block, its rows): the last _KEEP decompressed
+_UNPACKED: List[
+    Tuple[Any, array[int]]
+] = []  # (block or its spilled key, its rows): the last _KEEP decompressed
+_SERIALS = itertools.count(1)
+
+
+class Spill:
+    """A temporary file (in ``tempfile.gettempdir()``, deleted when closed, on Linux at
+    once; made at the first block) that packed blocks are moved to, appended with
+    ``pwrite`` and read with ``pread``; closed when the last :class:`SpilledBlocks` that
+    refers to it is gone. Disk use: the blocks' size, never more (nothing is
+    rewritten). A file that cannot be made or written is an :class:`OutputError` naming
+    the directory (``TMPDIR`` chooses another)."""
+
+    def __init__(self) -> None:
+        self._file: Any = None
+        self.fd = -1
+        self.end = 0
+        self.serial = next(_SERIALS)  # with an offset: a block's key in the decompressed cache
+
+    def _fail(self, what: str, e: OSError) -> OutputError:
+        return OutputError(
+            f"{tempfile.gettempdir()}: cannot {what} the temporary file of the why's rows "
+            f"(set TMPDIR to a directory with room): {e.strerror or e}"
+        )
+
+    def put(self, blocks: Sequence[bytes]) -> SpilledBlocks:
+        """``blocks`` written at the end of the file, as a sequence that reads them back."""
+        offs = array("q", [self.end])
+        for b in blocks:
+            offs.append(offs[-1] + len(b))
+        data = b"".join(blocks)
+        try:
+            if self._file is None:
+                self._file = tempfile.TemporaryFile(prefix="tracefuse-spill-")
+                self.fd = self._file.fileno()
+            done = 0
+            while done < len(data):  # pwrite may write less than asked
+                done += os.pwrite(self.fd, data[done:], self.end + done)
+        except OSError as e:
+            raise self._fail("create or write", e) from None
+        self.end += len(data)
+        return SpilledBlocks(self, offs)
+
+    def read(self, off: int, size: int) -> bytes:
+        try:
+            out = os.pread(self.fd, size, off)
+            while len(out) < size:  # pread may read less than asked
+                more = os.pread(self.fd, size - len(out), off + len(out))
+                if not more:
+                    raise OSError(f"{size} bytes at {off} are not there")
+                out += more
+        except OSError as e:
+            raise self._fail("read", e) from None
+        return out
+
+
+class SpilledBlocks(Sequence[bytes]):
+    """A unit's blocks in a :class:`Spill` (pickled as the blocks themselves)."""
+
+    __slots__ = ("_spill", "_offs")
+
+    def __init__(self, spill: Spill, offs: array[int]) -> None:
+        self._spill, self._offs = spill, offs
+
+    def __len__(self) -> int:
+        return len(self._offs) - 1
+
+    def __getitem__(self, b: Any) -> Any:
+        if isinstance(b, slice):
+            return [self[k] for k in range(*b.indices(len(self)))]
+        offs = self._offs
+        return self._spill.read(offs[b], offs[b + 1] - offs[b])
+
+    def __iter__(self) -> Iterator[bytes]:
+        return (self[k] for k in range(len(self)))
+
+    def key(self, b: int) -> Tuple[int, int]:
+        """Block ``b``'s key in the decompressed cache: unique while the process lives."""
+        return (self._spill.serial, self._offs[b])
+
+    def __reduce__(self) -> Any:
+        return (tuple, (tuple(self),))
+
+
+Packed = Union[
+    Tuple[bytes, ...], SpilledBlocks
+]  # a unit's rows: zlib blocks of BLOCK_ROWS rows (pack_unit), or one raw block
+Unit = Tuple[Sequence[int], Packed]  # (where each segment's rows start, the rows)
+
+
+def spill_unit(unit: Unit, spill: Spill) -> Unit:
+    """``unit`` with its blocks in ``spill`` and its segment starts as one array."""
+    starts, blocks = unit
+    return array("q", starts), spill.put(blocks)
 
 
 def pack_unit(flat: array[int]) -> Packed:
@@ -33,13 +134,19 @@ def pack_unit(flat: array[int]) -> Packed:
     return tuple(zlib.compress(raw[k : k + size], 1) for k in range(0, len(raw), size))
 
 
-def _block(block: bytes) -> array[int]:
-    """One block's rows, decompressed (the last :data:`_KEEP` kept, for the whole
-    process: a rank's stretches are broken down one after another)."""
-    hit = next((flat for k, flat in _UNPACKED if k is block), None)
+def _block(blocks: Packed, b: int) -> array[int]:
+    """Block ``b``'s rows, decompressed (the last :data:`_KEEP` kept, for the whole
+    process: a rank's stretches are broken down one after another; a block in memory
+    is known by identity, a spilled one by its key)."""
+    if type(blocks) is SpilledBlocks:
+        key: Any = blocks.key(b)
+        hit = next((flat for k, flat in _UNPACKED if type(k) is tuple and k == key), None)
+    else:
+        key = blocks[b]
+        hit = next((flat for k, flat in _UNPACKED if k is key), None)
     if hit is None:
-        hit = array("q", zlib.decompress(block))
-        _UNPACKED[:] = [(block, hit)] + _UNPACKED[: _KEEP - 1]
+        hit = array("q", zlib.decompress(blocks[b]))
+        _UNPACKED[:] = [(key, hit)] + _UNPACKED[: _KEEP - 1]
     return hit
 
 
@@ -68,11 +175,11 @@ def unit_rows(unit: Unit, i: int, j: int) -> Any:
     if stop <= first:
         return iter(())
     b0, b1 = first // BLOCK_ROWS, (stop - 1) // BLOCK_ROWS
-    flat = _block(blocks[b0])
+    flat = _block(blocks, b0)
     if b1 > b0:
         flat = array("q", flat)
         for b in range(b0 + 1, b1 + 1):
-            flat.extend(_block(blocks[b]))
+            flat.extend(_block(blocks, b))
     off = b0 * BLOCK_ROWS
     return rows_between(flat, first - off, stop - off)
 
@@ -81,9 +188,12 @@ __all__ = [
     "BLOCK_ROWS",
     "Packed",
     "ROW_FIELDS",
+    "Spill",
+    "SpilledBlocks",
     "Unit",
     "pack_unit",
     "rows_between",
     "segment_starts",
+    "spill_unit",
     "unit_rows",
 ]

@@ -32,7 +32,7 @@ from tracefuse_stream.align.collectives import CollectiveTable
 from tracefuse_stream.analyze.medians import kth_without
 from tracefuse_stream.analyze.p2p_steps import STEP_END
 from tracefuse_stream.analyze.stragglers import Verdict
-from tracefuse_stream.analyze.stretch import breakdown
+from tracefuse_stream.analyze.stretch import KeyCache, breakdown, key_cache
 from tracefuse_stream.analyze.timeline import Breakdown, Key, Segments
 from tracefuse_stream.plan.rankplan import RankPlan
 
@@ -90,10 +90,13 @@ def step_breakdowns(
     ids: Sequence[int],
     plans: Sequence[RankPlan],
     segments: Sequence[Optional[Segments]],
+    pieces: bool = True,
+    keys: Optional[KeyCache] = None,
 ) -> Dict[Tuple[int, int], Breakdown]:
     """(rank, instance id) -> the breakdown of its stretch in ``step``, from the step's
     start to the rank's arrival at each instance of ``ids``, summed from the pass's
-    segments: one step at a time, so only one step's breakdowns are ever held."""
+    segments: one step at a time, so only one step's breakdowns are ever held
+    (``pieces``, ``keys``: analyze/stretch.py ``breakdown``'s)."""
     out: Dict[Tuple[int, int], Breakdown] = {}
     for p, segs in zip(plans, segments):
         span = table.steps.get(p.rank, {}).get(step)
@@ -106,7 +109,7 @@ def step_breakdowns(
             tid = e.event.tid
             ok = isinstance(tid, (int, str)) and not isinstance(tid, bool)  # a stream id, hashable
             gpu = tid if e.event.kind == "gpu" and ok else None
-            bd = breakdown(segs, step, _rel(table, p, span[0]), _rel(table, p, e.start_ns), gpu)
+            bd = breakdown(segs, step, _rel(table, p, span[0]), _rel(table, p, e.start_ns), gpu, pieces, keys)
             if bd is not None:
                 out[(p.rank, i)] = bd
     return out
@@ -116,11 +119,12 @@ class _Reference:
     """One instance's members at one step, sorted once: each rank's reference (the
     median rank of the other members, named stragglers and delayed ranks left out while
     any other member remains) and the others' lower median of any part, each in
-    O(log n) per rank (issue 38: a step's every-rank breakdown was quadratic in ranks)."""
+    O(log n) per rank (issue 38: a step's every-rank breakdown was quadratic in ranks).
+    A part is looked up in the members' whole breakdowns: its kind is of the one view
+    (CPU or GPU) it is asked for, and a view holds every part of its kinds."""
 
-    def __init__(self, members: Dict[int, Breakdown], suspects: Set[int], view: Any) -> None:
+    def __init__(self, members: Dict[int, Breakdown], suspects: Set[int]) -> None:
         self.members = members
-        self.view = view
         self.all = sorted((b.stretch_ns, q) for q, b in members.items())
         self.clean = sorted((b.stretch_ns, q) for q, b in members.items() if q not in suspects)
         self.suspects = suspects
@@ -145,12 +149,11 @@ class _Reference:
         vals = self._parts.get((gpu, key))
         if vals is None:
             vals = self._parts[(gpu, key)] = sorted(
-                p.ns if (p := self.view(b, gpu).parts.get(key)) is not None else 0
-                for b in self.members.values()
+                p.ns if (p := b.parts.get(key)) is not None else 0 for b in self.members.values()
             )
         if len(vals) <= 1:
             return 0
-        mine = self.view(self.members[r], gpu).parts.get(key)
+        mine = self.members[r].parts.get(key)
         return int(kth_without(vals, mine.ns if mine is not None else 0, (len(vals) - 2) // 2))
 
 
@@ -253,7 +256,7 @@ class _EnteredWhere:
             return None
         at = self._tail_refs.get(prev.step)
         if at is None:  # the others' medians of one step's tails, sorted once for its ranks
-            at = _Reference(self._tails_of(prev.step, prev.graph), set(), _view)
+            at = _Reference(self._tails_of(prev.step, prev.graph), set())
             self._tail_refs = {prev.step: at}
         mine, ref = at.members.get(rank), at.members.get(ref_rank)
         if mine is None or ref is None:
@@ -334,6 +337,7 @@ class Explain:
         self.suspects, self.skew_of = _suspects(verdict)
         self.own_of = {x.step: x.own for x in verdict.by_step}
         self.entered = _EnteredWhere(verdict, table, plans, segments)
+        self.keys = key_cache()  # the parts' keys, one tuple each for every rank and step
         self.why = self._why()
 
     def _why(self) -> List[Dict[str, Any]]:
@@ -347,7 +351,7 @@ class Explain:
                     at.setdefault(row.step, []).append(((n, k), s.rank, inst_id))
         out: List[Tuple[Tuple[int, int], Dict[str, Any]]] = []
         for step, todo in at.items():
-            step_ = _Step(self, step, sorted({i for _o, _r, i in todo}))
+            step_ = _Step(self, step, sorted({i for _o, _r, i in todo}), pieces=True)
             for order, rank, inst_id in todo:
                 e = step_.entry(rank, inst_id, TOP)
                 if e is not None:
@@ -359,7 +363,7 @@ class Explain:
         for row in self.verdict.by_step:
             if row.step is None or row.worst_instance is None:
                 continue
-            step_ = _Step(self, row.step, [row.worst_instance])
+            step_ = _Step(self, row.step, [row.worst_instance], pieces=False)  # the pieces: dropped below
             for r in sorted(self.by_id[row.worst_instance].entries):
                 e = step_.entry(r, row.worst_instance, TOP_BREAKDOWN)
                 if e is not None:
@@ -380,11 +384,14 @@ class EveryRank:
 
 
 class _Step:
-    """One step's breakdowns at some instances, the references and views of them."""
+    """One step's breakdowns at some instances, the references and views of them
+    (``pieces``: each part's largest piece and span kept, for the why; the every-rank
+    breakdown shows neither)."""
 
-    def __init__(self, ex: Explain, step: int, ids: Sequence[int]) -> None:
+    def __init__(self, ex: Explain, step: int, ids: Sequence[int], pieces: bool) -> None:
         self.ex, self.step = ex, step
-        self.bds = step_breakdowns(ex.table, ex.by_id, step, ids, ex.plans, ex.segments)
+        self.bds = step_breakdowns(ex.table, ex.by_id, step, ids, ex.plans, ex.segments, pieces, ex.keys)
+        # the references' views only (a few ranks): one of every member's took ~3.6 KB a rank
         self.views: Dict[Tuple[int, bool], Breakdown] = {}  # id() of this step's breakdowns: alive with it
         self.refs: Dict[int, _Reference] = {}
 
@@ -400,11 +407,11 @@ class _Step:
             members = {
                 q: self.bds[(q, inst_id)] for q in self.ex.by_id[inst_id].entries if (q, inst_id) in self.bds
             }
-            at = self.refs[inst_id] = _Reference(members, self.ex.suspects.get(self.step, set()), self.view)
+            at = self.refs[inst_id] = _Reference(members, self.ex.suspects.get(self.step, set()))
         return at
 
     def entry(self, r: int, inst_id: int, top: int) -> Optional[Dict[str, Any]]:
-        ex, step, view = self.ex, self.step, self.view
+        ex, step, view = self.ex, self.step, self.view  # ``view``: the reference's, kept
         inst = ex.by_id[inst_id]
         mine = self.bds.get((r, inst_id))
         if mine is None:
@@ -419,10 +426,10 @@ class _Step:
             inst.match != STEP_END or all(e.event.kind == "gpu" for e in inst.entries.values())
         )
         cpu_c = _contributors(
-            view(mine, False), view(ref, False), lambda k: at.others_median(r, False, k), top
+            _view(mine, False), view(ref, False), lambda k: at.others_median(r, False, k), top
         )
         gpu_c = (
-            _contributors(view(mine, True), view(ref, True), lambda k: at.others_median(r, True, k), top)
+            _contributors(_view(mine, True), view(ref, True), lambda k: at.others_median(r, True, k), top)
             if gpu
             else []
         )

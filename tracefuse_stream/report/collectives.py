@@ -15,7 +15,7 @@ from __future__ import annotations
 import shlex
 import sys
 from collections import Counter
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from tracefuse_stream.align.collectives import CollectiveTable, RankScan
 from tracefuse_stream.align.instance_ends import MAX_CLOCK_OFFSET_S
@@ -36,7 +36,7 @@ from tracefuse_stream.analyze.stragglers import DEFINITIONS, Verdict, rule_text
 from tracefuse_stream.errors import EXIT_INPUT, EXIT_OK
 from tracefuse_stream.rankset import compress_ranges
 from tracefuse_stream.report import per_collective_text, rootcause, step_time_text, why_text
-from tracefuse_stream.report.json_stream import LazyArray, write_json
+from tracefuse_stream.report.json_stream import LazyArray, PlainLazyArray, write_json
 from tracefuse_stream.textout import p_round, p_text, printable, terminal
 
 INSTANCES_SHOWN = 10
@@ -64,10 +64,9 @@ def _instance_json(inst: Any) -> Dict[str, Any]:
     }
 
 
-def _by_step_json(v: Verdict) -> List[Dict[str, Any]]:
-    out = []
+def _by_step_json(v: Verdict) -> Iterator[Dict[str, Any]]:
     for row in v.by_step:
-        out.append({
+        yield {
             "step": row.step,
             "instances": row.instances,
             "duration_us": None if row.duration_ns is None else _us(row.duration_ns),
@@ -82,8 +81,12 @@ def _by_step_json(v: Verdict) -> List[Dict[str, Any]]:
             "own_lateness_us": {str(r): _us(t) for r, t in sorted(row.own.items())},
             "start_skew_us": {str(r): _us(t) for r, t in sorted(row.skew.items())},
             "worst_instance": row.worst_instance,
-        })  # fmt: skip
-    return out
+        }  # fmt: skip
+
+
+def _array(make: Callable[[], Iterable[Any]], stream: bool) -> Any:
+    """``make()``'s items as a list, or (``stream``) written one at a time as made."""
+    return PlainLazyArray(make) if stream else list(make())
 
 
 def _as_analysis(x: Any) -> Analysis:
@@ -94,7 +97,9 @@ def to_json(table: Any, stream: bool = False) -> Dict[str, Any]:
     """``{"collectives": {...}}`` for ``--json`` (schema: docs/collectives.md); ``table``:
     a :class:`CollectiveTable` or an :class:`Analysis`. ``stream``: ``breakdown`` is a
     :class:`~tracefuse_stream.report.json_stream.LazyArray` that computes every rank's
-    entries one step at a time as it is written, not a list."""
+    entries one step at a time as it is written, not a list, and the other arrays of
+    every rank per step or instance (``instances``, ``by_step``, ``step_skew``) are
+    made item by item as they are written (``PlainLazyArray``: the same text)."""
     a = _as_analysis(table)
     table, v, stats = a.table, a.verdict, a.stats
     p = v.stragglers[0].p_chance if v.stragglers else (v.candidates[0].p_chance if v.candidates else None)
@@ -104,7 +109,7 @@ def to_json(table: Any, stream: bool = False) -> Dict[str, Any]:
     ]
     return {"collectives": {
         "ranks": [s.to_json() for s in stats],
-        "instances": [_instance_json(i) for i in table.instances],
+        "instances": _array(lambda: map(_instance_json, table.instances), stream),
         "straggler": v.straggler,
         "stragglers": [{"rank": s.rank, "held_us": _us(s.held_ns), "steps": s.steps,
                         "last_arrivals": s.last_arrivals, "instances": s.instances,
@@ -123,7 +128,7 @@ def to_json(table: Any, stream: bool = False) -> Dict[str, Any]:
             "steps_profiled": v.steps_profiled,
         },
         "definitions": DEFINITIONS if table.instances or not judged(table, v) else p2p_steps.DEFINITIONS,
-        "by_step": _by_step_json(v),
+        "by_step": _array(lambda: _by_step_json(v), stream),
         "threshold": {
             "noise_us": _us(v.noise_ns),
             "busy_step_us": None if v.busy_step_ns is None else _us(v.busy_step_ns),
@@ -138,7 +143,7 @@ def to_json(table: Any, stream: bool = False) -> Dict[str, Any]:
         "unmatched": {"total": table.unmatched_total, "by_reason": unmatched},
         "point_to_point": rootcause.p2p_json(table),
         "notes": list(table.notes) + a.why_notes,
-        **rootcause.to_json(table, v),
+        **rootcause.to_json(table, v, stream),
         **step_time_text.json_entries(a.step_time, stream),
     }}  # fmt: skip
 

@@ -44,6 +44,12 @@ class LazyArray:
         return iter(self.make())
 
 
+class PlainLazyArray(LazyArray):
+    """A :class:`LazyArray` whose items the Python encoder writes: exactly the text of
+    the same items in a list (``json.dumps``' floats), made one at a time (the per-step
+    and per-instance objects of every rank: never all at once; issue 38)."""
+
+
 def _float(x: float) -> str:
     return float.__repr__(x) if math.isfinite(x) else "null"
 
@@ -195,4 +201,4 @@ def write_json(o: Any, out: TextIO, default: Callable[[Any], Any] = str) -> None
     enc.flush()
 
 
-__all__ = ["LazyArray", "write_json"]
+__all__ = ["LazyArray", "PlainLazyArray", "write_json"]

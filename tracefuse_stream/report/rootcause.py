@@ -9,12 +9,13 @@ the graph adds.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 from tracefuse_stream.align.collectives import CollectiveTable, Instance
 from tracefuse_stream.align.p2p import NO_PEER, SHAPES_HINT
 from tracefuse_stream.analyze.stragglers import Verdict
 from tracefuse_stream.rankset import compress_ranges
+from tracefuse_stream.report.json_stream import PlainLazyArray
 from tracefuse_stream.textout import printable
 
 PATH_HOPS = 8  # the text's critical path: at most this many ranks' stretches
@@ -33,8 +34,19 @@ def group_text(inst: Instance) -> str:
     return f"group {printable(inst.group or '?')} (ranks {compress_ranges(inst.ranks)})"
 
 
-def to_json(table: CollectiveTable, v: Verdict) -> Dict[str, Any]:
-    """``delayed``, ``step_skew``, ``critical_path`` and ``what_if`` (docs/collectives.md)."""
+def _skews(v: Verdict) -> Iterator[Dict[str, Any]]:
+    for row in v.by_step:
+        g = row.graph
+        if g is not None:
+            for r in sorted(g.skew):
+                yield {"rank": r, "step": row.step, "start_skew_us": _us(g.skew[r]),
+                       "counted_us": _us(g.late_skew.get(r, 0))}  # fmt: skip
+
+
+def to_json(table: CollectiveTable, v: Verdict, stream: bool = False) -> Dict[str, Any]:
+    """``delayed``, ``step_skew``, ``critical_path`` and ``what_if`` (docs/collectives.md);
+    ``stream``: ``step_skew`` (every rank and step) made as it is written
+    (report/json_stream.py ``PlainLazyArray``: the same text), not a list."""
     by_id = {i.id: i for i in [*table.instances, *table.p2p_pairs]}
     lengths = _step_lengths(v)
     delayed = []
@@ -46,15 +58,11 @@ def to_json(table: CollectiveTable, v: Verdict) -> Dict[str, Any]:
             "wait_us": _us(d.wait_ns), "waits": d.waits,
             "late_at": f"{late.name} #{late.id}", "late_group": late.group, "late_group_ranks": late.ranks,
         })  # fmt: skip
-    skew = []
     paths = []
     for row in v.by_step:
         g = row.graph
         if g is None:
             continue
-        for r in sorted(g.skew):
-            skew.append({"rank": r, "step": row.step, "start_skew_us": _us(g.skew[r]),
-                         "counted_us": _us(g.late_skew.get(r, 0))})  # fmt: skip
         t0 = g.start_ns
         paths.append({
             "step": row.step, "step_us": _us(g.end_ns - t0), "start_ns": t0,
@@ -72,6 +80,7 @@ def to_json(table: CollectiveTable, v: Verdict) -> Dict[str, Any]:
         for row in v.by_step
         if row.step in v.saves_all
     ]  # fmt: skip
+    skew = PlainLazyArray(lambda: _skews(v)) if stream else list(_skews(v))
     return {"delayed": delayed, "step_skew": skew, "critical_path": paths, "what_if": what_if,
             "what_if_together": together}  # fmt: skip
 
