@@ -47,15 +47,8 @@ from tracefuse_stream.align import gloo_groups
 from tracefuse_stream.align.clock import is_collective_kernel
 from tracefuse_stream.align.collective_event import STEP_PREFIX, CollectiveEvent, Key, _describe, _step_of
 from tracefuse_stream.align.instance_ends import FAR_CLOCK_NS, check_ends, drop_apart, far_clock_note
-from tracefuse_stream.align.p2p import (
-    ANY_SOURCE,
-    GLOO_P2P,
-    P2P_CALLS,
-    P2pCall,
-    link_notes,
-    match_pairs,
-    p2p_call,
-)
+from tracefuse_stream.align.p2p import ANY_SOURCE, GLOO_P2P, P2P_CALLS, P2pCall, match_pairs, p2p_call
+from tracefuse_stream.align.p2p import link_notes as p2p_link_notes
 from tracefuse_stream.align.pg_config import PgConfig, pg_config_of, pg_count_of
 from tracefuse_stream.align.sequences import match_group
 from tracefuse_stream.errors import ErrorKind, InputError
@@ -483,7 +476,7 @@ def _link_p2p(
         inst = Instance(len(table.instances) + k, f"send/recv {p.src}->{p.dst}", p.group, "p2p", entries)
         inst.step, inst.sender = p.send.step, p.src
         table.p2p_pairs.append(inst)
-    table.notes += link_notes(res.pairs)
+    table.notes += p2p_link_notes(res.pairs)
 
 
 __all__ = [
