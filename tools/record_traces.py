@@ -171,6 +171,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 SEED = 1234
 HERE = Path(__file__).resolve()
@@ -317,6 +318,23 @@ class TraceSet:
 # the job of the issue-37 pairs (ddp4_runs_*): what each run changes goes on top
 _RUN_A: dict = {"d_in": 256, "d_hidden": 256, "d_out": 256, "layers": 2, "batch": 512}
 
+
+def _pipeline4(name: str, **knobs: Any) -> TraceSet:
+    """The 4-stage pipeline of pp4_shapes_a/b and pp4_pure_a/b (record_shapes: the
+    send/recv peers recorded), with ``knobs`` on top."""
+    return TraceSet(
+        name,
+        4,
+        active=3,
+        pin=True,
+        record_shapes=True,
+        work_s=0.006,
+        kind="pipeline",
+        micro_batches=4,
+        **knobs,
+    )
+
+
 SETS: dict[str, TraceSet] = {
     s.name: s
     for s in [
@@ -432,26 +450,12 @@ SETS: dict[str, TraceSet] = {
         ),
         # as pp4_stages_a with record_shapes (send/recv peers recorded); rank 1: 2 x
         # mm(640 x 640) in each micro-batch's forward; pp4_shapes_b: nobody slower
-        TraceSet(
+        _pipeline4(
             "pp4_shapes_a",
-            4,
-            active=3,
-            pin=True,
-            record_shapes=True,
-            work_s=0.006,
-            kind="pipeline",
-            micro_batches=4,
             rank_ops=((1, "mm", 2, 640),),
         ),
-        TraceSet(
+        _pipeline4(
             "pp4_shapes_b",
-            4,
-            active=3,
-            pin=True,
-            record_shapes=True,
-            work_s=0.006,
-            kind="pipeline",
-            micro_batches=4,
         ),
         # rank 2: 2 x mm(640 x 640) at the end of every step, after its last collective
         TraceSet(
@@ -466,27 +470,13 @@ SETS: dict[str, TraceSet] = {
         # pure pipelines (no loss all_reduce: send/recv only, no collective in the step),
         # otherwise as pp4_shapes_a/b; rank 2: 2 x mm(640 x 640) in each micro-batch's
         # forward; pp4_pure_b: nobody slower
-        TraceSet(
+        _pipeline4(
             "pp4_pure_a",
-            4,
-            active=3,
-            pin=True,
-            record_shapes=True,
-            work_s=0.006,
-            kind="pipeline",
-            micro_batches=4,
             rank_ops=((2, "mm", 2, 640),),
             loss_all_reduce=False,
         ),
-        TraceSet(
+        _pipeline4(
             "pp4_pure_b",
-            4,
-            active=3,
-            pin=True,
-            record_shapes=True,
-            work_s=0.006,
-            kind="pipeline",
-            micro_batches=4,
             loss_all_reduce=False,
         ),
         # two 2-stage pipelines on the groups [0, 2] and [1, 3] (send/recv peers: group ranks)
