@@ -68,20 +68,21 @@ def _ops(rank: int, stages: int, micro: int, slow: Optional[int], extra_ns: int,
     def jitter(ns: int) -> int:
         return ns + rng.randrange(-2_000, 2_001)
 
+    stage = rank % stages  # pipelines side by side: ranks [p * stages, (p + 1) * stages)
     ops: List[Op] = []
     for _m in range(micro):
-        if rank > 0:
+        if stage > 0:
             ops.append(Op("recv", SENDRECV, peer=rank - 1))
         if rank == slow:
             ops.append(Op("compute", EXTRA, extra_ns))
         ops.append(Op("compute", GEMM, jitter(FWD_NS)))
-        if rank < stages - 1:
+        if stage < stages - 1:
             ops.append(Op("send", SENDRECV, peer=rank + 1))
     for _m in range(micro):
-        if rank < stages - 1:
+        if stage < stages - 1:
             ops.append(Op("recv", SENDRECV, peer=rank + 1))
         ops.append(Op("compute", GEMM, jitter(BWD_NS)))
-        if rank > 0:
+        if stage > 0:
             ops.append(Op("send", SENDRECV, peer=rank - 1))
     if not pure:
         ops.append(Op("allreduce", ALLREDUCE))
@@ -172,10 +173,13 @@ def build(
     extra_ns: int = 300_000,
     pure: bool = False,
     seed: int = 0,
+    pipelines: int = 1,
 ) -> Truth:
-    """Write one ``rank<r>.json.gz`` per stage into ``out``; the ground truth back."""
+    """Write one ``rank<r>.json.gz`` per stage into ``out`` (``pipelines`` of ``stages``
+    ranks each, side by side: the all-reduce, unless ``pure``, spans them all); the
+    ground truth back."""
     rng = random.Random(seed)
-    group = list(range(stages))
+    group = list(range(stages * pipelines))
     events: Dict[int, List[Dict[str, Any]]] = {r: [] for r in group}
     truth = Truth(slow, micro * extra_ns if slow is not None else 0, list(steps), 0, 0)
     cpu_at = {r: 1_000_000 + rng.randrange(0, 5_000) for r in group}
@@ -217,14 +221,14 @@ def build(
             "distributedInfo": {
                 "backend": "nccl",
                 "rank": r,
-                "world_size": stages,
+                "world_size": len(group),
                 "pg_count": 1,
                 "pg_config": [
                     {
                         "pg_name": "0",
                         "pg_desc": "default_pg",
                         "backend_config": "cuda:nccl",
-                        "pg_size": stages,
+                        "pg_size": len(group),
                         "ranks": group,
                     }
                 ],

@@ -158,3 +158,35 @@ def test_a_pure_nccl_pipeline_is_judged_on_the_gpu(capsys: pytest.CaptureFixture
         assert top["name"] == pipe.EXTRA and abs(top["extra_us"] - extra_us) <= 0.05 * extra_us
     for s in coll["what_if"]:
         assert s["rank"] == 2 and abs(s["saves_us"] - extra_us) <= 0.05 * extra_us
+
+
+def test_two_pipelines_side_by_side_judge_each_stage_within_its_own(
+    capsys: pytest.CaptureFixture, tmp_path: Path
+) -> None:
+    """Ranks 0-1 and 2-3 are two 2-stage pipelines with no collective between them
+    (analyze/p2p_steps.py: one step end per set of ranks the pairs connect). Rank 1 is
+    slow: only rank 0 waits for it, the other pipeline does not; compared with every
+    rank at once (one end for all) the median hid it and nobody was named. The what-if
+    is the extra exactly: each stage is compared with the others' same moment (the last
+    stage's first backward send with the other last stage's)."""
+    truth = pipe.build(tmp_path, stages=2, pipelines=2, slow=1, pure=True)
+    coll = _info(capsys, tmp_path)
+    assert coll["point_to_point"]["linked"] == truth.pairs == 48
+    assert sorted({(p["src"], p["dst"]) for p in coll["point_to_point"]["pairs"]}) == [
+        (0, 1),
+        (1, 0),
+        (2, 3),
+        (3, 2),
+    ]
+    assert [s["rank"] for s in coll["stragglers"]] == [1]
+    assert [(d["rank"], d["by_rank"]) for d in coll["delayed"]] == [(0, 1)] * len(coll["delayed"])
+    assert coll["delayed"]
+    extra_us = truth.extra_per_step_ns / 1000
+    for w in coll["why"]:
+        assert w["contributors"][0]["name"] == pipe.EXTRA and 0.8 <= w["share"] <= 1.2
+    assert len(coll["what_if"]) == 3
+    for s in coll["what_if"]:
+        assert abs(s["saves_us"] - extra_us) <= 0.05 * extra_us, s
+    pipe.build(tmp_path / "control", stages=2, pipelines=2, slow=None, pure=True)
+    control = _info(capsys, tmp_path / "control")
+    assert control["stragglers"] == [] and control["delayed"] == []

@@ -61,6 +61,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from tracefuse_stream.align.collectives import CollectiveTable, Instance
 from tracefuse_stream.analyze.medians import median, median_without
+from tracefuse_stream.analyze.pair_roles import pair_role, pair_roles
 
 Node = Tuple[str, int, int]  # ("S" | "A" | "D" | "E", rank, instance id or -1)
 START = -2  # a cut's key (rank, START): how much earlier the rank starts the step
@@ -114,9 +115,20 @@ class StepGraph:
     by_id: Dict[int, Instance] = field(default_factory=dict)  # the step's instances
     floor_ns: int = 0  # the noise floor the skews were settled with
     p2p: Dict[int, List[Tuple[int, int]]] = field(default_factory=dict)  # rank -> its send/recv spans
-    # a step of send/recv pairs alone (a pipeline): its end, met by every rank, read as a
-    # collective (analyze/p2p_steps.py); own[(rank, its id)] is the rank's own time to it
-    end_inst: Optional[Instance] = None
+    # a step of send/recv pairs alone (a pipeline): its end, met by every rank of a set the
+    # pairs connect (one per pipeline), read as a collective (analyze/p2p_steps.py);
+    # own[(rank, its id)] is the rank's own time to it
+    ends: List[Instance] = field(default_factory=list)
+
+    def end_of(self, rank: int) -> Optional[Instance]:
+        """The step end ``rank`` meets (None: a step with collectives)."""
+        return next((e for e in self.ends if rank in e.entries), None)
+
+    def peers(self, rank: int) -> List[int]:
+        """The ranks ``rank`` is compared with and can hold up: its pipeline's, in a step
+        of pairs alone (two pipelines never wait for each other), else every rank."""
+        e = self.end_of(rank)
+        return list(e.entries) if e is not None else list(self.order)
 
     @property
     def end_ns(self) -> int:
@@ -192,11 +204,11 @@ def settle(g: StepGraph, floor_ns: int) -> None:
     insts = [i for i in g.by_id.values() if i.sender is None]  # a send/recv pair's ends differ by design
     g.floor_ns = floor_ns
     g.late_skew = _late_skews(g.skew, insts, floor_ns)
-    end = [g.end_inst] if g.end_inst is not None else []  # a pipeline's step end: own time compared there
+    end = g.ends  # a pipeline's step end: own time compared there
     owns = {i.id: sorted(g.own[(q, i.id)] for q in i.entries) for i in insts + end}  # the others' medians
     for r, ids in g.order.items():
         best_late, best_at = 0, -1
-        for i in ids + [e.id for e in end]:
+        for i in ids + [e.id for e in end if r in e.entries]:
             if len(owns.get(i, ())) < 2:  # a pair's two ranks do different work: not compared
                 continue
             late = g.late_skew.get(r, 0) + g.own[(r, i)] - median_without(owns[i], g.own[(r, i)])
@@ -219,7 +231,7 @@ def own_spreads(g: StepGraph) -> List[int]:
     own times to it (waiting left out): how far apart ranks that are not held up arrive,
     which a cascade (most ranks late only because they waited) does not inflate."""
     out = []
-    for i in [*g.by_id.values(), *([g.end_inst] if g.end_inst is not None else [])]:
+    for i in [*g.by_id.values(), *g.ends]:
         if len(i.entries) > 2:
             v = sorted(g.own[(q, i.id)] for q in i.entries)
             out.append(v[(len(v) + 1) // 2 - 1] - v[0])
@@ -289,6 +301,13 @@ def _skews(table: CollectiveTable, start: Dict[int, int]) -> Dict[int, int]:
         for r in ranks:
             out[r] = start[r] - median_without(values, start[r]) if len(ranks) > 1 else 0
     return out
+
+
+def skews_within(table: CollectiveTable, g: StepGraph, ranks: Sequence[int]) -> None:
+    """Re-read the step-start skews of ``ranks`` against each other only (a pipeline of
+    a step of pairs alone: pipelines side by side drift apart, and one's start is not
+    another's lateness)."""
+    g.skew.update(_skews(table, {r: g.start[r] for r in ranks}))
 
 
 def _late_skews(skew: Dict[int, int], insts: Sequence[Instance], floor_ns: int) -> Dict[int, int]:
@@ -391,17 +410,17 @@ def extra_cut(g: StepGraph, rank: int) -> Dict[Tuple[int, int], int]:
     counts as its lateness: what fixing it removes."""
     own, by_id = gaps(g), g.by_id
     cut: Dict[Tuple[int, int], int] = {}
-    roles: Dict[Tuple[bool, bool], List[int]] = {}  # the other ranks' gaps before their sends, recvs
-    for (q, i), v in own.items():
-        if q != rank and i >= 0 and by_id[i].sender is not None:
-            roles.setdefault(_role(by_id[i], q), []).append(v)
+    roles = pair_roles(g.order, g.by_id, rank, own)
+    seen: Dict[Tuple[bool, bool], int] = {}
     for i in g.order.get(rank, []):
-        sender = by_id[i].sender
-        others = (
-            roles.get(_role(by_id[i], rank)) or roles.get(_role(by_id[i], rank, True)) or []
-            if sender is not None
-            else [own[(q, i)] for q in by_id[i].entries if q != rank]
-        )
+        if by_id[i].sender is not None:
+            role = pair_role(by_id[i], rank)
+            k = seen[role] = seen.get(role, -1) + 1
+            others = (
+                roles.get((role, k)) or roles.get(role) or roles.get(pair_role(by_id[i], rank, True)) or []
+            )
+        else:
+            others = [own[(q, i)] for q in by_id[i].entries if q != rank]
         if others:
             cut[(rank, i)] = max(0, own[(rank, i)] - median(others))
     if g.late_skew.get(rank, 0) > 0:  # it entered the step late: it starts on time
@@ -410,17 +429,6 @@ def extra_cut(g: StepGraph, rank: int) -> Dict[Tuple[int, int], int]:
     if tails and (rank, -1) in own:
         cut[(rank, -1)] = max(0, own[(rank, -1)] - median(tails))
     return cut
-
-
-def _role(inst: Instance, rank: int, flip: bool = False) -> Tuple[bool, bool]:
-    """A send/recv pair seen from one of its ranks: (it sends, the data goes to the higher
-    rank). A pipeline's stages hand activations one way and gradients back the other,
-    and a stage's work before its forward send is not its work before a backward one:
-    a slow stage's forward is compared with the other stages' forwards (``flip``: the
-    other direction, where no other rank sent this way)."""
-    ranks = sorted(inst.entries)
-    up = inst.sender == ranks[0]
-    return inst.sender == rank, up != flip
 
 
 def saves_ns(g: StepGraph, ranks: Sequence[int]) -> int:
@@ -437,7 +445,7 @@ def held_through(g: StepGraph, rank: int) -> int:
     cascade: the median over them of how much earlier each would end its step without
     ``rank``'s extra own work (:func:`extra_cut`)."""
     now, fixed = retime_ends(g), retime_ends(g, extra_cut(g, rank))
-    return median([now[q] - fixed[q] for q in now if q != rank])
+    return median([now[q] - fixed[q] for q in g.peers(rank) if q != rank])
 
 
 def held_in_p2p(g: StepGraph, rank: int) -> int:
@@ -445,38 +453,9 @@ def held_in_p2p(g: StepGraph, rank: int) -> int:
     ``rank`` (the median over them): a pipeline's stages wait for a slow stage in their
     send/recv, and Kineto writes no peer to say for whom; asked only of a rank whose own
     lateness stands out, and capped by it (the caller)."""
-    blocked = {q: _blocked(g.p2p.get(q, ()), g.start[q], g.end[q]) for q in g.order}
+    blocked = {q: _blocked(g.p2p.get(q, ()), g.start[q], g.end[q]) for q in g.peers(rank)}
     others = [blocked[q] for q in blocked if q != rank]
     return max(0, median(others) - blocked.get(rank, 0)) if others else 0
-
-
-def delays(g: StepGraph, late: Dict[int, Tuple[int, int]]) -> List[Delay]:
-    """For each rank in ``late`` (rank -> (lateness, instance id where it is latest))
-    whose own lateness explains less than half of it and a wait before it at least half:
-    where it waited, for whom, and the origin of the cascade."""
-    out: List[Delay] = []
-    by_id = g.by_id
-    waited: Dict[int, Tuple[int, int, int]] = {}  # rank -> (wait, instance, last arriver)
-    for r, (lateness, at_id) in late.items():
-        if at_id < 0 or lateness <= 0 or 2 * g.own_late.get(r, 0) > lateness:
-            continue
-        a = by_id[at_id].entries[r].start_ns
-        best = (0, -1, -1)
-        for j in g.order.get(r, []):
-            e = by_id[j].entries[r]
-            if e.start_ns >= a or by_id[j].sender is not None:
-                continue  # a wait in a send/recv is a pipeline's bubble unless a straggler is behind it (p2p_delays)
-            w = min(by_id[j].last_arrival_ns, a) - e.start_ns
-            if w > best[0]:
-                best = (w, j, by_id[j].last_rank)
-        if best[1] >= 0 and 2 * best[0] >= lateness:  # the waiting explains the lateness
-            waited[r] = best
-    for r, (w, j, by) in sorted(waited.items()):
-        origin, hops = by, 0
-        while origin in waited and hops < len(waited):
-            origin, hops = waited[origin][2], hops + 1
-        out.append(Delay(r, g.step, late[r][1], j, by, origin, w))
-    return out
 
 
 __all__ = [
@@ -485,7 +464,6 @@ __all__ = [
     "StepGraph",
     "build",
     "compact",
-    "delays",
     "extra_cut",
     "gaps",
     "held_in_p2p",

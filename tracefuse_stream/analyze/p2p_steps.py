@@ -15,14 +15,18 @@ time of the later one (the pairs are the step's instances for wait and held), th
 cascade followed through the re-timed graph (analyze/graph.py ``held_through``), so
 the same threshold, evidence, why, delayed ranks and what-if apply.
 
-The step end is one pseudo-instance per such step (``match`` and name ``step end``,
-ids after the pairs'), kept on the step's graph (``StepGraph.end_inst``), never among
-the graph's instances: the re-timing and the critical path are the pairs' alone.
+The step end is one pseudo-instance per such step and per set of ranks the step's pairs
+connect (``match`` and name ``step end``, ids after the pairs'): two pipelines side by
+side never wait for each other, so a slow stage of one is compared with, and holds up,
+its own pipeline's stages only (one end for all would take the median over both, and
+the other pipeline's stages, not held at all, would hide it). The ends are kept on the
+step's graph (``StepGraph.ends``), never among the graph's instances: the re-timing and
+the critical path are the pairs' alone.
 """
 
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 from tracefuse_stream.align.collectives import CollectiveTable, Entry, Instance
 from tracefuse_stream.analyze import graph as G
@@ -40,7 +44,8 @@ DEFINITIONS = (
 
 
 def add_step_ends(table: CollectiveTable, graphs: Dict[Optional[int], G.StepGraph]) -> None:
-    """Give each graph made of send/recv pairs alone its step end (ids after every
+    """Give each graph made of send/recv pairs alone its step ends, one per set of ranks
+    its pairs connect (ids after every
     instance's and pair's, in step order) and each rank's own time to it."""
     ids = [i.id for i in [*table.instances, *table.p2p_pairs]]
     next_id = max(ids, default=-1) + 1
@@ -48,20 +53,46 @@ def add_step_ends(table: CollectiveTable, graphs: Dict[Optional[int], G.StepGrap
         g = graphs[step]
         if step is None or not g.by_id or any(i.sender is None for i in g.by_id.values()):
             continue
-        entries: Dict[int, Entry] = {}
-        for r in sorted(g.order):
-            span = table.steps.get(r, {}).get(step)
-            at = span[1] if span else g.end[r]  # the step's end: a cut of the why's segments
-            entries[r] = Entry(g.by_id[g.order[r][-1]].entries[r].event, at, at, None)
-        g.end_inst = Instance(next_id, STEP_END, "", STEP_END, entries, step)
-        for r in g.order:
-            g.own[(r, next_id)] = G.own_to_end(g, r)
-        next_id += 1
+        sets = _connected(g)
+        for ranks in sets:
+            if len(sets) > 1:
+                G.skews_within(table, g, ranks)
+            entries: Dict[int, Entry] = {}
+            for r in ranks:
+                span = table.steps.get(r, {}).get(step)
+                at = span[1] if span else g.end[r]  # the step's end: a cut of the why's segments
+                entries[r] = Entry(g.by_id[g.order[r][-1]].entries[r].event, at, at, None)
+            end = Instance(next_id, STEP_END, "", STEP_END, entries, step)
+            g.ends.append(end)
+            for r in ranks:
+                g.own[(r, next_id)] = G.own_to_end(g, r)
+            next_id += 1
+
+
+def _connected(g: G.StepGraph) -> List[List[int]]:
+    """The step's ranks in the sets its send/recv pairs connect, each sorted, in order
+    of their lowest rank."""
+    parent = {r: r for r in g.order}
+
+    def root(r: int) -> int:
+        while parent[r] != r:
+            parent[r] = parent[parent[r]]
+            r = parent[r]
+        return r
+
+    for inst in g.by_id.values():
+        a, *rest = sorted(inst.entries)
+        for b in rest:
+            parent[root(b)] = root(a)
+    sets: Dict[int, List[int]] = {}
+    for r in sorted(g.order):
+        sets.setdefault(root(r), []).append(r)
+    return sorted(sets.values())
 
 
 def pipeline_only(g: Optional[G.StepGraph]) -> bool:
     """The step's graph is its send/recv pairs alone (it has a step end)."""
-    return g is not None and g.end_inst is not None
+    return g is not None and bool(g.ends)
 
 
 __all__ = ["DEFINITIONS", "STEP_END", "add_step_ends", "pipeline_only"]

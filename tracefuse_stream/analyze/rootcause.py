@@ -30,7 +30,7 @@ def root_cause(
             if t > row.threshold.get(r, 0) and row.held.get(r, 0) <= row.threshold.get(r, 0)
         }
         # a pipeline's step end is no instance of its graph: its delays are the pairs' (below)
-        found = G.delays(row.graph, late) if row.graph.end_inst is None else []
+        found = collective_delays(row.graph, late) if not row.graph.ends else []
         named = {d.rank for d in found}
         delayed += found + [d for d in p2p_delays(row) if d.rank not in named]
     saves: Dict[Tuple[int, Optional[int]], int] = {}
@@ -87,4 +87,33 @@ def p2p_delays(row: Any) -> List[G.Delay]:
     return out
 
 
-__all__ = ["p2p_delays", "root_cause"]
+def collective_delays(g: G.StepGraph, late: Dict[int, Tuple[int, int]]) -> List[G.Delay]:
+    """For each rank in ``late`` (rank -> (lateness, instance id where it is latest))
+    whose own lateness explains less than half of it and a wait before it at least half:
+    where it waited, for whom, and the origin of the cascade."""
+    out: List[G.Delay] = []
+    by_id = g.by_id
+    waited: Dict[int, Tuple[int, int, int]] = {}  # rank -> (wait, instance, last arriver)
+    for r, (lateness, at_id) in late.items():
+        if at_id < 0 or lateness <= 0 or 2 * g.own_late.get(r, 0) > lateness:
+            continue
+        a = by_id[at_id].entries[r].start_ns
+        best = (0, -1, -1)
+        for j in g.order.get(r, []):
+            e = by_id[j].entries[r]
+            if e.start_ns >= a or by_id[j].sender is not None:
+                continue  # a wait in a send/recv is a pipeline's bubble unless a straggler is behind it (p2p_delays)
+            w = min(by_id[j].last_arrival_ns, a) - e.start_ns
+            if w > best[0]:
+                best = (w, j, by_id[j].last_rank)
+        if best[1] >= 0 and 2 * best[0] >= lateness:  # the waiting explains the lateness
+            waited[r] = best
+    for r, (w, j, by) in sorted(waited.items()):
+        origin, hops = by, 0
+        while origin in waited and hops < len(waited):
+            origin, hops = waited[origin][2], hops + 1
+        out.append(G.Delay(r, g.step, late[r][1], j, by, origin, w))
+    return out
+
+
+__all__ = ["collective_delays", "p2p_delays", "root_cause"]

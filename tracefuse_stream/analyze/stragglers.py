@@ -237,7 +237,7 @@ def _fill_row(table: CollectiveTable, row: StepRow, insts: Sequence[Instance], g
         if lo is not None and hi is not None:
             row.busy[r] = max(0, hi - lo - row.wait[r])
         row.lateness[r], row.late_at[r] = 0, -1
-    end = [g.end_inst] if g.end_inst is not None else []  # a pipeline's step end (analyze/p2p_steps.py)
+    end = g.ends  # a pipeline's step ends (analyze/p2p_steps.py)
     for inst in end or insts:  # lateness: arrival from the step start, against the others' median
         if len(inst.entries) < 2:
             continue
@@ -255,7 +255,7 @@ def _fill_row(table: CollectiveTable, row: StepRow, insts: Sequence[Instance], g
         row.held[r] = row.held_raw[r] = 0
         if row.lateness[r] <= 0 and row.own.get(r, 0) <= 0:
             continue  # held is at most the lateness
-        others = members.sample(r, end or mine[r])  # a pipeline: every stage of the step
+        others = members.sample(r, [e for e in end if r in e.entries] or mine[r])  # a pipeline: its stages
         waits = []
         for q in others:
             lo, hi = spans[q]
@@ -282,7 +282,7 @@ def _step_rows(table: CollectiveTable, graphs: Dict[Optional[int], G.StepGraph])
     for step in sorted(graphs, key=lambda s: (s is None, s or 0)):
         insts = by.get(step, [])
         row = StepRow(step, instances=len(insts))
-        if graphs[step].end_inst is not None:  # no collective: the waits and holds are the pairs'
+        if graphs[step].ends:  # no collective: the waits and holds are the pairs'
             insts = list(graphs[step].by_id.values())
         for inst in insts:
             row.last[inst.last_rank] = row.last.get(inst.last_rank, 0) + 1
@@ -338,7 +338,7 @@ def judge(table: CollectiveTable) -> Verdict:
             row.threshold[r] = max(verdict.base_threshold_ns(), outliers.of(h))
             if h > row.threshold[r]:
                 passes.setdefault(r, []).append(row)
-    group_size = _group_sizes([*table.instances, *(g.end_inst for g in graphs.values() if g.end_inst)])
+    group_size = _group_sizes([*table.instances, *(e for g in graphs.values() for e in g.ends)])
     found: List[Straggler] = []
     for r, where in sorted(passes.items()):
         persistent = 2 * len(where) > len(rows)

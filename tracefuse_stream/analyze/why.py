@@ -332,8 +332,8 @@ class Explain:
         self.by_id = {i.id: i for i in table.instances}
         # a pipeline step's end (analyze/p2p_steps.py): each rank's stretch is then its whole step
         for row in verdict.by_step:
-            if row.graph is not None and row.graph.end_inst is not None:
-                self.by_id[row.graph.end_inst.id] = row.graph.end_inst
+            for end in row.graph.ends if row.graph is not None else []:
+                self.by_id[end.id] = end
         self.suspects, self.skew_of = _suspects(verdict)
         self.own_of = {x.step: x.own for x in verdict.by_step}
         self.entered = _EnteredWhere(verdict, table, plans, segments)
