@@ -320,19 +320,17 @@ _RUN_A: dict = {"d_in": 256, "d_hidden": 256, "d_out": 256, "layers": 2, "batch"
 
 
 def _pipeline4(name: str, **knobs: Any) -> TraceSet:
-    """The 4-stage pipeline of pp4_shapes_a/b and pp4_pure_a/b (record_shapes: the
-    send/recv peers recorded), with ``knobs`` on top."""
-    return TraceSet(
-        name,
-        4,
-        active=3,
-        pin=True,
-        record_shapes=True,
-        work_s=0.006,
-        kind="pipeline",
-        micro_batches=4,
-        **knobs,
-    )
+    """The pipelines of 4 ranks (pp4_shapes_a/b, pp4_pure_a/b, pp2x2_shapes;
+    record_shapes: the send/recv peers recorded), with ``knobs`` on top."""
+    base: dict = {
+        "active": 3,
+        "pin": True,
+        "record_shapes": True,
+        "work_s": 0.006,
+        "kind": "pipeline",
+        "micro_batches": 4,
+    }
+    return TraceSet(name, 4, **{**base, **knobs})
 
 
 SETS: dict[str, TraceSet] = {
@@ -480,17 +478,7 @@ SETS: dict[str, TraceSet] = {
             loss_all_reduce=False,
         ),
         # two 2-stage pipelines on the groups [0, 2] and [1, 3] (send/recv peers: group ranks)
-        TraceSet(
-            "pp2x2_shapes",
-            4,
-            active=3,
-            pin=True,
-            record_shapes=True,
-            work_s=0.006,
-            kind="pipeline",
-            micro_batches=2,
-            groups=((0, 2), (1, 3)),
-        ),
+        _pipeline4("pp2x2_shapes", micro_batches=2, groups=((0, 2), (1, 3))),
         # as mg4_pairs_a, nobody slower
         TraceSet("mg4_pairs_b", 4, active=3, pin=True, work_s=0.05, kind="pairs", groups=((0, 1), (2, 3))),
         # rank 1: 0.12 s more before backward; rank 3: 90 x qr(128 x 128) after forward
