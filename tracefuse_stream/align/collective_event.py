@@ -34,6 +34,12 @@ class CollectiveEvent(NamedTuple):
     kept: bool  # survives the merge's filters and window
     size: Optional[Tuple[Any, Any, Any, Any]] = None  # (In msg nelems, Out msg nelems, dtype, Group size)
 
+    @property
+    def nccl_p2p(self) -> Optional[str]:
+        """``"send"`` / ``"recv"`` for a NCCL point-to-point kernel (keyed ``("p2p", group,
+        op, peer)``: linked as a pair, align/p2p.py), else None."""
+        return self.key[2] if self.kind == "gpu" and self.key[0] == "p2p" else None  # type: ignore[return-value]
+
 
 def _plain(v: Any) -> Any:
     """A size arg as a plain value (an int, a short string) or None."""

@@ -47,7 +47,15 @@ from tracefuse_stream.align import gloo_groups
 from tracefuse_stream.align.clock import is_collective_kernel
 from tracefuse_stream.align.collective_event import STEP_PREFIX, CollectiveEvent, Key, _describe, _step_of
 from tracefuse_stream.align.instance_ends import FAR_CLOCK_NS, check_ends, drop_apart, far_clock_note
-from tracefuse_stream.align.p2p import ANY_SOURCE, GLOO_P2P, P2P_CALLS, P2pCall, match_pairs, p2p_call
+from tracefuse_stream.align.p2p import (
+    ANY_SOURCE,
+    GLOO_P2P,
+    P2P_CALLS,
+    P2pCall,
+    match_pairs,
+    p2p_call,
+    p2p_ops,
+)
 from tracefuse_stream.align.p2p import link_notes as p2p_link_notes
 from tracefuse_stream.align.pg_config import PgConfig, pg_config_of, pg_count_of
 from tracefuse_stream.align.sequences import match_group
@@ -273,7 +281,7 @@ def _gpu_entries(scan: RankScan, cfg: PgConfig, offset: int) -> Dict[Key, Entry]
     groups: Dict[Key, List[Entry]] = {}
     cfg_ranks = dict(cfg)
     for e in scan.events:
-        if e.kind != "gpu" or e.key[0] == "p2p":  # send/recv: linked as pairs (align/p2p.py)
+        if e.kind != "gpu" or e.nccl_p2p:  # send/recv: linked as pairs (align/p2p.py)
             continue
         start = scan.base_ns + e.ts_ns + offset
         entry = Entry(e, start, start + e.dur_ns, e.ranks or cfg_ranks.get(e.pg or ""))
@@ -346,9 +354,8 @@ def _match_gloo(
     offsets: Mapping[int, int],
     unmatched: Counter,
     notes: List[str],
-    p2p: Counter,
 ) -> List[Tuple[str, str, str, Dict[int, Entry]]]:
-    """gloo ops (point-to-point ones counted in ``p2p`` and left out): attributed to groups (align/gloo_groups.py), matched per group in order."""
+    """gloo ops (point-to-point ones left out: align/p2p.py ``p2p_ops``): attributed to groups (align/gloo_groups.py), matched per group in order."""
     merged = sorted(scans)
     ops: Dict[int, List[Entry]] = {}
     for r in merged:
@@ -358,10 +365,6 @@ def _match_gloo(
             for e in scans[r].events
             if e.kind == "gloo" and e.name not in P2P_GLOO
         ]
-        p2p.update(e.name for e in scans[r].events if e.kind == "gloo" and e.name in P2P_GLOO)
-        p2p.update(
-            f"NCCL {e.key[2]} kernel" for e in scans[r].events if e.kind == "gpu" and e.key[0] == "p2p"
-        )
     if not any(ops.values()):
         return []
     table = gloo_groups.group_table({r: cfgs.get(r, []) for r in merged}, notes)
@@ -418,8 +421,8 @@ def match_instances(
     unmatched: Counter = Counter()
     found = _match_gpu(scans, pg_configs, hosts, offsets, unmatched)
     n_gpu_order = sum(1 for f in found if f[2] == "order")
-    p2p: Counter = Counter()
-    found += _match_gloo(scans, pg_configs, pg_counts or {}, hosts, offsets, unmatched, notes, p2p)
+    p2p = p2p_ops(scans)
+    found += _match_gloo(scans, pg_configs, pg_counts or {}, hosts, offsets, unmatched, notes)
     found = drop_apart(found, unmatched)  # type: ignore[arg-type,assignment]  # never one collective, whatever the clocks
     found, host_offs, _tol = check_ends(found, hosts, unmatched)  # type: ignore[arg-type,assignment]
     notes += [far_clock_note(h, off) for h, off in sorted(host_offs.items()) if abs(off) > FAR_CLOCK_NS]

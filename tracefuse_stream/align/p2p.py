@@ -121,10 +121,11 @@ def _calls_for(scan: Any) -> List[Tuple[Side, Optional[P2pCall], str]]:
     used: Set[Tuple[str, int]] = set()
     out: List[Tuple[Side, Optional[P2pCall], str]] = []
     for e in scan.events:
-        if e.kind == "gpu" and e.key[0] == "p2p":  # a NCCL kernel: its own args name the peer
-            step = _step_of(scan, e.ts_ns)
+        kernel_op = e.nccl_p2p
+        if kernel_op:  # a NCCL kernel: its own args name the peer
             end = e.ts_ns + e.dur_ns
-            out.append((Side(scan.rank, e.key[2], e, e.ts_ns, end, step), P2pCall(e.key[2], e.ts_ns, end, e.key[3], 0, True), e.key[2]))  # fmt: skip
+            side = Side(scan.rank, kernel_op, e, e.ts_ns, end, _step_of(scan, e.ts_ns))
+            out.append((side, P2pCall(kernel_op, e.ts_ns, end, e.key[3], 0, True), kernel_op))
             continue
         op = GLOO_P2P.get(e.name, "any" if e.name in ANY_SOURCE else None)
         if e.kind != "gloo" or op is None:
@@ -287,6 +288,19 @@ def link_notes(pairs: Sequence[Pair]) -> List[str]:
     return notes
 
 
+def p2p_ops(scans: Mapping[int, Any]) -> Counter:
+    """The point-to-point ops of every rank by name (gloo's annotations, NCCL's kernels by
+    direction): not collectives, linked apart here."""
+    out: Counter = Counter()
+    for scan in scans.values():
+        for e in scan.events:
+            if e.kind == "gloo" and (e.name in GLOO_P2P or e.name in ANY_SOURCE):
+                out[e.name] += 1
+            elif e.nccl_p2p:
+                out[f"NCCL {e.nccl_p2p} kernel"] += 1
+    return out
+
+
 def _unlink(res: P2pResult, side: Side, why: str) -> None:
     res.unlinked[why] += 1
     res.spans.setdefault(side.rank, []).append((side.start_ns, side.end_ns))
@@ -309,5 +323,6 @@ __all__ = [
     "Side",
     "link_notes",
     "match_pairs",
+    "p2p_ops",
     "p2p_call",
 ]

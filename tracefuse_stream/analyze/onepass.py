@@ -229,7 +229,7 @@ def collective_ends(scan: RankScan, cap: int = DEFAULT_CAP) -> RankCollectives:
     out = RankCollectives()
     by_stream: Dict[Tuple[Any, Any], List[int]] = {}
     for e in scan.events:
-        if e.kind != "gpu" or e.key[0] == "p2p":  # a send/recv's end is not a group's (align/ends.py)
+        if e.kind != "gpu" or e.nccl_p2p:  # a send/recv's end is not a group's (align/ends.py)
             continue
         if out.count >= cap:
             out.cap_hit = True

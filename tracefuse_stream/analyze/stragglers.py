@@ -255,7 +255,8 @@ def _fill_row(table: CollectiveTable, row: StepRow, insts: Sequence[Instance], g
         row.held[r] = row.held_raw[r] = 0
         if row.lateness[r] <= 0 and row.own.get(r, 0) <= 0:
             continue  # held is at most the lateness
-        others = members.sample(r, [e for e in end if r in e.entries] or mine[r])  # a pipeline: its stages
+        at_end = g.end_of(r)  # a pipeline: the stages of its own
+        others = members.sample(r, [at_end] if at_end is not None else mine[r])
         waits = []
         for q in others:
             lo, hi = spans[q]

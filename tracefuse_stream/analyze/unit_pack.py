@@ -27,9 +27,8 @@ from tracefuse_stream.errors import OutputError
 ROW_FIELDS = 14
 BLOCK_ROWS = 256  # rows a packed block holds (28 KB raw): about a step's rows of one unit
 _KEEP = 4
-_UNPACKED: List[
-    Tuple[Any, array[int]]
-] = []  # (block or its spilled key, its rows): the last _KEEP decompressed
+#: (block or its spilled key, its rows): the last _KEEP decompressed
+_UNPACKED: List[Tuple[Any, array[int]]] = []
 _SERIALS = itertools.count(1)
 
 
@@ -112,9 +111,8 @@ class SpilledBlocks(Sequence[bytes]):
         return (tuple, (tuple(self),))
 
 
-Packed = Union[
-    Tuple[bytes, ...], SpilledBlocks
-]  # a unit's rows: zlib blocks of BLOCK_ROWS rows (pack_unit), or one raw block
+#: a unit's rows: zlib blocks of BLOCK_ROWS rows (pack_unit; in the reduce, spilled), or one raw block
+Packed = Union[Tuple[bytes, ...], SpilledBlocks]
 Unit = Tuple[Sequence[int], Packed]  # (where each segment's rows start, the rows)
 
 
