@@ -94,6 +94,9 @@ class LinkPlan:
     across_files: int = 0
     table: Optional[CollectiveTable] = None
     linked: Dict[int, List[Instance]] = field(default_factory=dict)  # output file -> linked instances
+    #: output file -> linked send/recv pairs: what the summary stands on in a pure pipeline
+    #: (no instance linked: report/summary_track.py)
+    linked_pairs: Dict[int, List[Instance]] = field(default_factory=dict)
     summary_notes: List[str] = field(default_factory=list)  # what align/summary_track.py wrote
     summary_events: int = 0  # events of the Collectives process written (slices, labels, why tracks)
     analysis: Any = None  # the summary's analysis, made once (report/summary_track.link_analysis)
@@ -122,6 +125,9 @@ class LinkPlan:
         if self.instances:
             text += ("; JSON outputs get a 'Collectives' process (sorted first): one slice per linked "
                      "instance, each rank's wait per step")  # fmt: skip
+        elif self.pairs:
+            text += ("; JSON outputs get a 'Collectives' process (sorted first): each rank's wait in "
+                     "its send/recv pairs per step")  # fmt: skip
         return [text] + ([f"collective links: {n}" for n in t.notes] if t is not None else [])
 
 
@@ -204,6 +210,7 @@ def _link_pairs(table: CollectiveTable, file_of: Dict[int, int], out: LinkPlan, 
             continue
         next_id += 1
         out.pairs += 1
+        out.linked_pairs.setdefault(file_of[inst.sender], []).append(inst)
         for r, e in inst.entries.items():
             ph = "s" if r == inst.sender else "f"
             ev = e.event

@@ -1,7 +1,10 @@
 """``merge --link-collectives``: the "Collectives" summary process at the top of the trace.
 
 Why: the flows show one instance at a time; the question "who holds the job back, and
-when" needs one glance. So the merged trace gets one extra process, sorted first:
+when" needs one glance. So the merged trace gets one extra process, sorted first (also
+for a pure pipeline, whose steps hold no collective: it stands on the linked send/recv
+pairs there, :func:`summary_marks`; the pairs get no slice of their own, their arrows
+show them):
 
 * ``process_name`` "Collectives", ``process_sort_index`` -1 (every rank's is >= 0);
 * one thread (track) per process group, named ``group <name> (ranks ...)``: one slice per
@@ -12,9 +15,9 @@ when" needs one glance. So the merged trace gets one extra process, sorted first
   overlap go to a second track of the group (``group <name> (ranks ...) #2``), so that
   no slices overlap without nesting;
 * one counter track per rank, ``collective wait (ms) rank R``: the time the rank spent
-  waiting in collectives in each step (the union of its waits, concurrent ones once, as
-  ``info --collectives`` gives it), set at the step's start on the lowest rank, back to 0
-  at the end of the last step;
+  waiting in collectives (a pure pipeline: in its send/recv pairs) in each step (the
+  union of its waits, concurrent ones once, as ``info --collectives`` gives it), set at
+  the step's start on the lowest rank, back to 0 at the end of the last step;
 * one "why rank R" track per straggler (analyze/why.py): one slice per step it stands out
   in, on the stretch that holds its largest contributor (time outside operators: the gap
   itself), named with the finding (``rank 5 step 3: +200.3 ms outside any operator and
@@ -88,14 +91,22 @@ def encode(events: Sequence[Dict[str, Any]]) -> bytes:
     return b",\n".join(dumps_exact(e) for e in events)
 
 
+def summary_marks(plan: Any, gi: int) -> List[Instance]:
+    """What output file ``gi``'s summary stands on: the collective instances ``plan``
+    linked in it, or, with none (a pure pipeline), its linked send/recv pairs."""
+    return plan.linked.get(gi) or plan.linked_pairs.get(gi, [])
+
+
 def summary_events(
     instances: Sequence[Instance],
     steps: Dict[int, Dict[int, Tuple[int, int]]],
     base_ns: int,
     waits: Optional[Dict[Optional[int], Dict[int, int]]] = None,
 ) -> List[Dict[str, Any]]:
-    """The summary process's events for ``instances`` (aligned absolute ns; the
-    output's ts are relative to ``base_ns``); empty when there are none."""
+    """The summary process's events for ``instances`` (:func:`summary_marks`; aligned
+    absolute ns; the output's ts are relative to ``base_ns``); empty when there are
+    none. A send/recv pair among them gets no slice (its arrow shows it), only its
+    step's wait counter."""
     if not instances:
         return []
     out: List[Dict[str, Any]] = []
@@ -104,7 +115,8 @@ def summary_events(
     out.append(_meta("process_sort_index", 0, {"sort_index": -1}, t0))
     order: Dict[str, List[Instance]] = {}
     for inst in sorted(instances, key=lambda i: (i.first_arrival_ns, i.id)):
-        order.setdefault(inst.group, []).append(inst)
+        if inst.sender is None:
+            order.setdefault(inst.group, []).append(inst)
     tid = 0
     for group, insts in order.items():
         ends: List[Tuple[int, int]] = []  # (tid, end_ns) of the group's tracks
@@ -233,9 +245,11 @@ def link_analysis(plan: Any, plans: Sequence[Any] = (), jobs: int = 1) -> Option
     """The analysis behind the summary (the why tracks, the waits) for ``plan``'s table,
     made once per merge and kept on ``plan``: its one pass per file for the why
     (analyze/why.py) also gives every rank's step figures (``plan.table.step_times``,
-    the per-rank counters: report/step_counters.py). None without instances."""
-    if plan.analysis is None and plan.table is not None and plan.table.instances:
-        plan.analysis = analyse(plan.table, list(plans) or None, jobs, every_rank=False)  # the why only
+    the per-rank counters: report/step_counters.py). None without instances or linked
+    send/recv pairs (a pure pipeline is judged from its pairs)."""
+    table = plan.table
+    if plan.analysis is None and table is not None and (table.instances or table.p2p_pairs):
+        plan.analysis = analyse(table, list(plans) or None, jobs, every_rank=False)  # the why only
     return plan.analysis
 
 
@@ -244,8 +258,9 @@ def write_summaries(
 ) -> List[str]:
     """Put each output file's summary process first in it (right after the head), for
     the instances ``plan`` (a :class:`~tracefuse_stream.align.links.LinkPlan`) linked
-    in that file, with the why tracks of the stragglers (``plans``: the merged ranks'
-    plans, read once more for the why: analyze/why.py); notes for the merge summary."""
+    in that file (a pure pipeline: its pairs, :func:`summary_marks`), with the why tracks
+    of the stragglers (``plans``: the merged ranks' plans, read once more for the why:
+    analyze/why.py) and the critical paths; notes for the merge summary."""
     notes = []
     steps = plan.table.steps if plan.table is not None else {}
     waits: Dict[Optional[int], Dict[int, int]] = {}
@@ -257,10 +272,10 @@ def write_summaries(
         why = a.why
         rows = a.verdict.by_step
     for gi, sink in enumerate(sinks):
-        events = summary_events(plan.linked.get(gi, []), steps, base_ns, waits)
+        here = summary_marks(plan, gi)
+        events = summary_events(here, steps, base_ns, waits)
         if not events:
             continue
-        here = plan.linked.get(gi, [])
         ranks_here = {r for inst in here for r in inst.entries}
         steps_here = {inst.step for inst in here}  # a --steps window: only its steps' findings
         tid0 = 1 + max((e["tid"] for e in events if e["ph"] == "M"), default=0)
@@ -275,8 +290,12 @@ def write_summaries(
         w.write(encode(events))
         sink.add_rank(-1, w.finish())
         plan.summary_events += len(events)  # the merge's totals count them (issue 28, item 6)
-        n = sum(1 for e in events if e["ph"] == "X")
-        notes.append(f"collective summary: process 'Collectives' (sorted first) with {n} instance slice(s)")
+        n = sum(1 for inst in here if inst.sender is None)
+        drawn = sum(1 for e in events if e["ph"] == "X") - n
+        notes.append(
+            f"collective summary: process 'Collectives' (sorted first) with {n} instance slice(s) "
+            f"and {drawn} why / critical path slice(s)"
+        )
     return notes
 
 
@@ -328,5 +347,5 @@ def _step_span(
     return None
 
 
-__all__ = ["link_analysis", "write_summaries", "COUNTER_NAME", "SUMMARY_ARG", "SUMMARY_CAT", "SUMMARY_PID", "is_summary_event", "slice_name",
+__all__ = ["link_analysis", "summary_marks", "write_summaries", "COUNTER_NAME", "SUMMARY_ARG", "SUMMARY_CAT", "SUMMARY_PID", "is_summary_event", "slice_name",
            "summary_events"]  # fmt: skip
