@@ -97,6 +97,10 @@ def _assert_tracks_are_infos(coll: Dict[str, Any], mine: List[Dict[str, Any]], b
         top = next(c for c in w["contributors"] if c.get("piece_ns"))
         lo, hi = top["piece_ns"] if top["kind"] in ("outside_ops", "gpu_idle") else top["span_ns"]
         assert _ns(e["dur"]) == hi - lo
+        # what fixing it saves (info's what_if for the rank and step), where one is estimated
+        saves = {(x["rank"], x["step"]): x["saves_us"] for x in coll["what_if"]}
+        want = saves.get((w["rank"], w["step"]))
+        assert e["args"].get("saves_us") == (None if want is None else Decimal(str(want)))
     assert len(on_path) + len(why) == len(slices)
     # the wait counters: each step's wait in its pairs (ms to the µs, as for collectives), then 0
     counters = [e for e in mine if e["ph"] == "C"]

@@ -303,6 +303,12 @@ def test_why_track_in_the_merge_leaves_every_rank_as_it_was(
         )
         assert 0.19e6 <= float(e["dur"]) <= 0.21e6
     capsys.readouterr()
+    # what fixing it saves, on the slice of the step it is found in: info's what_if exactly
+    assert main(["info", d, "--collectives", "--json"]) == 0
+    what_if = json.loads(capsys.readouterr().out)["collectives"]["what_if"]
+    saves = {(w["rank"], w["step"]): w["saves_us"] for w in what_if}
+    assert [e["args"]["saves_us"] for e in why] == [saves[(5, 2)], saves[(5, 3)]]
+    assert all(150_000 <= s <= 210_000 for s in (saves[(5, 2)], saves[(5, 3)]))  # the 200 ms sleep
     assert main(["verify", str(out), "--against", d]) == 0
 
 

@@ -151,11 +151,18 @@ def _slice(inst: Instance, tid: int, base_ns: int) -> Dict[str, Any]:
 
 
 def why_events(
-    why: Sequence[Dict[str, Any]], plans: Sequence[Any], base_ns: int, tid0: int
+    why: Sequence[Dict[str, Any]],
+    plans: Sequence[Any],
+    base_ns: int,
+    tid0: int,
+    saves: Optional[Dict[Tuple[int, Optional[int]], int]] = None,
 ) -> List[Dict[str, Any]]:
     """One "why rank R" track per straggler: a slice per step it stands out in, on the
     stretch that holds its largest contributor (time outside operators: the gap itself;
-    an operator: from its first to its last call in the stretch), named with the finding."""
+    an operator: from its first to its last call in the stretch), named with the finding.
+    ``saves``: the verdict's what-if, (rank, step) -> ns the step would end earlier without
+    the rank's extra time; a slice whose step has one carries it as ``saves_us``, so the
+    trace answers "what would fixing it save" where the finding is drawn."""
     by_rank = {p.rank: p for p in plans}
     out: List[Dict[str, Any]] = []
     tids: Dict[int, int] = {}
@@ -176,6 +183,9 @@ def why_events(
                 "explained_us": w["explained_us"], "reference_rank": w["reference_rank"],
                 "collective": w["collective"],
                 "contributors": [headline(c) for c in w["contributors"][:5]]}  # fmt: skip
+        saved = (saves or {}).get((w["rank"], w["step"]))
+        if saved is not None:
+            args["saves_us"] = round(saved / 1000, 3)
         out.append({"ph": "X", "cat": SUMMARY_CAT, "name": name, "pid": SUMMARY_PID, "tid": tids[w["rank"]],
                     "ts": _us(lo + shift), "dur": _us(max(hi - lo, 0)), "args": args})  # fmt: skip
     return out
@@ -266,11 +276,13 @@ def write_summaries(
     waits: Dict[Optional[int], Dict[int, int]] = {}
     why: List[Dict[str, Any]] = []
     rows: List[Any] = []
+    saves: Dict[Tuple[int, Optional[int]], int] = {}
     a = link_analysis(plan, plans, jobs)
     if a is not None:
         waits = {row.step: dict(row.wait) for row in a.verdict.by_step}
         why = a.why
         rows = a.verdict.by_step
+        saves = dict(a.verdict.saves)
     for gi, sink in enumerate(sinks):
         here = summary_marks(plan, gi)
         events = summary_events(here, steps, base_ns, waits)
@@ -280,7 +292,7 @@ def write_summaries(
         steps_here = {inst.step for inst in here}  # a --steps window: only its steps' findings
         tid0 = 1 + max((e["tid"] for e in events if e["ph"] == "M"), default=0)
         mine = [w for w in why if w["rank"] in ranks_here and w["step"] in steps_here]
-        events += why_events(mine, plans, base_ns, tid0)
+        events += why_events(mine, plans, base_ns, tid0, saves)
         tid1 = 1 + max((e["tid"] for e in events if e["ph"] == "M"), default=0)
         events += critical_path_events(rows, base_ns, tid1, steps_here)
         if not isinstance(sink, JsonSink):
