@@ -164,3 +164,27 @@ def test_both_kernel_paths_draw_the_same_bytes(
     without, _ = _merge(capsys, RECORDED / "pp4_pure_a", tmp_path / "k0.json")
     assert any(e["ph"] == "X" for e in with_kernel)
     assert (tmp_path / "k1.json").read_bytes() == (tmp_path / "k0.json").read_bytes()
+
+
+def test_the_text_report_ends_with_the_merge_that_draws_the_worst_step(
+    capsys: pytest.CaptureFixture, tmp_path: Path
+) -> None:
+    """pp4_pure_a: the text names the worst step's merge (the slow stage and the rank that
+    waited longest for it), and that command draws the slow stage's why in that step."""
+    d = RECORDED / "pp4_pure_a"
+    assert main(["info", "--collectives", "-j", "1", str(d)]) == 0
+    text = capsys.readouterr().out.splitlines()
+    assert text[-2] == "to see the worst step with the straggler and a reference rank:"
+    cmd = text[-1].split()
+    assert cmd[:3] == ["tracefuse", "merge", str(d)]
+    coll = _info(capsys, d)
+    worst = max(coll["what_if"], key=lambda w: w["saves_us"])["step"]
+    assert cmd[cmd.index("--steps") + 1] == f"{worst}:{worst}" and cmd[cmd.index("--ranks") + 1] == "1,2"
+    out = tmp_path / "worst.json"
+    argv = cmd[2:]
+    argv[argv.index("-o") + 1] = str(out)
+    assert main(["merge", "-q", "-j", "1", *argv]) == 0
+    capsys.readouterr()
+    mine = [e for e in json.loads(out.read_text())["traceEvents"] if e.get("pid") == 1]
+    why = [e["args"] for e in mine if e["ph"] == "X" and "straggler_rank" in e["args"]]
+    assert [(w["straggler_rank"], w["step"]) for w in why] == [(2, worst)]

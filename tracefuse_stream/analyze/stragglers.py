@@ -201,7 +201,7 @@ class Verdict:
     def worst_step(self) -> Optional[StepRow]:
         """The step where the others waited longest for the straggler (no straggler: the
         step with the most waiting)."""
-        rows = [r for r in self.by_step if r.instances]
+        rows = [r for r in self.by_step if r.instances or r.wait]  # a pure pipeline: waits in its pairs
         if not rows:
             return None
         st = self.straggler
