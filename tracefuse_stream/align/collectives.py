@@ -45,6 +45,14 @@ from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Seq
 
 from tracefuse_stream.align import gloo_groups
 from tracefuse_stream.align.clock import is_collective_kernel
+from tracefuse_stream.align.coalesced import (
+    COALESCED,
+    COMMS_OP,
+    CoalescedMark,
+    CommsCall,
+    coalesced_mark,
+    comms_call,
+)
 from tracefuse_stream.align.collective_event import STEP_PREFIX, CollectiveEvent, Key, _describe, _step_of
 from tracefuse_stream.align.instance_ends import FAR_CLOCK_NS, check_ends, drop_apart, far_clock_note
 from tracefuse_stream.align.p2p import (
@@ -92,12 +100,50 @@ class RankScan:
     far: int = 0  # collective and step events left out: times beyond the analysis' range (analysable)
     step_time: List[Any] = field(default_factory=list)  # analyze/step_time.StepTime per step, if made
     p2p_calls: List[P2pCall] = field(default_factory=list)  # c10d::send / c10d::recv_ (peer, tag)
+    comms_calls: List[CommsCall] = field(default_factory=list)  # send/recv record_param_comms
+    coalesced: List[CoalescedMark] = field(default_factory=list)  # nccl:coalesced, CPU and GPU
 
 
 def is_gloo_op(event: Mapping[str, Any]) -> bool:
     """A gloo collective as Kineto records it: ``gloo:<op>`` on a runloop thread."""
     name = event.get("name")
     return event.get("cat") == GLOO_CAT and isinstance(name, str) and name.startswith(GLOO_PREFIX)
+
+
+#: what a batched SendRecv kernel's ops are read from (align/coalesced.py): read by a
+#: second pass over a rank only when its first found such a kernel (:func:`read_batches`)
+BATCH_SELECTION = ScanSelection(ph="X", name_contains=(COMMS_OP, COALESCED), validate=False)
+
+
+def read_batches(path: PathLike, scan: RankScan, **how: Any) -> None:
+    """The send/recv ``record_param_comms`` and ``nccl:coalesced`` events of a rank with
+    batched SendRecv kernels, when its first pass did not keep them.
+
+    Why a second pass, and only here: handing every ``record_param_comms`` (one per
+    collective) to Python in every scan cost info's pass ~3% of its CPU time on a job
+    without a single batch; a rank with batches pays one more skim of its file (the
+    compiled kernel hands over only these events). A file broken midway: what was read
+    is kept (the first pass already reported it)."""
+    if scan.comms_calls or not any(e.nccl_p2p == "batched" for e in scan.events):
+        return
+    marks: List[CoalescedMark] = []
+    try:
+        for batch in iter_event_batches(path, what="looking for batched send/recv", select=BATCH_SELECTION, tally=Tally(), **how):  # fmt: skip
+            for event in batch:
+                if type(event) is not dict:
+                    continue
+                if event.get("cat") == "cpu_op":
+                    call = comms_call(event, scan.base_ns)
+                    if call is not None:
+                        scan.comms_calls.append(call)
+                else:
+                    mark = coalesced_mark(event, scan.base_ns)
+                    if mark is not None:
+                        marks.append(mark)
+    except InputError as e:
+        if e.kind in (ErrorKind.MISSING, ErrorKind.UNREADABLE):
+            raise
+    scan.coalesced = marks
 
 
 class CollectiveCollector:
@@ -129,6 +175,14 @@ class CollectiveCollector:
             call = p2p_call(event, self.scan.base_ns) if name in P2P_CALLS else None
             if call is not None:
                 self.scan.p2p_calls.append(call)
+            comms = comms_call(event, self.scan.base_ns) if name == COMMS_OP else None
+            if comms is not None:
+                self.scan.comms_calls.append(comms)
+            return
+        if name == COALESCED:  # a batch's annotation (align/coalesced.py), CPU or GPU side
+            mark = coalesced_mark(event, self.scan.base_ns)
+            if mark is not None:
+                self.scan.coalesced.append(mark)
             return
         if cat == "kernel":  # args may still be raw JSON (projected events): decoded to judge
             event["args"] = decode_args(event)
@@ -184,6 +238,7 @@ def scan_collectives(
         if e.kind in (ErrorKind.MISSING, ErrorKind.UNREADABLE):
             raise
         scan.error = e.problem
+    read_batches(path, scan)
     return scan
 
 
@@ -483,6 +538,7 @@ def _link_p2p(
 
 
 __all__ = [
+    "BATCH_SELECTION",
     "COLLECTIVE_SELECTION",
     "CollectiveCollector",
     "CollectiveEvent",
@@ -491,6 +547,7 @@ __all__ = [
     "Instance",
     "RankScan",
     "is_gloo_op",
+    "read_batches",
     "match_instances",
     "pg_config_of",
     "pg_count_of",
