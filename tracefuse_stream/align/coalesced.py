@@ -28,7 +28,10 @@ from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tup
 
 from tracefuse_stream.align.collective_event import p2p_peer
 from tracefuse_stream.align.ends import P2P_COLLECTIVE_NAMES
-from tracefuse_stream.read.events import decode_args
+from tracefuse_stream.errors import ErrorKind, InputError
+from tracefuse_stream.read.events import decode_args, iter_event_batches
+from tracefuse_stream.read.scan import ScanSelection, Tally
+from tracefuse_stream.read.sources import PathLike
 from tracefuse_stream.timeunits import analysable, us_to_ns_or_none
 
 COMMS_OP = "record_param_comms"
@@ -99,6 +102,55 @@ def coalesced_mark(event: Dict[str, Any], base_ns: int = 0) -> Optional[Coalesce
     args = decode_args(event)
     ext = args.get("External id") if isinstance(args, dict) else None
     return CoalescedMark(event.get("cat") == GPU_ANNOTATION, event.get("tid"), span[0], span[1], ext)
+
+
+def keep_batch_event(scan: Any, event: Dict[str, Any]) -> None:
+    """Keep ``event`` in ``scan`` (align/collectives.RankScan) if it is a send/recv
+    ``record_param_comms`` or a ``nccl:coalesced`` annotation."""
+    if event.get("name") == COMMS_OP:
+        call = comms_call(event, scan.base_ns)
+        if call is not None:
+            scan.comms_calls.append(call)
+    else:
+        mark = coalesced_mark(event, scan.base_ns)
+        if mark is not None:
+            scan.coalesced.append(mark)
+
+
+#: what a batched SendRecv kernel's ops are read from (align/coalesced.py): read by a
+#: second pass over a rank only when its first found such a kernel (:func:`read_batches`)
+BATCH_SELECTION = ScanSelection(ph="X", name_contains=(COMMS_OP, COALESCED), validate=False)
+
+
+def read_batches(path: PathLike, scan: Any, **how: Any) -> None:
+    """The send/recv ``record_param_comms`` and ``nccl:coalesced`` events of a rank with
+    batched SendRecv kernels, when its first pass did not keep them.
+
+    Why a second pass, and only here: handing every ``record_param_comms`` (one per
+    collective) to Python in every scan cost info's pass ~3% of its CPU time on a job
+    without a single batch; a rank with batches pays one more skim of its file (the
+    compiled kernel hands over only these events). A file broken midway: what was read
+    is kept (the first pass already reported it)."""
+    if scan.comms_calls or not any(e.nccl_p2p == "batched" for e in scan.events):
+        return
+    marks: List[CoalescedMark] = []
+    try:
+        for batch in iter_event_batches(path, what="looking for batched send/recv", select=BATCH_SELECTION, tally=Tally(), **how):  # fmt: skip
+            for event in batch:
+                if type(event) is not dict:
+                    continue
+                if event.get("cat") == "cpu_op":
+                    call = comms_call(event, scan.base_ns)
+                    if call is not None:
+                        scan.comms_calls.append(call)
+                else:
+                    mark = coalesced_mark(event, scan.base_ns)
+                    if mark is not None:
+                        marks.append(mark)
+    except InputError as e:
+        if e.kind in (ErrorKind.MISSING, ErrorKind.UNREADABLE):
+            raise
+    scan.coalesced = marks
 
 
 def attribute(
@@ -174,7 +226,10 @@ __all__ = [
     "BatchedOp",
     "CoalescedMark",
     "CommsCall",
+    "BATCH_SELECTION",
     "attribute",
+    "keep_batch_event",
+    "read_batches",
     "coalesced_mark",
     "comms_call",
 ]

@@ -42,6 +42,15 @@ class CollectiveEvent(NamedTuple):
         return self.key[2] if self.kind == "gpu" and self.key[0] == "p2p" else None  # type: ignore[return-value]
 
 
+class Entry(NamedTuple):
+    """One rank's part of a collective instance (absolute, aligned ns)."""
+
+    event: CollectiveEvent
+    start_ns: int  # absolute, aligned
+    end_ns: int
+    participants: Optional[Tuple[int, ...]]
+
+
 def _plain(v: Any) -> Any:
     """A size arg as a plain value (an int, a short string) or None."""
     if type(v) is int or (type(v) is str and len(v) <= 32):
@@ -116,4 +125,4 @@ def _step_of(event: Dict[str, Any], base_ns: int = 0) -> Optional[Tuple[int, int
     return step, ts, ts + max(dur, 0)
 
 
-__all__ = ["CollectiveEvent", "Key", "STEP_PREFIX"]
+__all__ = ["CollectiveEvent", "Entry", "Key", "STEP_PREFIX"]

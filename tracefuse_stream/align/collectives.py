@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tracefuse_stream.align import gloo_groups
 from tracefuse_stream.align.clock import is_collective_kernel
@@ -50,10 +50,11 @@ from tracefuse_stream.align.coalesced import (
     COMMS_OP,
     CoalescedMark,
     CommsCall,
-    coalesced_mark,
-    comms_call,
+    keep_batch_event,
+    read_batches,
 )
-from tracefuse_stream.align.collective_event import STEP_PREFIX, CollectiveEvent, Key, _describe, _step_of
+from tracefuse_stream.align.collective_event import STEP_PREFIX, CollectiveEvent, Entry, _describe, _step_of
+from tracefuse_stream.align.gpu_match import match_gpu
 from tracefuse_stream.align.instance_ends import FAR_CLOCK_NS, check_ends, drop_apart, far_clock_note
 from tracefuse_stream.align.p2p import (
     ANY_SOURCE,
@@ -68,7 +69,6 @@ from tracefuse_stream.align.p2p import link_notes as p2p_link_notes
 from tracefuse_stream.align.pg_config import PgConfig, pg_config_of, pg_count_of
 from tracefuse_stream.align.sequences import match_group
 from tracefuse_stream.errors import ErrorKind, InputError
-from tracefuse_stream.rankset import compress_ranges
 from tracefuse_stream.read.events import decode_args, iter_event_batches
 from tracefuse_stream.read.scan import ScanSelection, Tally
 from tracefuse_stream.read.sources import PathLike
@@ -110,42 +110,6 @@ def is_gloo_op(event: Mapping[str, Any]) -> bool:
     return event.get("cat") == GLOO_CAT and isinstance(name, str) and name.startswith(GLOO_PREFIX)
 
 
-#: what a batched SendRecv kernel's ops are read from (align/coalesced.py): read by a
-#: second pass over a rank only when its first found such a kernel (:func:`read_batches`)
-BATCH_SELECTION = ScanSelection(ph="X", name_contains=(COMMS_OP, COALESCED), validate=False)
-
-
-def read_batches(path: PathLike, scan: RankScan, **how: Any) -> None:
-    """The send/recv ``record_param_comms`` and ``nccl:coalesced`` events of a rank with
-    batched SendRecv kernels, when its first pass did not keep them.
-
-    Why a second pass, and only here: handing every ``record_param_comms`` (one per
-    collective) to Python in every scan cost info's pass ~3% of its CPU time on a job
-    without a single batch; a rank with batches pays one more skim of its file (the
-    compiled kernel hands over only these events). A file broken midway: what was read
-    is kept (the first pass already reported it)."""
-    if scan.comms_calls or not any(e.nccl_p2p == "batched" for e in scan.events):
-        return
-    marks: List[CoalescedMark] = []
-    try:
-        for batch in iter_event_batches(path, what="looking for batched send/recv", select=BATCH_SELECTION, tally=Tally(), **how):  # fmt: skip
-            for event in batch:
-                if type(event) is not dict:
-                    continue
-                if event.get("cat") == "cpu_op":
-                    call = comms_call(event, scan.base_ns)
-                    if call is not None:
-                        scan.comms_calls.append(call)
-                else:
-                    mark = coalesced_mark(event, scan.base_ns)
-                    if mark is not None:
-                        marks.append(mark)
-    except InputError as e:
-        if e.kind in (ErrorKind.MISSING, ErrorKind.UNREADABLE):
-            raise
-    scan.coalesced = marks
-
-
 class CollectiveCollector:
     """Feeds on a rank's events (whole or as the kernel selected them) and keeps its
     collective events and ``ProfilerStep`` spans: the per-event work of a collective
@@ -175,14 +139,11 @@ class CollectiveCollector:
             call = p2p_call(event, self.scan.base_ns) if name in P2P_CALLS else None
             if call is not None:
                 self.scan.p2p_calls.append(call)
-            comms = comms_call(event, self.scan.base_ns) if name == COMMS_OP else None
-            if comms is not None:
-                self.scan.comms_calls.append(comms)
+            if name == COMMS_OP:  # a batched kernel's op (align/coalesced.py)
+                keep_batch_event(self.scan, event)
             return
         if name == COALESCED:  # a batch's annotation (align/coalesced.py), CPU or GPU side
-            mark = coalesced_mark(event, self.scan.base_ns)
-            if mark is not None:
-                self.scan.coalesced.append(mark)
+            keep_batch_event(self.scan, event)
             return
         if cat == "kernel":  # args may still be raw JSON (projected events): decoded to judge
             event["args"] = decode_args(event)
@@ -240,13 +201,6 @@ def scan_collectives(
         scan.error = e.problem
     read_batches(path, scan)
     return scan
-
-
-class Entry(NamedTuple):
-    event: CollectiveEvent
-    start_ns: int  # absolute, aligned
-    end_ns: int
-    participants: Optional[Tuple[int, ...]]
 
 
 @dataclass
@@ -330,77 +284,6 @@ class CollectiveTable:
         return sum(self.unmatched.values())
 
 
-def _gpu_entries(scan: RankScan, cfg: PgConfig, offset: int) -> Dict[Key, Entry]:
-    """This rank's GPU collectives keyed for matching (occurrence index appended)."""
-    out: Dict[Key, Entry] = {}
-    groups: Dict[Key, List[Entry]] = {}
-    cfg_ranks = dict(cfg)
-    for e in scan.events:
-        if e.kind != "gpu" or e.nccl_p2p:  # send/recv: linked as pairs (align/p2p.py)
-            continue
-        start = scan.base_ns + e.ts_ns + offset
-        entry = Entry(e, start, start + e.dur_ns, e.ranks or cfg_ranks.get(e.pg or ""))
-        if e.key[0] == "seq":
-            prev = out.get(e.key)
-            if prev is None:
-                out[e.key] = entry
-            else:  # coalesced kernels under one seq: the first one, ending with the last
-                first = entry if start < prev.start_ns else prev
-                out[e.key] = first._replace(end_ns=max(prev.end_ns, entry.end_ns))
-        else:
-            groups.setdefault(e.key, []).append(entry)
-    for key, entries in groups.items():
-        entries.sort(key=lambda x: (x.start_ns, x.event.pos))
-        for i, entry in enumerate(entries):
-            out[key + (i,)] = entry
-    return out
-
-
-def _overlap_ok(entries: Mapping[int, Entry], hosts: Mapping[int, Optional[str]]) -> bool:
-    """On one clock, no participant can finish before the last one has arrived."""
-    by_host: Dict[str, List[Entry]] = {}
-    for r, e in entries.items():
-        h = hosts.get(r)
-        by_host.setdefault(f"host {h}" if h else f"rank {r}", []).append(e)
-    return all(max(e.start_ns for e in es) <= min(e.end_ns for e in es) for es in by_host.values())
-
-
-def _match_gpu(
-    scans: Mapping[int, RankScan],
-    cfgs: Mapping[int, PgConfig],
-    hosts: Mapping[int, Optional[str]],
-    offsets: Mapping[int, int],
-    unmatched: Counter,
-) -> List[Tuple[str, str, str, Dict[int, Entry]]]:
-    """GPU kernels: by (group, collective, Seq) where present, else by order per
-    kernel name and stream; (name, group, match, entries) per instance."""
-    merged = sorted(scans)
-    by_key: Dict[Key, Dict[int, Entry]] = {}
-    for r in merged:
-        for key, entry in _gpu_entries(scans[r], cfgs.get(r, []), offsets.get(r, 0)).items():
-            by_key.setdefault(key, {})[r] = entry
-    found = []
-    for key, entries in by_key.items():
-        named = next((e.participants for e in entries.values() if e.participants), None)
-        expected = set(merged) if named is None else set(named) & set(merged)
-        name, group, match = str(key[2]), str(key[1]), "seq" if key[0] == "seq" else "order"
-        if len(expected) < 2:
-            continue  # a group of one merged rank: nothing to match across ranks
-        if set(entries) != expected:
-            missing = expected - set(entries)
-            reason = (
-                f"missing on rank(s) {compress_ranges(sorted(missing))}"
-                if missing
-                else "on ranks outside its group"
-            )
-            unmatched[("gpu", name, group, reason)] += 1
-        elif not _overlap_ok(entries, hosts):
-            unmatched[("gpu", name, group, "ends before another rank arrives (order off)")] += 1
-        else:
-            found.append((name, group, match, entries))
-    return found
-
-
 def _match_gloo(
     scans: Mapping[int, RankScan],
     cfgs: Mapping[int, PgConfig],
@@ -474,7 +357,7 @@ def match_instances(
     offsets = offsets or {}
     notes: List[str] = []
     unmatched: Counter = Counter()
-    found = _match_gpu(scans, pg_configs, hosts, offsets, unmatched)
+    found = match_gpu(scans, pg_configs, hosts, offsets, unmatched)
     n_gpu_order = sum(1 for f in found if f[2] == "order")
     p2p = p2p_ops(scans)
     found += _match_gloo(scans, pg_configs, pg_counts or {}, hosts, offsets, unmatched, notes)
@@ -538,7 +421,6 @@ def _link_p2p(
 
 
 __all__ = [
-    "BATCH_SELECTION",
     "COLLECTIVE_SELECTION",
     "CollectiveCollector",
     "CollectiveEvent",

@@ -8,7 +8,7 @@ annotations whose name holds ``gloo:``, the ``c10d::send`` / ``c10d::recv_`` ops
 point-to-point peer, align/p2p.py) and the GPU kernels whose name holds
 ``nccl``/``rccl`` or whose text holds ``"Collective name"`` (:data:`INFO_SELECTION`;
 a rank with batched SendRecv kernels is read once more for their ops:
-align/collectives.py ``read_batches``);
+align/coalesced.py ``read_batches``);
 :class:`~tracefuse_stream.align.collectives.
 CollectiveCollector` keeps the collective events and the step spans from those.
 With ``--collectives``, the same pass keeps what the why needs (analyze/timeline.py:
@@ -26,6 +26,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
+from tracefuse_stream.align.coalesced import read_batches
 from tracefuse_stream.align.collective_event import _step_of
 from tracefuse_stream.align.collectives import (
     COLLECTIVE_SELECTION,
@@ -34,7 +35,6 @@ from tracefuse_stream.align.collectives import (
     STEP_PREFIX,
     CollectiveCollector,
     RankScan,
-    read_batches,
 )
 from tracefuse_stream.align.ends import DEFAULT_CAP, RankCollectives
 from tracefuse_stream.align.p2p import P2P_CALLS
