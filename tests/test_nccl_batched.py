@@ -189,3 +189,27 @@ def test_the_merges_scan_reads_the_same_batches_with_or_without_positions(slow: 
         len(scan_collectives(path / f"rank{r}.json.gz", r, pipe.BASE_NS).comms_calls) for r in range(4)
     )
     assert n_ops == 2 * truth.pairs
+
+
+def test_a_kernel_named_coalesced_is_a_batch_too(
+    capsys: pytest.CaptureFixture, slow: Any, tmp_path: Path
+) -> None:
+    """Where the kernel does carry record_param_comms args, those of the block's
+    ``coalesced`` record (``Collective name`` ``coalesced``, a ``Seq``, no peer): still a
+    batch, the same pairs; never a collective keyed by that Seq."""
+    path, truth = slow
+    for f in path.glob("*.json.gz"):
+        (tmp_path / f.name).write_bytes(f.read_bytes())
+
+    def named(e: Dict[str, Any]) -> Any:
+        if e.get("cat") == "kernel" and e["name"] == pipe.SENDRECV:
+            e["args"].update({"Collective name": "coalesced", "Seq": 1, "Process Group Name": "0"})
+        return e
+
+    _edit(tmp_path, named)
+    coll = _info(capsys, tmp_path)
+    assert coll["point_to_point"]["linked"] == truth.pairs and coll["point_to_point"]["by_name"] == {
+        BATCHED: truth.batches
+    }
+    assert [i["name"] for i in coll["instances"]] == ["allreduce"] * truth.allreduces
+    assert coll["point_to_point"]["pairs"] == _info(capsys, path)["point_to_point"]["pairs"]
