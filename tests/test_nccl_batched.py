@@ -213,3 +213,16 @@ def test_a_kernel_named_coalesced_is_a_batch_too(
     }
     assert [i["name"] for i in coll["instances"]] == ["allreduce"] * truth.allreduces
     assert coll["point_to_point"]["pairs"] == _info(capsys, path)["point_to_point"]["pairs"]
+
+
+def test_merge_draws_one_complete_arrow_per_pair(slow: Any, tmp_path: Path) -> None:
+    """A batch's kernel is a side of two pairs in the steady state (send forward and
+    recv backward in one kernel): the merge's linker finds a slice once, so both arrows
+    hang off one spec. Before, one of them lost its end (54 starts for 72 pairs)."""
+    path, truth = slow
+    out = tmp_path / "merged.json"
+    assert main(["merge", "--link-collectives", "-q", "-j", "1", "-o", str(out), str(path)]) == 0
+    flows = [e for e in json.loads(out.read_text())["traceEvents"] if e.get("name") == "send/recv"]
+    starts = sorted(e["id"] for e in flows if e["ph"] == "s")
+    ends = sorted(e["id"] for e in flows if e["ph"] == "f")
+    assert len(starts) == truth.pairs == 72 and starts == ends == sorted(set(starts))
