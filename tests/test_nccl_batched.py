@@ -19,7 +19,7 @@ from __future__ import annotations
 import gzip
 import json
 from pathlib import Path
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, List
 
 import nccl_pipeline as pipe
 import pytest
@@ -226,3 +226,43 @@ def test_merge_draws_one_complete_arrow_per_pair(slow: Any, tmp_path: Path) -> N
     starts = sorted(e["id"] for e in flows if e["ph"] == "s")
     ends = sorted(e["id"] for e in flows if e["ph"] == "f")
     assert len(starts) == truth.pairs == 72 and starts == ends == sorted(set(starts))
+
+
+def _plain_p2p(rank: int, peer: int, op: str, step_ts_us: float, gpu_ts_us: float) -> List[Dict[str, Any]]:
+    """A plain ``dist.send`` / ``dist.recv`` as PyTorch writes it: its record_param_comms
+    launches the kernel, which carries its args and its External id."""
+    args = {"External id": 777, "Collective name": op, "Rank": peer, "Dst Rank" if op == "send" else "Src Rank": peer,
+            "Process Group Name": "0", "Process Group Ranks": "[0, 1, 2, 3]", "Seq": 0}  # fmt: skip
+    cpu = {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 100 + rank, "tid": 100 + rank,
+           "ts": step_ts_us - 50, "dur": 5, "args": args}  # fmt: skip
+    gpu = {"ph": "X", "cat": "kernel", "name": pipe.SENDRECV, "pid": rank, "tid": pipe.NCCL_STREAM,
+           "ts": gpu_ts_us, "dur": 40, "args": {**args, "stream": pipe.NCCL_STREAM, "correlation": 777}}  # fmt: skip
+    return [cpu, gpu]
+
+
+def test_a_plain_send_before_a_batch_is_not_one_of_its_ops(
+    capsys: pytest.CaptureFixture, slow: Any, tmp_path: Path
+) -> None:
+    """Rank 0 sends rank 1 one tensor with a plain ``dist.send`` before the first step:
+    its record_param_comms is on the thread before the first batch's nccl:coalesced, but
+    it launched its own kernel (same External id): one more pair, the batches' as before.
+    Swept into the batch it made a spurious pair of the batch kernels."""
+    path, truth = slow
+    for r in range(4):
+        f = path / f"rank{r}.json.gz"
+        doc = json.loads(gzip.decompress(f.read_bytes()))
+        if r in (0, 1):
+            start = min(e["ts"] for e in doc["traceEvents"] if e["name"].startswith("ProfilerStep#"))
+            doc["traceEvents"] += _plain_p2p(r, 1 - r, "send" if r == 0 else "recv", start, start - 500)
+        (tmp_path / f.name).write_bytes(gzip.compress(json.dumps(doc).encode()))
+    p2p = _info(capsys, tmp_path)["point_to_point"]
+    assert (p2p["linked"], p2p["not_linked"]["total"]) == (truth.pairs + 1, 0)
+    assert p2p["by_name"] == {BATCHED: truth.batches, "NCCL send kernel": 1, "NCCL recv kernel": 1}
+    before = _info(capsys, path)["point_to_point"]["pairs"]
+    after = p2p["pairs"]
+    assert [
+        (p["src"], p["dst"])
+        for p in after
+        if (p["src"], p["dst"]) not in {(q["src"], q["dst"]) for q in before}
+    ] == []
+    assert len(after) == len(before) + 1

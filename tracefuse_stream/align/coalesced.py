@@ -15,7 +15,8 @@ around the batch's GPU work, whose ``External id`` is the CPU annotation's.
 How a batched kernel is given its ops (docs/collectives.md, "Batched point-to-point"):
 the GPU ``nccl:coalesced`` around the kernel's start -> the CPU ``nccl:coalesced`` with
 the same ``External id`` -> the send / recv ``record_param_comms`` on that CPU thread
-since the previous ``nccl:coalesced`` there. Each op then is one side of a pair, timed
+since the previous ``nccl:coalesced`` there (not those of a plain send/recv: its kernel
+carries their ``External id``). Each op then is one side of a pair, timed
 as the kernel, linked like any NCCL send/recv (align/p2p.py). Where a link is missing
 the kernel is not linked, with one reason (:data:`REASONS`), never guessed.
 """
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Collection, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 from tracefuse_stream.align.collective_event import p2p_peer
 from tracefuse_stream.align.ends import P2P_COLLECTIVE_NAMES
@@ -56,6 +57,7 @@ class CommsCall(NamedTuple):
     op: str  # "send" | "recv"
     peer: Optional[int]  # global rank (None: not recorded)
     pg: Optional[str]
+    ext: Any = None  # its External id (a plain send/recv's kernel carries the same)
 
 
 class CoalescedMark(NamedTuple):
@@ -89,7 +91,9 @@ def comms_call(event: Dict[str, Any], base_ns: int = 0) -> Optional[CommsCall]:
     if op is None or span is None:
         return None
     pg = args.get("Process Group Name")
-    return CommsCall(event.get("tid"), span[0], op, p2p_peer(args, op), None if pg is None else str(pg))
+    ext = args.get("External id")
+    ext = ext if type(ext) in (int, str) else None
+    return CommsCall(event.get("tid"), span[0], op, p2p_peer(args, op), None if pg is None else str(pg), ext)
 
 
 def coalesced_mark(event: Dict[str, Any], base_ns: int = 0) -> Optional[CoalescedMark]:
@@ -154,10 +158,16 @@ def read_batches(path: PathLike, scan: Any, **how: Any) -> None:
 
 
 def attribute(
-    kernels: Sequence[Any], calls: Sequence[CommsCall], marks: Sequence[CoalescedMark]
+    kernels: Sequence[Any],
+    calls: Sequence[CommsCall],
+    marks: Sequence[CoalescedMark],
+    plain_ids: Collection[Any] = (),
 ) -> List[Tuple[Any, Union[str, List[BatchedOp]]]]:
     """Each batched kernel (align/collective_event.CollectiveEvent) with its batch's
-    ops, or the reason it has none (see the module docstring)."""
+    ops, or the reason it has none (see the module docstring). ``plain_ids``: the
+    External ids of the rank's plain send/recv kernels, whose ``record_param_comms``
+    (the same id) launched their own kernel and are no batch's op."""
+    calls = [c for c in calls if c.ext is None or c.ext not in plain_ids]
     gpu = sorted((m for m in marks if m.gpu), key=lambda m: (m.ts_ns, m.end_ns))
     starts = [m.ts_ns for m in gpu]
     cpu_by_ext: Dict[Any, List[CoalescedMark]] = {}

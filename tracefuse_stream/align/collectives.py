@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from tracefuse_stream.align import gloo_groups
 from tracefuse_stream.align.clock import is_collective_kernel
@@ -102,6 +102,9 @@ class RankScan:
     p2p_calls: List[P2pCall] = field(default_factory=list)  # c10d::send / c10d::recv_ (peer, tag)
     comms_calls: List[CommsCall] = field(default_factory=list)  # send/recv record_param_comms
     coalesced: List[CoalescedMark] = field(default_factory=list)  # nccl:coalesced, CPU and GPU
+    #: the External ids of the plain NCCL send/recv kernels: their record_param_comms
+    #: are no batch's ops (align/coalesced.py)
+    plain_p2p_ids: Set[Any] = field(default_factory=set)
 
 
 def is_gloo_op(event: Mapping[str, Any]) -> bool:
@@ -159,6 +162,10 @@ class CollectiveCollector:
             return
         if self.keep is not None and not self.keep(event, self.scan.base_ns + ce.ts_ns, ce.dur_ns):
             ce = ce._replace(kept=False)
+        if ce.nccl_p2p in ("send", "recv"):
+            ext = event["args"].get("External id") if isinstance(event.get("args"), dict) else None
+            if type(ext) in (int, str):
+                self.scan.plain_p2p_ids.add(ext)
         self.scan.events.append(ce)
 
     def _count_far(self, event: Dict[str, Any]) -> None:

@@ -124,7 +124,7 @@ def _calls_for(scan: Any) -> List[Tuple[Side, Union[P2pCall, str, None], str]]:
     used: Set[Tuple[str, int]] = set()
     out: List[Tuple[Side, Union[P2pCall, str, None], str]] = []
     batched = [e for e in scan.events if e.nccl_p2p == "batched"]
-    for e, ops in attribute(batched, scan.comms_calls, scan.coalesced) if batched else ():
+    for e, ops in attribute(batched, scan.comms_calls, scan.coalesced, scan.plain_p2p_ids) if batched else ():
         end = e.ts_ns + e.dur_ns
         side = Side(scan.rank, "batched", e, e.ts_ns, end, _step_of(scan, e.ts_ns))
         if isinstance(ops, str):
