@@ -37,8 +37,18 @@ class CollectiveEvent(NamedTuple):
     @property
     def nccl_p2p(self) -> Optional[str]:
         """``"send"`` / ``"recv"`` for a NCCL point-to-point kernel (keyed ``("p2p", group,
-        op, peer)``: linked as a pair, align/p2p.py), else None."""
+        op, peer)``: linked as a pair, align/p2p.py), ``"batched"`` for a batch's one
+        SendRecv kernel (its ops: align/coalesced.py), else None."""
         return self.key[2] if self.kind == "gpu" and self.key[0] == "p2p" else None  # type: ignore[return-value]
+
+
+class Entry(NamedTuple):
+    """One rank's part of a collective instance (absolute, aligned ns)."""
+
+    event: CollectiveEvent
+    start_ns: int  # absolute, aligned
+    end_ns: int
+    participants: Optional[Tuple[int, ...]]
 
 
 def _plain(v: Any) -> Any:
@@ -61,8 +71,10 @@ def _describe(event: Dict[str, Any], index: int, kept: bool, base_ns: int = 0) -
         seq = _seq_value(args)
         coll = args.get("Collective name")
         op = p2p_kernel_op(event)
-        if op is not None:  # a NCCL send/recv: linked by its peer, never matched as a collective
-            key: Key = ("p2p", pg_s or "", op, p2p_peer(args, op))
+        if op == "batched":  # a batch_isend_irecv's one kernel: its ops found by align/coalesced.py
+            key: Key = ("p2p", pg_s or "", op, None)
+        elif op is not None:  # a NCCL send/recv: linked by its peer, never matched as a collective
+            key = ("p2p", pg_s or "", op, p2p_peer(args, op))
         elif seq is not None:
             key = ("seq", pg_s or "", str(coll) if coll is not None else name, seq)
         else:
@@ -113,4 +125,4 @@ def _step_of(event: Dict[str, Any], base_ns: int = 0) -> Optional[Tuple[int, int
     return step, ts, ts + max(dur, 0)
 
 
-__all__ = ["CollectiveEvent", "Key", "STEP_PREFIX"]
+__all__ = ["CollectiveEvent", "Entry", "Key", "STEP_PREFIX"]

@@ -41,11 +41,20 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from tracefuse_stream.align import gloo_groups
 from tracefuse_stream.align.clock import is_collective_kernel
-from tracefuse_stream.align.collective_event import STEP_PREFIX, CollectiveEvent, Key, _describe, _step_of
+from tracefuse_stream.align.coalesced import (
+    COALESCED,
+    COMMS_OP,
+    CoalescedMark,
+    CommsCall,
+    keep_batch_event,
+    read_batches,
+)
+from tracefuse_stream.align.collective_event import STEP_PREFIX, CollectiveEvent, Entry, _describe, _step_of
+from tracefuse_stream.align.gpu_match import match_gpu
 from tracefuse_stream.align.instance_ends import FAR_CLOCK_NS, check_ends, drop_apart, far_clock_note
 from tracefuse_stream.align.p2p import (
     ANY_SOURCE,
@@ -60,7 +69,6 @@ from tracefuse_stream.align.p2p import link_notes as p2p_link_notes
 from tracefuse_stream.align.pg_config import PgConfig, pg_config_of, pg_count_of
 from tracefuse_stream.align.sequences import match_group
 from tracefuse_stream.errors import ErrorKind, InputError
-from tracefuse_stream.rankset import compress_ranges
 from tracefuse_stream.read.events import decode_args, iter_event_batches
 from tracefuse_stream.read.scan import ScanSelection, Tally
 from tracefuse_stream.read.sources import PathLike
@@ -92,6 +100,11 @@ class RankScan:
     far: int = 0  # collective and step events left out: times beyond the analysis' range (analysable)
     step_time: List[Any] = field(default_factory=list)  # analyze/step_time.StepTime per step, if made
     p2p_calls: List[P2pCall] = field(default_factory=list)  # c10d::send / c10d::recv_ (peer, tag)
+    comms_calls: List[CommsCall] = field(default_factory=list)  # send/recv record_param_comms
+    coalesced: List[CoalescedMark] = field(default_factory=list)  # nccl:coalesced, CPU and GPU
+    #: the External ids of the plain NCCL send/recv kernels: their record_param_comms
+    #: are no batch's ops (align/coalesced.py)
+    plain_p2p_ids: Set[Any] = field(default_factory=set)
 
 
 def is_gloo_op(event: Mapping[str, Any]) -> bool:
@@ -129,6 +142,11 @@ class CollectiveCollector:
             call = p2p_call(event, self.scan.base_ns) if name in P2P_CALLS else None
             if call is not None:
                 self.scan.p2p_calls.append(call)
+            if name == COMMS_OP:  # a batched kernel's op (align/coalesced.py)
+                keep_batch_event(self.scan, event)
+            return
+        if name == COALESCED:  # a batch's annotation (align/coalesced.py), CPU or GPU side
+            keep_batch_event(self.scan, event)
             return
         if cat == "kernel":  # args may still be raw JSON (projected events): decoded to judge
             event["args"] = decode_args(event)
@@ -144,6 +162,10 @@ class CollectiveCollector:
             return
         if self.keep is not None and not self.keep(event, self.scan.base_ns + ce.ts_ns, ce.dur_ns):
             ce = ce._replace(kept=False)
+        if ce.nccl_p2p in ("send", "recv"):
+            ext = event["args"].get("External id") if isinstance(event.get("args"), dict) else None
+            if type(ext) in (int, str):
+                self.scan.plain_p2p_ids.add(ext)
         self.scan.events.append(ce)
 
     def _count_far(self, event: Dict[str, Any]) -> None:
@@ -184,14 +206,8 @@ def scan_collectives(
         if e.kind in (ErrorKind.MISSING, ErrorKind.UNREADABLE):
             raise
         scan.error = e.problem
+    read_batches(path, scan)
     return scan
-
-
-class Entry(NamedTuple):
-    event: CollectiveEvent
-    start_ns: int  # absolute, aligned
-    end_ns: int
-    participants: Optional[Tuple[int, ...]]
 
 
 @dataclass
@@ -275,77 +291,6 @@ class CollectiveTable:
         return sum(self.unmatched.values())
 
 
-def _gpu_entries(scan: RankScan, cfg: PgConfig, offset: int) -> Dict[Key, Entry]:
-    """This rank's GPU collectives keyed for matching (occurrence index appended)."""
-    out: Dict[Key, Entry] = {}
-    groups: Dict[Key, List[Entry]] = {}
-    cfg_ranks = dict(cfg)
-    for e in scan.events:
-        if e.kind != "gpu" or e.nccl_p2p:  # send/recv: linked as pairs (align/p2p.py)
-            continue
-        start = scan.base_ns + e.ts_ns + offset
-        entry = Entry(e, start, start + e.dur_ns, e.ranks or cfg_ranks.get(e.pg or ""))
-        if e.key[0] == "seq":
-            prev = out.get(e.key)
-            if prev is None:
-                out[e.key] = entry
-            else:  # coalesced kernels under one seq: the first one, ending with the last
-                first = entry if start < prev.start_ns else prev
-                out[e.key] = first._replace(end_ns=max(prev.end_ns, entry.end_ns))
-        else:
-            groups.setdefault(e.key, []).append(entry)
-    for key, entries in groups.items():
-        entries.sort(key=lambda x: (x.start_ns, x.event.pos))
-        for i, entry in enumerate(entries):
-            out[key + (i,)] = entry
-    return out
-
-
-def _overlap_ok(entries: Mapping[int, Entry], hosts: Mapping[int, Optional[str]]) -> bool:
-    """On one clock, no participant can finish before the last one has arrived."""
-    by_host: Dict[str, List[Entry]] = {}
-    for r, e in entries.items():
-        h = hosts.get(r)
-        by_host.setdefault(f"host {h}" if h else f"rank {r}", []).append(e)
-    return all(max(e.start_ns for e in es) <= min(e.end_ns for e in es) for es in by_host.values())
-
-
-def _match_gpu(
-    scans: Mapping[int, RankScan],
-    cfgs: Mapping[int, PgConfig],
-    hosts: Mapping[int, Optional[str]],
-    offsets: Mapping[int, int],
-    unmatched: Counter,
-) -> List[Tuple[str, str, str, Dict[int, Entry]]]:
-    """GPU kernels: by (group, collective, Seq) where present, else by order per
-    kernel name and stream; (name, group, match, entries) per instance."""
-    merged = sorted(scans)
-    by_key: Dict[Key, Dict[int, Entry]] = {}
-    for r in merged:
-        for key, entry in _gpu_entries(scans[r], cfgs.get(r, []), offsets.get(r, 0)).items():
-            by_key.setdefault(key, {})[r] = entry
-    found = []
-    for key, entries in by_key.items():
-        named = next((e.participants for e in entries.values() if e.participants), None)
-        expected = set(merged) if named is None else set(named) & set(merged)
-        name, group, match = str(key[2]), str(key[1]), "seq" if key[0] == "seq" else "order"
-        if len(expected) < 2:
-            continue  # a group of one merged rank: nothing to match across ranks
-        if set(entries) != expected:
-            missing = expected - set(entries)
-            reason = (
-                f"missing on rank(s) {compress_ranges(sorted(missing))}"
-                if missing
-                else "on ranks outside its group"
-            )
-            unmatched[("gpu", name, group, reason)] += 1
-        elif not _overlap_ok(entries, hosts):
-            unmatched[("gpu", name, group, "ends before another rank arrives (order off)")] += 1
-        else:
-            found.append((name, group, match, entries))
-    return found
-
-
 def _match_gloo(
     scans: Mapping[int, RankScan],
     cfgs: Mapping[int, PgConfig],
@@ -419,7 +364,7 @@ def match_instances(
     offsets = offsets or {}
     notes: List[str] = []
     unmatched: Counter = Counter()
-    found = _match_gpu(scans, pg_configs, hosts, offsets, unmatched)
+    found = match_gpu(scans, pg_configs, hosts, offsets, unmatched)
     n_gpu_order = sum(1 for f in found if f[2] == "order")
     p2p = p2p_ops(scans)
     found += _match_gloo(scans, pg_configs, pg_counts or {}, hosts, offsets, unmatched, notes)
@@ -491,6 +436,7 @@ __all__ = [
     "Instance",
     "RankScan",
     "is_gloo_op",
+    "read_batches",
     "match_instances",
     "pg_config_of",
     "pg_count_of",

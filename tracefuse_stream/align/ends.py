@@ -62,6 +62,10 @@ def is_collective_kernel(event: Mapping[str, Any]) -> bool:
 
 #: ``Collective name`` of NCCL's point-to-point ops (record_param_comms) -> direction
 P2P_COLLECTIVE_NAMES = {"send": "send", "recv": "recv"}
+#: NCCL's point-to-point kernel (all-to-all runs in it too, named by its args)
+SENDRECV_KERNEL = "SendRecv"
+#: the ``Collective name`` a coalesced block's record_param_comms gives (no peer in it)
+BATCHED_NAME = "coalesced"
 
 
 def p2p_kernel_op(event: Mapping[str, Any]) -> Optional[str]:
@@ -72,12 +76,22 @@ def p2p_kernel_op(event: Mapping[str, Any]) -> Optional[str]:
     rank 0's third send and rank 1's third send are not one operation; matched as a
     collective they would pair a pipeline's first stage with its last. Only the
     ``Collective name`` decides: NCCL's all-to-all runs in the same ``SendRecv`` kernels.
+
+    A ``SendRecv`` kernel with no ``Collective name`` (or ``coalesced``) is ``"batched"``:
+    the one kernel of a ``batch_isend_irecv`` (Megatron's 1F1B) whose CPU op is the
+    ``nccl:coalesced`` annotation, not a ``record_param_comms``, so Kineto copies it no
+    collective args; its sends and recvs are found through that annotation
+    (align/coalesced.py), never matched as a collective nor used to align clocks.
     """
-    args = event.get("args")
-    if event.get("cat") != "kernel" or not isinstance(args, dict):
+    if event.get("cat") != "kernel":
         return None
-    name = args.get("Collective name")
-    return P2P_COLLECTIVE_NAMES.get(name) if type(name) is str else None
+    args = event.get("args")
+    name = args.get("Collective name") if isinstance(args, dict) else None
+    if type(name) is str and name in P2P_COLLECTIVE_NAMES:
+        return P2P_COLLECTIVE_NAMES[name]
+    if (name is None or name == BATCHED_NAME) and SENDRECV_KERNEL in str(event.get("name")):
+        return "batched"
+    return None
 
 
 def _seq_value(args: Mapping[str, Any]) -> Optional[Hashable]:

@@ -201,7 +201,11 @@ def _slice_args(inst: Any, r: int) -> Tuple[Tuple[str, Any], ...]:
 
 def _link_pairs(table: CollectiveTable, file_of: Dict[int, int], out: LinkPlan, next_id: int) -> None:
     """One arrow per linked send/recv pair, send -> recv (ids go on from ``next_id``);
-    a pair with a slice dropped or in two files is counted as an instance's would be."""
+    a pair with a slice dropped or in two files is counted as an instance's would be.
+    A batched SendRecv kernel (align/coalesced.py) is a side of several pairs: one spec
+    for its slice with every pair's flow (its args the first pair's), since the
+    streaming linker finds each slice once."""
+    at: Dict[Tuple[int, int], int] = {}  # (rank, pos) -> its spec's index in by_rank[rank]
     for inst in table.p2p_pairs:
         if not _linkable(inst, file_of, out):
             continue
@@ -214,6 +218,12 @@ def _link_pairs(table: CollectiveTable, file_of: Dict[int, int], out: LinkPlan, 
         for r, e in inst.entries.items():
             ph = "s" if r == inst.sender else "f"
             ev = e.event
+            k = at.get((r, ev.pos))
+            if k is not None:
+                old = out.by_rank[r][k]
+                out.by_rank[r][k] = old._replace(flows=old.flows + ((ph, next_id),))
+                continue
+            at[(r, ev.pos)] = len(out.by_rank[r])
             out.by_rank[r].append(
                 LinkSpec(ev.pos, ev.name, ev.ts_ns, ev.dur_ns, _slice_args(inst, r), ((ph, next_id),), True)
             )

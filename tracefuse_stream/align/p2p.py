@@ -30,8 +30,9 @@ from __future__ import annotations
 import bisect
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple, Union
 
+from tracefuse_stream.align.coalesced import attribute
 from tracefuse_stream.read.events import decode_args
 from tracefuse_stream.timeunits import analysable, us_to_ns_or_none
 
@@ -111,17 +112,31 @@ class P2pResult:
     spans: Dict[int, List[Tuple[int, int]]] = field(default_factory=dict)  # rank -> unlinked spans
 
 
-def _calls_for(scan: Any) -> List[Tuple[Side, Optional[P2pCall], str]]:
+def _calls_for(scan: Any) -> List[Tuple[Side, Union[P2pCall, str, None], str]]:
     """Each point-to-point gloo op of ``scan`` with the call around it (None: no call;
-    a recv from any source: op ``any``)."""
+    a recv from any source: op ``any``); each NCCL send/recv kernel with its peer, each
+    op of a batched kernel (align/coalesced.py) timed as its kernel, or the batched
+    kernel with why its ops are unknown (a str)."""
     calls: Dict[str, List[P2pCall]] = {"send": [], "recv": []}
     for c in sorted(scan.p2p_calls):
         calls[c.op].append(c)
     starts = {op: [c.ts_ns for c in cs] for op, cs in calls.items()}
     used: Set[Tuple[str, int]] = set()
-    out: List[Tuple[Side, Optional[P2pCall], str]] = []
+    out: List[Tuple[Side, Union[P2pCall, str, None], str]] = []
+    batched = [e for e in scan.events if e.nccl_p2p == "batched"]
+    for e, ops in attribute(batched, scan.comms_calls, scan.coalesced, scan.plain_p2p_ids) if batched else ():
+        end = e.ts_ns + e.dur_ns
+        side = Side(scan.rank, "batched", e, e.ts_ns, end, _step_of(scan, e.ts_ns))
+        if isinstance(ops, str):
+            out.append((side, ops, "batched"))
+            continue
+        for way, peer, pg in ops:  # the batch's group, which its kernel does not name
+            s = side._replace(op=way, event=e._replace(pg=pg))
+            out.append((s, P2pCall(way, e.ts_ns, end, peer, 0, True), way))
     for e in scan.events:
         kernel_op = e.nccl_p2p
+        if kernel_op == "batched":
+            continue
         if kernel_op:  # a NCCL kernel: its own args name the peer
             end = e.ts_ns + e.dur_ns
             side = Side(scan.rank, kernel_op, e, e.ts_ns, end, _step_of(scan, e.ts_ns))
@@ -176,7 +191,11 @@ def match_pairs(
         at = scans[r].base_ns + offsets.get(r, 0)
         res.spans[r] = []
         for side, call, op in _calls_for(scans[r]):
-            ops.append((side._replace(start_ns=side.start_ns + at, end_ns=side.end_ns + at), call, op))
+            side = side._replace(start_ns=side.start_ns + at, end_ns=side.end_ns + at)
+            if isinstance(call, str):  # a batched kernel whose ops are not known
+                _unlink(res, side, call)
+            else:
+                ops.append((side, call, op))
     sends, recvs = _keyed(ops, cfgs, scans, res, offsets)
     for key in sorted(set(sends) | set(recvs), key=lambda k: (k[0] is None, k[0] or 0) + k[1:]):
         ss, rs = sends.get(key, []), recvs.get(key, [])
@@ -272,7 +291,8 @@ def _resolve(
 
 def link_notes(pairs: Sequence[Pair]) -> List[str]:
     """The report's notes on how the pairs were linked: gloo's by their c10d calls,
-    NCCL's by their kernels' own args."""
+    NCCL's by their kernels' own args, batched ones through their nccl:coalesced."""
+    n_batched = sum(1 for p in pairs if "batched" in (p.send.event.nccl_p2p, p.recv.event.nccl_p2p))
     n_gpu = sum(1 for p in pairs if p.send.event.kind == "gpu")
     notes = []
     if len(pairs) > n_gpu:
@@ -280,10 +300,16 @@ def link_notes(pairs: Sequence[Pair]) -> List[str]:
             f"point-to-point: {len(pairs) - n_gpu} send/recv pair(s) linked by the peer and tag of their "
             "c10d::send / c10d::recv_ (recorded shapes): the i-th of each (step, sender, receiver, tag)"
         )
-    if n_gpu:
+    if n_gpu > n_batched:
         notes.append(
-            f"point-to-point: {n_gpu} NCCL send/recv kernel pair(s) linked by the peer their args name "
+            f"point-to-point: {n_gpu - n_batched} NCCL send/recv kernel pair(s) linked by the peer their args name "
             "(Dst Rank / Src Rank): the i-th send of a rank to another with the i-th recv there from it"
+        )
+    if n_batched:
+        notes.append(
+            f"point-to-point: {n_batched} batched NCCL send/recv pair(s) (batch_isend_irecv: one SendRecv "
+            "kernel a batch) linked through the GPU nccl:coalesced annotation around the kernel, the CPU one "
+            "with its External id and the send/recv record_param_comms before it on that thread"
         )
     return notes
 
@@ -296,6 +322,8 @@ def p2p_ops(scans: Mapping[int, Any]) -> Counter:
         for e in scan.events:
             if e.kind == "gloo" and (e.name in GLOO_P2P or e.name in ANY_SOURCE):
                 out[e.name] += 1
+            elif e.nccl_p2p == "batched":
+                out["NCCL batched send/recv kernel"] += 1
             elif e.nccl_p2p:
                 out[f"NCCL {e.nccl_p2p} kernel"] += 1
     return out

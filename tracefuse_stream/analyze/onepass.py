@@ -6,7 +6,9 @@ Why one pass: each of those used to read every file again (four passes for
 event in C and hands over only the ``ph: X`` events whose name holds ``ProfilerStep#``, the
 annotations whose name holds ``gloo:``, the ``c10d::send`` / ``c10d::recv_`` ops (their
 point-to-point peer, align/p2p.py) and the GPU kernels whose name holds
-``nccl``/``rccl`` or whose text holds ``"Collective name"`` (:data:`INFO_SELECTION`);
+``nccl``/``rccl`` or whose text holds ``"Collective name"`` (:data:`INFO_SELECTION`;
+a rank with batched SendRecv kernels is read once more for their ops:
+align/coalesced.py ``read_batches``);
 :class:`~tracefuse_stream.align.collectives.
 CollectiveCollector` keeps the collective events and the step spans from those.
 With ``--collectives``, the same pass keeps what the why needs (analyze/timeline.py:
@@ -24,6 +26,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
+from tracefuse_stream.align.coalesced import read_batches
 from tracefuse_stream.align.collective_event import _step_of
 from tracefuse_stream.align.collectives import (
     COLLECTIVE_SELECTION,
@@ -133,6 +136,7 @@ def _scan_file(
         info = scan_rank(
             plan, select=INFO_SELECTION, visit=visit, timeline=None if feed is None else feed.timeline
         )
+        read_batches(plan.path, scan, compression=plan.compression, layout=plan.layout)
         if feed is not None:
             scan.timeline = feed.finish(
                 scan.steps,
