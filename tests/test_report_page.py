@@ -30,7 +30,7 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 
-from tracefuse_stream.report.page import EMBED_BUDGET, render_page
+from tracefuse_stream.report.page import EMBED_BUDGET, STEP_TIME_LEFT_OUT, render_page
 
 REPO = Path(__file__).resolve().parents[1]
 DDP8 = REPO / "tests" / "data" / "recorded" / "ddp8_straggler"
@@ -234,6 +234,32 @@ def test_a_host_name_cannot_end_the_data_element():
     page = render_page(doc)
     assert page.count("</script>") == 2  # the data element's and the code's
     assert embedded(page)["page"]["hosts"]["0"] == evil
+
+
+def test_the_embed_budget_is_exact():
+    """The trimming measures each candidate from orjson's bytes plus 5 a ``<``, ``>`` or
+    ``&`` (their \\u escapes): a budget of exactly a candidate's embedded size keeps it,
+    one byte less trims further -- at every trim step, with escapes and non-ASCII names."""
+    from tracefuse_stream.report.page import embedded_json
+
+    doc = synth_doc(ranks=16, steps=3, per_host=4, step_time=True)
+    for h in list(doc["page"]["hosts"])[:3]:
+        doc["page"]["hosts"][h] = "n<0>&\u00e9-\u4e2d-" + h  # 5 escapes, 2- and 3-byte UTF-8
+    budget = 10**9
+    seen = []
+    while True:
+        text = embedded_json(doc, budget)
+        size = len(text.encode("utf-8"))
+        if size > budget:  # every trim made and still over: the last candidate
+            break
+        assert embedded_json(doc, size) == text  # exactly its size: kept
+        seen.append(json.loads(text))
+        budget = size - 1  # one byte less: not this one
+    assert seen[0] == json.loads(json.dumps(doc))
+    trims = [s["page"].get("trimmed", []) for s in seen]
+    assert len(seen) >= 4 and len(set(map(tuple, trims))) == len(seen), trims
+    assert STEP_TIME_LEFT_OUT in json.loads(text)["page"]["trimmed"]
+    assert seen[0]["page"]["hosts"]["0"].startswith("n<0>&\u00e9")
 
 
 # --------------------------------------------------------------------------- the command

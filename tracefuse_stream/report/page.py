@@ -77,13 +77,26 @@ def _exact(obj: Any) -> Any:
     return obj
 
 
-def _dumps(obj: Any) -> str:
+def _raw(obj: Any) -> bytes:
+    """``obj``'s JSON as orjson writes it, before the escapes :func:`_escaped` adds."""
     try:
-        raw = orjson.dumps(obj, default=str, option=orjson.OPT_NON_STR_KEYS)
+        return orjson.dumps(obj, default=str, option=orjson.OPT_NON_STR_KEYS)
     except TypeError:  # an integer beyond 64 bits: written exactly (the rare case)
-        raw = orjson.dumps(_exact(obj), default=str, option=orjson.OPT_NON_STR_KEYS)
+        return orjson.dumps(_exact(obj), default=str, option=orjson.OPT_NON_STR_KEYS)
+
+
+def _embedded_size(raw: bytes) -> int:
+    """The UTF-8 size of ``_escaped(raw)`` without making it: each ``<``, ``>`` and ``&``
+    becomes a 6-byte ``\\u00XX`` escape. The trimming measures every candidate; making
+    the escaped text of each (decoded, three replaces, encoded again) held ~4 copies of
+    the JSON at once, the report's peak memory."""
+    return len(raw) + 5 * (raw.count(b"<") + raw.count(b">") + raw.count(b"&"))
+
+
+def _escaped(raw: bytes) -> str:
+    """``raw`` as the page's text: inside <script>, no "</script>", no "<!--";
+    JSON.parse reads the \\u escapes back."""
     text = raw.decode("utf-8")
-    # inside <script>: no "</script>", no "<!--"; JSON.parse reads the \\u escapes back
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
@@ -211,9 +224,9 @@ def capped(obj: Any, cap: int = NAME_CAP) -> Any:
 def embedded_json(doc: Dict[str, Any], budget: int = EMBED_BUDGET) -> str:
     """The JSON text the page embeds: ``doc`` whole, or -- past ``budget`` bytes -- with
     the parts the page does not draw left out and named in ``page.trimmed``."""
-    text = _dumps(doc)
-    if len(text.encode("utf-8")) <= budget:
-        return text
+    raw = _raw(doc)
+    if _embedded_size(raw) <= budget:
+        return _escaped(raw)
     out = dict(doc)
     out["collectives"] = copy.copy(doc.get("collectives") or {})
     out["page"] = capped(dict(doc.get("page") or {}))  # inputs, hosts, commands: names too
@@ -223,18 +236,20 @@ def embedded_json(doc: Dict[str, Any], budget: int = EMBED_BUDGET) -> str:
     if _has_long(doc.get("page")) or _has_long(doc.get("diff")):  # cut at once: said at once
         trimmed.append(CAPPED)
         out["page"]["trimmed"] = list(trimmed)
-        text = _dumps(out)
-        if len(text.encode("utf-8")) <= budget:
-            return text
+        del raw  # one candidate's bytes at a time
+        raw = _raw(out)
+        if _embedded_size(raw) <= budget:
+            return _escaped(raw)
     for what, apply in _trim_steps(doc):
         apply(out["collectives"])
         if what not in trimmed:
             trimmed.append(what)
         out["page"]["trimmed"] = list(trimmed)
-        text = _dumps(out)
-        if len(text.encode("utf-8")) <= budget:
+        del raw
+        raw = _raw(out)
+        if _embedded_size(raw) <= budget:
             break
-    return text
+    return _escaped(raw)
 
 
 def render_page(doc: Dict[str, Any], budget: int = EMBED_BUDGET) -> str:
