@@ -262,6 +262,35 @@ def test_the_embed_budget_is_exact():
     assert seen[0]["page"]["hosts"]["0"].startswith("n<0>&\u00e9")
 
 
+def test_lazy_arrays_embed_the_bytes_of_lists():
+    """``report`` hands ``breakdown`` and ``step_time`` over lazy (report/page_data.py);
+    the page packs them as JSON and measures each candidate item by item
+    (report/page_items.py): at every trim step the same text as from the lists, with
+    escapes, a name past the cap only in the breakdown, and a step_time item that is
+    not an object (left out by the first cut)."""
+    from tracefuse_stream.report.json_stream import LazyArray
+    from tracefuse_stream.report.page import embedded_json
+
+    doc = synth_doc(ranks=16, steps=3, per_host=4, step_time=True)
+    c = doc["collectives"]
+    c["breakdown"][1]["note"] = "op<" + "\u00e9" * 300 + ">&"
+    c["step_time"].insert(2, "not an object " + "y" * 300)
+    lazy = dict(doc, collectives=dict(c))
+    for key in ("breakdown", "step_time"):
+        lazy["collectives"][key] = LazyArray(lambda key=key: iter(c[key]))
+    budget, sizes = 10**9, []
+    while True:
+        text = embedded_json(doc, budget)
+        assert embedded_json(lazy, budget) == text
+        sizes.append(len(text.encode("utf-8")))
+        if sizes[-1] > budget:
+            break
+        assert embedded_json(lazy, sizes[-1]) == text  # measured exactly: kept at its size
+        budget = sizes[-1] - 1
+    assert len(sizes) >= 5, sizes
+    assert "not an object" in embedded_json(lazy, 10**9)
+
+
 # --------------------------------------------------------------------------- the command
 def run_cli(*args: Any, timeout: float = 180) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
@@ -677,7 +706,8 @@ def test_browser_step_time_metrics_draw_the_json_figures(tmp_path):
     from tracefuse_stream.report.page_data import report_data
 
     doc = report_data([str(SAMPLE)], jobs=1).document
-    c = doc["collectives"]
+    c = dict(doc["collectives"])  # step_time comes lazy (the page packs it: report/page_items.py)
+    c["step_time"] = list(c["step_time"])
     assert c["step_time"] == tracefuse_stream_stragglers(SAMPLE)["step_time"]  # the API's figures
     page = probed_page(tmp_path / "s.html", render_page(doc), 1, "1", "node0")
     dom = dump_dom(page, "#idle")
