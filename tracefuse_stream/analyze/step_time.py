@@ -168,12 +168,9 @@ def _cpu_sums(timeline: Any, thread: bytes, windows: List[Tuple[int, int]]) -> I
     own rule (``segments``)."""
     cuts = sorted({x for w in windows for x in w})
     _names, rows_t, _rows_d = timeline.segments(cuts, [thread], [])
-    flat = array("q")
-    flat.frombytes(rows_t[0])
-    del rows_t
+    flat = memoryview(rows_t[0]).cast("q")  # read in place, not copied (issue 38)
     segs, kinds, nids = flat[0::ROW_FIELDS], flat[1::ROW_FIELDS], flat[2::ROW_FIELDS]
     nss, calls = flat[3::ROW_FIELDS], flat[4::ROW_FIELDS]
-    del flat
     for w, (lo, hi) in enumerate(windows):
         seg = bisect.bisect_left(cuts, lo)  # a window is one segment, its start's (none: a gap between)
         if seg + 1 >= len(cuts) or cuts[seg + 1] != hi:

@@ -420,9 +420,11 @@ class TimelineFeed:
         text = [n.decode("utf-8", "surrogatepass") for n in names]
 
         def per_seg(packed: bytes) -> Unit:
+            if not compress:  # read in place: no second copy of the file's rows (issue 38)
+                return segment_starts(memoryview(packed).cast("q"), len(cuts)), (packed,)  # type: ignore[arg-type]
             flat = array("q")
             flat.frombytes(packed)
-            return segment_starts(flat, len(cuts)), pack_unit(flat) if compress else (packed,)
+            return segment_starts(flat, len(cuts)), pack_unit(flat)
 
         return Segments(
             cuts, text,
