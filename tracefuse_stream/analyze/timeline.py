@@ -351,6 +351,7 @@ class Segments:
         holds of a rank between the pass and the why is then its cuts and names."""
         self.cpu = {k: spill_unit(u, spill) for k, u in self.cpu.items()}
         self.gpu = {k: spill_unit(u, spill) for k, u in self.gpu.items()}
+        self.cuts = array("q", self.cuts)  # type: ignore[assignment]  # read only from here: 8 bytes a cut, not ~36
 
 
 class TimelineFeed:
