@@ -30,7 +30,7 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 
-from tracefuse_stream.report.page import EMBED_BUDGET, render_page
+from tracefuse_stream.report.page import EMBED_BUDGET, STEP_TIME_LEFT_OUT, render_page
 
 REPO = Path(__file__).resolve().parents[1]
 DDP8 = REPO / "tests" / "data" / "recorded" / "ddp8_straggler"
@@ -234,6 +234,61 @@ def test_a_host_name_cannot_end_the_data_element():
     page = render_page(doc)
     assert page.count("</script>") == 2  # the data element's and the code's
     assert embedded(page)["page"]["hosts"]["0"] == evil
+
+
+def test_the_embed_budget_is_exact():
+    """The trimming measures each candidate from orjson's bytes plus 5 a ``<``, ``>`` or
+    ``&`` (their \\u escapes): a budget of exactly a candidate's embedded size keeps it,
+    one byte less trims further -- at every trim step, with escapes and non-ASCII names."""
+    from tracefuse_stream.report.page import embedded_json
+
+    doc = synth_doc(ranks=16, steps=3, per_host=4, step_time=True)
+    for h in list(doc["page"]["hosts"])[:3]:
+        doc["page"]["hosts"][h] = "n<0>&\u00e9-\u4e2d-" + h  # 5 escapes, 2- and 3-byte UTF-8
+    budget = 10**9
+    seen = []
+    while True:
+        text = embedded_json(doc, budget)
+        size = len(text.encode("utf-8"))
+        if size > budget:  # every trim made and still over: the last candidate
+            break
+        assert embedded_json(doc, size) == text  # exactly its size: kept
+        seen.append(json.loads(text))
+        budget = size - 1  # one byte less: not this one
+    assert seen[0] == json.loads(json.dumps(doc))
+    trims = [s["page"].get("trimmed", []) for s in seen]
+    assert len(seen) >= 4 and len(set(map(tuple, trims))) == len(seen), trims
+    assert STEP_TIME_LEFT_OUT in json.loads(text)["page"]["trimmed"]
+    assert seen[0]["page"]["hosts"]["0"].startswith("n<0>&\u00e9")
+
+
+def test_lazy_arrays_embed_the_bytes_of_lists():
+    """``report`` hands ``breakdown`` and ``step_time`` over lazy (report/page_data.py);
+    the page packs them as JSON and measures each candidate item by item
+    (report/page_items.py): at every trim step the same text as from the lists, with
+    escapes, a name past the cap only in the breakdown, and a step_time item that is
+    not an object (left out by the first cut)."""
+    from tracefuse_stream.report.json_stream import LazyArray
+    from tracefuse_stream.report.page import embedded_json
+
+    doc = synth_doc(ranks=16, steps=3, per_host=4, step_time=True)
+    c = doc["collectives"]
+    c["breakdown"][1]["note"] = "op<" + "\u00e9" * 300 + ">&"
+    c["step_time"].insert(2, "not an object " + "y" * 300)
+    lazy = dict(doc, collectives=dict(c))
+    for key in ("breakdown", "step_time"):
+        lazy["collectives"][key] = LazyArray(lambda key=key: iter(c[key]))
+    budget, sizes = 10**9, []
+    while True:
+        text = embedded_json(doc, budget)
+        assert embedded_json(lazy, budget) == text
+        sizes.append(len(text.encode("utf-8")))
+        if sizes[-1] > budget:
+            break
+        assert embedded_json(lazy, sizes[-1]) == text  # measured exactly: kept at its size
+        budget = sizes[-1] - 1
+    assert len(sizes) >= 5, sizes
+    assert "not an object" in embedded_json(lazy, 10**9)
 
 
 # --------------------------------------------------------------------------- the command
@@ -651,7 +706,8 @@ def test_browser_step_time_metrics_draw_the_json_figures(tmp_path):
     from tracefuse_stream.report.page_data import report_data
 
     doc = report_data([str(SAMPLE)], jobs=1).document
-    c = doc["collectives"]
+    c = dict(doc["collectives"])  # step_time comes lazy (the page packs it: report/page_items.py)
+    c["step_time"] = list(c["step_time"])
     assert c["step_time"] == tracefuse_stream_stragglers(SAMPLE)["step_time"]  # the API's figures
     page = probed_page(tmp_path / "s.html", render_page(doc), 1, "1", "node0")
     dom = dump_dom(page, "#idle")

@@ -109,7 +109,11 @@ def cap_names(segments: Segments, steps: Dict[int, Tuple[int, int]], cap: int = 
         raise ValueError("cap_names: the cap is at least 1")
     groups = _groups(segments, sorted({lo for lo, _hi in steps.values()}))
     names = segments.names
-    units = [(d, k, array("q", b"".join(d[k][1]))) for d in (segments.cpu, segments.gpu) for k in sorted(d)]
+    units = []
+    for d in (segments.cpu, segments.gpu):
+        for k in sorted(d):
+            units.append((d, k, array("q", b"".join(d[k][1]))))
+            d[k] = (d[k][0], ())  # its bytes are the array's now: one copy of the rows at a time
     nids = [set(flat[2::ROW_FIELDS]) for _d, _k, flat in units]
     kept = [
         _kept(flat, groups, names, cap) if len(n) > cap else (set(), set())
@@ -126,11 +130,14 @@ def cap_names(segments: Segments, steps: Dict[int, Tuple[int, int]], cap: int = 
     used = sorted(set().union(*nids) - {-1})
     segments.names = [FOLDED if old == other else names[old] for old in used]
     ids = {old: new for new, old in enumerate(used)}
-    for d, k, flat in units:
+    units.reverse()
+    while units:  # each unit's array freed once packed
+        d, k, flat = units.pop()
         if len(used) < len(names) or folded:
             _remap(flat, ids)
         starts = segment_starts(flat, len(segments.cuts)) if folded else d[k][0]
         d[k] = (starts, pack_unit(flat))
+        del flat
     segments.name_cap = cap
     segments.folded = len(folded)
 

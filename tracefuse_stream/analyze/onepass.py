@@ -145,6 +145,10 @@ def _scan_file(
                 keep=True,
                 compress=False,  # cap_names compresses them, once
             )
+            names = scan.timeline.names  # the timeline's ids: the step figures read by them
+            # the rows capped and packed first (~5x smaller): the step figures' work then
+            # runs beside the packed rows, not the whole file's rows as they came (issue 38)
+            cap_names(scan.timeline, scan.steps, name_cap)
             scan.step_time = step_time.compute(
                 plan.rank,
                 feed.step_windows(),
@@ -152,9 +156,10 @@ def _scan_file(
                 feed.timeline,
                 feed.step_threads(),
                 from_spec(kernel_categories),
+                names,
             )
+            del names
             feed.release()
-            cap_names(scan.timeline, scan.steps, name_cap)  # after the step figures: they read by id
         return FileScan(info, scan, steps=set(scan.steps))
     except TraceFuseError as e:
         return FileScan(None, None, broken_text(e))

@@ -22,7 +22,7 @@ import bisect
 import re
 from array import array
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from tracefuse_stream.analyze.gpu_union import KERNEL_WAIT_NS, GpuFigures, from_row
 from tracefuse_stream.analyze.kernel_categories import OTHER, KernelCategories
@@ -106,13 +106,6 @@ def _top(items: Dict[int, List[int]], names: List[str], n: int = TOP_N) -> List[
     return out
 
 
-def _quads(packed: bytes) -> List[Tuple[int, int, int, int]]:
-    flat = array("q")
-    flat.frombytes(packed)
-    it = iter(flat)
-    return list(zip(it, it, it, it))
-
-
 def gpu_steps(
     timeline: Any,
     names: List[str],
@@ -131,24 +124,34 @@ def gpu_steps(
         return None
     figs = array("q")
     figs.frombytes(figs_b)
-    per: List[Dict[int, List[int]]] = [{} for _ in windows]
-    for w, nid, ns, cnt in _quads(rows_b):
-        per[w][nid] = [ns, cnt]
+    rows = array("q")
+    rows.frombytes(rows_b)
+    del rows_b
     label = labels.get(dev) or _device_label(dev)
     cat_of: Dict[int, str] = {}
     out = []
+    at, n_rows = 0, len(rows) // 4
     for i, (lo, hi) in enumerate(windows):
         f = from_row(hi - lo, figs[8 * i : 8 * i + 8])
+        # the name rows come sorted by window (then name): a window's are the next run
+        # of them, read as the window is made -- not every window's dict at once (a
+        # rank's run of steps of them made a file's pass grow with its steps; issue 38)
+        per: Dict[int, List[int]] = {}
+        while at < n_rows and rows[4 * at] == i:
+            per[rows[4 * at + 1]] = [rows[4 * at + 2], rows[4 * at + 3]]
+            at += 1
         cats: Dict[str, int] = {}
         unknown: Dict[int, List[int]] = {}
-        for nid, (ns, _cnt) in per[i].items():
+        for nid, (ns, _cnt) in per.items():
             cat = cat_of.get(nid) or cat_of.setdefault(nid, categories.of(names[nid])[0])
             cats[cat] = cats.get(cat, 0) + ns
             if cat == OTHER:
                 unknown[nid] = [ns, 0]
-        top = _top(per[i], names)
+        top = _top(per, names)
         unknown_top = [(n, v) for n, v, _c in _top(unknown, names)[:TOP_N]] if unknown else []
         out.append(GpuStep(f, label, dict(sorted(cats.items())), top, unknown_top, pid_of_key(dev)))
+    if at != n_rows:
+        raise ValueError("gpu_windows: name rows out of window order")
     return out
 
 
@@ -156,26 +159,25 @@ def _device_label(key: bytes) -> str:
     return "GPU " + key[5:].decode("utf-8", "replace")
 
 
-def _cpu_sums(timeline: Any, thread: bytes, windows: List[Tuple[int, int]]) -> Dict[int, Any]:
-    """Per window (index): (operators by name id -> [self ns, calls], annotation name
-    id (-1: outside every annotation) -> ns outside operators): the step thread
-    partitioned once more, cut at the step windows only (the why's segments are cut at
-    its arrivals, not at step ends), by the timeline's own rule (``segments``)."""
+def _cpu_sums(timeline: Any, thread: bytes, windows: List[Tuple[int, int]]) -> Iterator[Tuple[int, Any]]:
+    """Per window (index, yielded in order, one at a time: every window's dicts at
+    once made a file's pass grow with its steps, issue 38): (operators by name id ->
+    [self ns, calls], annotation name id (-1: outside every annotation) -> ns outside
+    operators): the step thread partitioned once more, cut at the step windows only
+    (the why's segments are cut at its arrivals, not at step ends), by the timeline's
+    own rule (``segments``)."""
     cuts = sorted({x for w in windows for x in w})
     _names, rows_t, _rows_d = timeline.segments(cuts, [thread], [])
-    flat = array("q")
-    flat.frombytes(rows_t[0])
-    segs, kinds, nids = flat[0::ROW_FIELDS].tolist(), flat[1::ROW_FIELDS], flat[2::ROW_FIELDS]
+    flat = memoryview(rows_t[0]).cast("q")  # read in place, not copied (issue 38)
+    segs, kinds, nids = flat[0::ROW_FIELDS], flat[1::ROW_FIELDS], flat[2::ROW_FIELDS]
     nss, calls = flat[3::ROW_FIELDS], flat[4::ROW_FIELDS]
-    out: Dict[int, Any] = {}
     for w, (lo, hi) in enumerate(windows):
-        seg = cuts.index(lo)  # a window is one segment, its start's (none: a gap between)
+        seg = bisect.bisect_left(cuts, lo)  # a window is one segment, its start's (none: a gap between)
         if seg + 1 >= len(cuts) or cuts[seg + 1] != hi:
             continue  # an empty step, or windows that overlap: no segment is the window
         a, b = bisect.bisect_left(segs, seg), bisect.bisect_right(segs, seg)  # one row per (kind, name)
         rows = list(zip(kinds[a:b], nids[a:b], nss[a:b], calls[a:b]))
-        out[w] = ({n: [ns, c] for k, n, ns, c in rows if k == 0}, {n: ns for k, n, ns, _c in rows if k == 1})
-    return out
+        yield w, ({n: [ns, c] for k, n, ns, c in rows if k == 0}, {n: ns for k, n, ns, _c in rows if k == 1})
 
 
 def _near(
@@ -215,44 +217,53 @@ def compute(
     timeline: Any,
     step_threads: Dict[int, bytes],
     categories: KernelCategories,
+    names: Optional[List[str]] = None,
 ) -> List[StepTime]:
     """Every step's :class:`StepTime` of one rank (see the module docstring), from the
-    file's ``timeline`` (still holding its events) and its ``segments``."""
+    file's ``timeline`` (still holding its events) and its ``segments``; ``names``:
+    the timeline's names by id, when ``segments.names`` no longer are (the pass caps
+    and packs the segments' rows first, analyze/onepass.py)."""
+    names = segments.names if names is None else names
     order = sorted(steps, key=lambda s: (steps[s], s))  # by start: gpu_windows' order
     windows = [steps[s] for s in order]
     prefer = sorted(set(segments.gpu_dev.values()))
-    gpu = gpu_steps(timeline, segments.names, windows, categories, prefer, segments.labels)
+    gpu = gpu_steps(timeline, names, windows, categories, prefer, segments.labels)
     keys, packed = timeline.records(1)
-    quads = _quads(packed)
-    names = segments.names
+    quads = array("q")  # the annotations: (a, b, name id, thread index) each, read in place
+    quads.frombytes(packed)
+    del packed
     wanted: Dict[int, str] = {}
-    for nid in {q[2] for q in quads}:
+    for nid in set(quads[2::4]):
         if DATALOADER.search(names[nid]):
             wanted[nid] = "dataloader"
         elif OPTIMIZER.search(names[nid]):
             wanted[nid] = "optimizer"
     anns: Dict[int, List[Tuple[int, int, str]]] = {}
-    for a, b, nid, k in quads:
-        if nid in wanted:
-            anns.setdefault(k, []).append((a, b, wanted[nid]))
+    for j in range(0, len(quads), 4) if wanted else ():
+        if quads[j + 2] in wanted:
+            anns.setdefault(quads[j + 3], []).append((quads[j], quads[j + 1], wanted[quads[j + 2]]))
+    del quads
     prepared = {k: (sorted(v), max(b - a for a, b, _k in v)) for k, v in anns.items()}
     index = {key: k for k, key in enumerate(keys)}
     by_thread: Dict[bytes, List[int]] = {}  # thread -> its steps' indices
     for i, s in enumerate(order):
         if s in step_threads:
             by_thread.setdefault(step_threads[s], []).append(i)
-    sums: Dict[int, Any] = {}
+
+    def mine(i: int) -> List[Tuple[int, int, str]]:
+        return _near(prepared.get(index.get(step_threads.get(order[i], b""), -1)), *windows[i])
+
+    cpu: Dict[int, CpuStep] = {}  # made as each window's sums come (not every window's sums at once)
     for thread, idx in by_thread.items():
-        got = _cpu_sums(timeline, thread, [windows[i] for i in idx])
-        sums.update({idx[w]: v for w, v in got.items()})
+        label = segments.labels.get(thread)
+        for w, v in _cpu_sums(timeline, thread, [windows[i] for i in idx]):
+            cpu[idx[w]] = cpu_step(names, label, v, *windows[idx[w]], mine(idx[w]))
     out = []
     for i, s in enumerate(order):
         lo, hi = windows[i]
-        thread = step_threads.get(s, b"")
-        mine = _near(prepared.get(index.get(thread, -1)), lo, hi)
         g = gpu[i] if gpu is not None else None
-        label = segments.labels.get(thread) if i in sums else None
-        out.append(StepTime(rank, s, lo, hi - lo, g, cpu_step(names, label, sums.get(i), lo, hi, mine)))
+        cs = cpu[i] if i in cpu else cpu_step(names, None, None, lo, hi, mine(i))
+        out.append(StepTime(rank, s, lo, hi - lo, g, cs))
     return sorted(out, key=lambda st: st.step)
 
 

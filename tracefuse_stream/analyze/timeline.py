@@ -351,6 +351,7 @@ class Segments:
         holds of a rank between the pass and the why is then its cuts and names."""
         self.cpu = {k: spill_unit(u, spill) for k, u in self.cpu.items()}
         self.gpu = {k: spill_unit(u, spill) for k, u in self.gpu.items()}
+        self.cuts = array("q", self.cuts)  # type: ignore[assignment]  # read only from here: 8 bytes a cut, not ~36
 
 
 class TimelineFeed:
@@ -420,9 +421,11 @@ class TimelineFeed:
         text = [n.decode("utf-8", "surrogatepass") for n in names]
 
         def per_seg(packed: bytes) -> Unit:
+            if not compress:  # read in place: no second copy of the file's rows (issue 38)
+                return segment_starts(memoryview(packed).cast("q"), len(cuts)), (packed,)  # type: ignore[arg-type]
             flat = array("q")
             flat.frombytes(packed)
-            return segment_starts(flat, len(cuts)), pack_unit(flat) if compress else (packed,)
+            return segment_starts(flat, len(cuts)), pack_unit(flat)
 
         return Segments(
             cuts, text,

@@ -296,6 +296,8 @@ static PyObject *tl_unit_rows(Timeline *t, PyObject *keyb, int gpu, const int64_
     if (r == OK) {
         r = gpu ? tl_gpu(ev, n, &g) : tl_cpu(t, ev, n, &g);
         if (r == OK) r = tseg_flush(&g);
+        PyMem_Free(ev); /* before the rows' copy: not three copies at once (issue 38) */
+        ev = NULL;
         if (r == OK) rows = PyBytes_FromStringAndSize((const char *)g.out, g.on * (Py_ssize_t)sizeof(int64_t));
         tseg_close(&g);
     }

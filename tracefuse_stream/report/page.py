@@ -30,17 +30,23 @@ per-rank figures of ``by_step`` the page does not draw, and the lists that grow 
 distinct names past :data:`LIST_CAP`); only then, as the last resort, ``step_time``
 itself, and the page offers no step-time colours, saying why. The page says what was
 left out (``page.trimmed``): ``info --collectives --json`` always has everything.
+Memory: ``report`` hands ``breakdown`` and ``step_time`` over lazy (``LazyArray``); they are
+kept packed as JSON while the candidates are measured (report/page_items.py), and
+each candidate's size is counted from orjson's bytes, never from its escaped text.
 """
 
 from __future__ import annotations
 
 import copy
 import html
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import orjson
 
+from tracefuse_stream.report.json_stream import LazyArray
 from tracefuse_stream.report.page_assets import _CSS, _HEAD, _JS
+from tracefuse_stream.report.page_items import SKIP, PackedItems, packed_or_none
+from tracefuse_stream.report.page_items import raw_json as _raw
 
 #: the most bytes of JSON embedded before parts the page does not draw are left out
 EMBED_BUDGET = 4_000_000
@@ -61,29 +67,18 @@ STEP_TIME_DRAWN = ("compute_us", "comm_exposed_us", "idle_us")
 STEP_TIME_LEFT_OUT = "step_time (every rank and step): the step-time colours are not offered"
 
 
-def _exact(obj: Any) -> Any:
-    """``obj`` with every integer orjson cannot write (beyond -2**63..2**64-1: a step
-    number or ``distributedInfo.rank`` of 2**64) as its exact digits, and such dict keys
-    as strings: the page's JSON says every number as ``info --collectives --json``
-    (the json module) does."""
-    if type(obj) is int:
-        return obj if -(2**63) <= obj < 2**64 else orjson.Fragment(str(obj))
-    if isinstance(obj, dict):
-        return {
-            (str(k) if type(k) is int and not -(2**63) <= k < 2**64 else k): _exact(v) for k, v in obj.items()
-        }
-    if isinstance(obj, (list, tuple)):
-        return [_exact(v) for v in obj]
-    return obj
+def _embedded_size(raw: bytes) -> int:
+    """The UTF-8 size of ``_escaped(raw)`` without making it: each ``<``, ``>`` and ``&``
+    becomes a 6-byte ``\\u00XX`` escape. The trimming measures every candidate; making
+    the escaped text of each (decoded, three replaces, encoded again) held ~4 copies of
+    the JSON at once, the report's peak memory."""
+    return len(raw) + 5 * (raw.count(b"<") + raw.count(b">") + raw.count(b"&"))
 
 
-def _dumps(obj: Any) -> str:
-    try:
-        raw = orjson.dumps(obj, default=str, option=orjson.OPT_NON_STR_KEYS)
-    except TypeError:  # an integer beyond 64 bits: written exactly (the rare case)
-        raw = orjson.dumps(_exact(obj), default=str, option=orjson.OPT_NON_STR_KEYS)
+def _escaped(raw: bytes) -> str:
+    """``raw`` as the page's text: inside <script>, no "</script>", no "<!--";
+    JSON.parse reads the \\u escapes back."""
     text = raw.decode("utf-8")
-    # inside <script>: no "</script>", no "<!--"; JSON.parse reads the \\u escapes back
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
@@ -94,19 +89,32 @@ def _step_time_keeping(keys: Tuple[str, ...]) -> Any:
     def gpu(g: Any) -> Any:
         return {k: v for k, v in g.items() if k in keys} if isinstance(g, dict) else None
 
+    def one(e: Any) -> Any:
+        if not isinstance(e, dict):
+            return SKIP
+        return {
+            "rank": e.get("rank"),
+            "step": e.get("step"),
+            "step_us": e.get("step_us"),
+            "gpu": gpu(e.get("gpu")),
+        }
+
     def f(c: Dict[str, Any]) -> None:
-        c["step_time"] = [
-            {
-                "rank": e.get("rank"),
-                "step": e.get("step"),
-                "step_us": e.get("step_us"),
-                "gpu": gpu(e.get("gpu")),
-            }
-            for e in c["step_time"]
-            if isinstance(e, dict)
-        ]
+        c["step_time"] = _each(c["step_time"], one)
 
     return f
+
+
+def _each(v: Any, cut: Any) -> Any:
+    """``cut`` applied to every item of an array of the document (SKIP: left out)."""
+    if isinstance(v, PackedItems):
+        return v.then(cut)
+    return [x for x in map(cut, v) if x is not SKIP]
+
+
+def _filled(v: Any) -> bool:
+    """Whether ``v`` is a non-empty array (a list or packed items)."""
+    return isinstance(v, (list, PackedItems)) and len(v) > 0
 
 
 def _trim_steps(doc: Dict[str, Any]) -> List[Tuple[str, Any]]:
@@ -119,7 +127,9 @@ def _trim_steps(doc: Dict[str, Any]) -> List[Tuple[str, Any]]:
         return f
 
     def cut_breakdown(c: Dict[str, Any]) -> None:
-        c["breakdown"] = [dict(b, contributors=(b.get("contributors") or [])[:3]) for b in c["breakdown"]]
+        c["breakdown"] = _each(
+            c["breakdown"], lambda b: dict(b, contributors=(b.get("contributors") or [])[:3])
+        )
 
     def drop(key: str) -> Any:
         def f(c: Dict[str, Any]) -> None:
@@ -145,7 +155,7 @@ def _trim_steps(doc: Dict[str, Any]) -> List[Tuple[str, Any]]:
 
     c = doc.get("collectives") or {}
     steps: List[Tuple[str, Any]] = []
-    st = c.get("step_time") if isinstance(c.get("step_time"), list) and c["step_time"] else None
+    st = _filled(c.get("step_time"))
     if st:
         steps.append(
             (
@@ -160,7 +170,7 @@ def _trim_steps(doc: Dict[str, Any]) -> List[Tuple[str, Any]]:
         steps.append(
             ("instances: arrival_ns and end_ns per rank", drop_instance_keys(("arrival_ns", "end_ns")))
         )
-    if isinstance(c.get("breakdown"), list) and c["breakdown"]:
+    if _filled(c.get("breakdown")):
         steps.append(("breakdown: contributors after the first 3 of each rank and step", cut_breakdown))
         steps.append(("breakdown (every rank and step)", drop("breakdown")))
     if c.get("instances"):
@@ -185,6 +195,8 @@ def _has_long(obj: Any, cap: int = NAME_CAP) -> bool:
     """Whether :func:`capped` would cut anything in ``obj``."""
     if isinstance(obj, str):
         return len(obj) > cap
+    if isinstance(obj, PackedItems):
+        return obj.long  # found as packed (with NAME_CAP: the only cap asked)
     if isinstance(obj, dict):
         return any(_has_long(k, cap) or _has_long(v, cap) for k, v in obj.items())
     if isinstance(obj, (list, tuple)):
@@ -201,6 +213,8 @@ def capped(obj: Any, cap: int = NAME_CAP) -> Any:
     """``obj`` with every string (values and keys) longer than ``cap`` cut by :func:`cap_text`."""
     if isinstance(obj, str):
         return cap_text(obj, cap)
+    if isinstance(obj, PackedItems):
+        return obj.then(lambda x: capped(x, cap))
     if isinstance(obj, dict):
         return {(cap_text(k, cap) if isinstance(k, str) else k): capped(v, cap) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -208,12 +222,50 @@ def capped(obj: Any, cap: int = NAME_CAP) -> Any:
     return obj
 
 
+def _packed(doc: Dict[str, Any]) -> Dict[str, Any]:
+    """``doc`` with the ``LazyArray`` values of its ``collectives`` (report/page_data.py:
+    ``breakdown`` and ``step_time``, every rank and step) packed (report/page_items.py)."""
+    c = doc.get("collectives")
+    if not isinstance(c, dict) or not any(isinstance(v, LazyArray) for v in c.values()):
+        return doc
+    out = dict(doc, collectives=dict(c))
+    for k, v in c.items():
+        if isinstance(v, LazyArray):
+            p = packed_or_none(v, _has_long)
+            out["collectives"][k] = p if p is not None else list(v)
+    return out
+
+
+def _shell(out: Dict[str, Any], fill: Any) -> Dict[str, Any]:
+    c = out.get("collectives")
+    if not isinstance(c, dict) or not any(isinstance(v, PackedItems) for v in c.values()):
+        return out
+    return dict(out, collectives={k: fill(v) if isinstance(v, PackedItems) else v for k, v in c.items()})
+
+
+def _measure(out: Dict[str, Any]) -> Tuple[int, Optional[bytes]]:
+    """A candidate's embedded size, and its raw JSON when it has no packed arrays (made
+    then anyway); a packed array is measured item by item, never made whole."""
+    shell = _shell(out, lambda p: orjson.Fragment(b"[]"))
+    if shell is out:
+        raw = _raw(out)
+        return _embedded_size(raw), raw
+    c = out["collectives"]
+    arrays = sum(v.embedded_size() - 2 for v in c.values() if isinstance(v, PackedItems))
+    return _embedded_size(_raw(shell)) + arrays, None
+
+
+def _text(out: Dict[str, Any], raw: Optional[bytes]) -> str:
+    return _escaped(raw if raw is not None else _raw(_shell(out, lambda p: p.fragment())))
+
+
 def embedded_json(doc: Dict[str, Any], budget: int = EMBED_BUDGET) -> str:
     """The JSON text the page embeds: ``doc`` whole, or -- past ``budget`` bytes -- with
     the parts the page does not draw left out and named in ``page.trimmed``."""
-    text = _dumps(doc)
-    if len(text.encode("utf-8")) <= budget:
-        return text
+    doc = _packed(doc)
+    size, raw = _measure(doc)
+    if size <= budget:
+        return _text(doc, raw)
     out = dict(doc)
     out["collectives"] = copy.copy(doc.get("collectives") or {})
     out["page"] = capped(dict(doc.get("page") or {}))  # inputs, hosts, commands: names too
@@ -223,18 +275,20 @@ def embedded_json(doc: Dict[str, Any], budget: int = EMBED_BUDGET) -> str:
     if _has_long(doc.get("page")) or _has_long(doc.get("diff")):  # cut at once: said at once
         trimmed.append(CAPPED)
         out["page"]["trimmed"] = list(trimmed)
-        text = _dumps(out)
-        if len(text.encode("utf-8")) <= budget:
-            return text
+        del raw  # one candidate's bytes at a time
+        size, raw = _measure(out)
+        if size <= budget:
+            return _text(out, raw)
     for what, apply in _trim_steps(doc):
         apply(out["collectives"])
         if what not in trimmed:
             trimmed.append(what)
         out["page"]["trimmed"] = list(trimmed)
-        text = _dumps(out)
-        if len(text.encode("utf-8")) <= budget:
+        del raw
+        size, raw = _measure(out)
+        if size <= budget:
             break
-    return text
+    return _text(out, raw)
 
 
 def render_page(doc: Dict[str, Any], budget: int = EMBED_BUDGET) -> str:

@@ -32,6 +32,7 @@ from tracefuse_stream.plan.rankplan import RankPlan
 from tracefuse_stream.plan.runcheck import RunCheck, merge_inputs, require_one_run
 from tracefuse_stream.report.collectives import analyse, merge_command, table_from_scans, to_json
 from tracefuse_stream.report.info import collect_info
+from tracefuse_stream.report.json_stream import LazyArray
 from tracefuse_stream.select.window import steps_not_found
 
 
@@ -161,7 +162,10 @@ def report_data(
         check_steps(table, steps, f"in {where}" + (f" (cycle {chosen})" if chosen is not None else ""))
         table = only_steps(table, *steps)
     analysis = analyse(table, ps, jobs)  # the judgement and the why, as info --collectives
-    collectives = to_json(analysis)["collectives"]
+    collectives = to_json(analysis, stream=True)["collectives"]
+    for k, v in collectives.items():  # every rank and step's breakdown and step_time stay lazy:
+        if isinstance(v, LazyArray) and k not in ("breakdown", "step_time"):  # the page packs them
+            collectives[k] = list(v)  # (report/page_items.py); the rest as lists, as before
     collectives["warnings"] = plans.warnings()
     collectives["not_assessed"] = not_assessed(table, checks)
     several = len(by_cycle) > 1
