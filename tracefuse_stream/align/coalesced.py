@@ -137,24 +137,17 @@ def read_batches(path: PathLike, scan: Any, **how: Any) -> None:
     is kept (the first pass already reported it)."""
     if scan.comms_calls or not any(e.nccl_p2p == "batched" for e in scan.events):
         return
-    marks: List[CoalescedMark] = []
+    scan.coalesced = []
     try:
         for batch in iter_event_batches(path, what="looking for batched send/recv", select=BATCH_SELECTION, tally=Tally(), **how):  # fmt: skip
             for event in batch:
-                if type(event) is not dict:
-                    continue
-                if event.get("cat") == "cpu_op":
-                    call = comms_call(event, scan.base_ns)
-                    if call is not None:
-                        scan.comms_calls.append(call)
-                else:
-                    mark = coalesced_mark(event, scan.base_ns)
-                    if mark is not None:
-                        marks.append(mark)
+                # as the first pass keeps them (align/collectives.py): an op from a cpu_op
+                # event, an annotation from any other
+                if type(event) is dict and (event.get("cat") == "cpu_op") == (event.get("name") == COMMS_OP):
+                    keep_batch_event(scan, event)
     except InputError as e:
         if e.kind in (ErrorKind.MISSING, ErrorKind.UNREADABLE):
             raise
-    scan.coalesced = marks
 
 
 def attribute(
