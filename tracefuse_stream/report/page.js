@@ -316,7 +316,7 @@ function drawRootCause() {  // analyze/graph.py: what fixing saves, who is only 
     h.push("<h3>Critical path of step " + esc(stepLabel(worst.step)) + " (" + esc(ms(worst.step_us)) + ")</h3>" +
       '<table class="path"><tr><th>rank</th><th>what</th><th>leads to</th><th>from</th><th>lasts</th></tr>' +
       worst.segments.slice(0, 40).map(function (g) {
-        return "<tr><td>" + esc(g.rank) + "</td><td>" + esc(g.kind === "own" ? "own work" : g.kind) + "</td><td>" + esc(g.name) +
+        return "<tr><td>" + esc(g.rank) + "</td><td>" + esc(g.kind === "own" ? "own work" : (KIND[g.kind] || g.kind)) + "</td><td>" + esc(g.name) +
           "</td><td>" + esc(ms(g.start_us)) + "</td><td>" + esc(ms(g.dur_us)) + "</td></tr>";
       }).join("") + "</table>" + (worst.segments.length > 40 ? '<div class="muted">' + (worst.segments.length - 40) + " more segment(s) in the JSON</div>" : ""));
   }

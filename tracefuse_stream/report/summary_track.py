@@ -227,7 +227,9 @@ def critical_path_events(
         for seg in g.path:
             if seg.dur_ns <= 0:
                 continue
-            what = "own work before" if seg.kind == "own" else seg.kind
+            what = {"own": "own work before", "entered_late": "entered late: before its"}.get(
+                seg.kind, seg.kind
+            )
             name = f"step {row.step}: rank {seg.rank} {what} {seg.name}"
             args = {SUMMARY_ARG: True, "step": row.step, "path_rank": seg.rank, "kind": seg.kind,
                     "dur_us": round(seg.dur_ns / 1000, 3), "leads_to": seg.name}  # fmt: skip
