@@ -156,3 +156,33 @@ def test_the_balanced_multi_group_control_names_nobody(capsys: pytest.CaptureFix
     coll = _info(capsys, str(RECORDED / "mg4_pairs_b"))
     assert coll["stragglers"] == [] and coll["delayed"] == [] and coll["what_if"] == []
     assert all(k["counted_us"] == 0.0 for k in coll["step_skew"])
+
+
+def test_gpu_slower_kernels_why_lines_add_up_to_the_lateness(
+    gpu_cases: Any, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Rank 1's compute kernels before an all-reduce last 30 ms longer in all, spread over
+    many kernels: the 8 largest explain 77%, the rest is in smaller kernels. The JSON says
+    how much is past the listed ones (``past_top_us``: all of the unexplained here), and
+    the text's lines add up to the lateness: the top 5, the listed parts not printed, the
+    unexplained remainder said to be in smaller parts (not "not above the noise")."""
+    gpu_cases.build_longer_kernels(tmp_path / "run", world_size=2, rank=1, added_us=30000.0)
+    report = tracefuse_stream.stragglers(str(tmp_path / "run"))
+    assert [s["rank"] for s in report["stragglers"]] == [1]
+    for w in report["why"]:
+        assert w["lateness_us"] == pytest.approx(30000.0, abs=1.0) and w["share"] < 0.8
+        assert len(w["contributors"]) == 8 and all(c["kind"] == "kernel" for c in w["contributors"])
+        assert w["past_top_us"] == pytest.approx(w["unexplained_us"], abs=1.0)
+    assert main(["info", "--collectives", "-j", "1", str(tmp_path / "run")]) == 0
+    text = capsys.readouterr().out.splitlines()
+    heads = [k for k, line in enumerate(text) if line.startswith("why rank 1 is late in step ")]
+    assert len(heads) == 3
+    for k in heads:
+        body = []
+        for line in text[k + 1 :]:
+            if not line.startswith("  +"):
+                break
+            body.append(line)
+        assert len(body) == 7 and "more part(s)" in body[5] and "in parts past the 8 largest" in body[6]
+        total = sum(float(line.split()[0]) for line in body)
+        assert total == pytest.approx(30.0, abs=0.05 * len(body))
