@@ -340,8 +340,11 @@ function drawWhy() {
 }
 function whyCard(w) {
   var cs = (w.contributors || []).slice(), top = cs.slice(0, 12), rest = cs.slice(12);
-  var share = num(w.lateness_us) && w.lateness_us > 0 && num(w.explained_us) ? " (" + Math.round(100 * w.explained_us / w.lateness_us) + "%)" : "";
-  var head = "<h3>rank " + esc(w.rank) + " (host " + esc(host(w.rank)) + "), step " + esc(stepLabel(w.step)) + ": late by " + esc(ms(w.lateness_us)) +
+  // the share is of what the why explains (analyze/why.py ``explains``): its own extra time when that reached the others before the collective
+  var own = w.explains === "own_lateness" && num(w.own_lateness_us), target = own ? w.own_lateness_us : w.lateness_us;
+  var share = num(w.share) ? " (" + Math.round(100 * w.share) + "%)" : num(target) && target > 0 && num(w.explained_us) ? " (" + Math.round(100 * w.explained_us / target) + "%)" : "";
+  var late = own ? "own extra time " + esc(ms(w.own_lateness_us)) + " (reached the others before, in send/recv or other groups; late by " + esc(ms(w.lateness_us)) + " at the collective)" : "late by " + esc(ms(w.lateness_us));
+  var head = "<h3>rank " + esc(w.rank) + " (host " + esc(host(w.rank)) + "), step " + esc(stepLabel(w.step)) + ": " + late +
     ", explained " + esc(ms(w.explained_us)) + share + "</h3>" +
     '<div class="sub">against the median of the other ranks' + (w.reference_rank !== undefined && w.reference_rank !== null ? " (reference rank " + esc(w.reference_rank) + ")" : "") +
     (w.collective ? ", up to its arrival at " + esc(w.collective) : "") + "</div>";
