@@ -168,7 +168,7 @@ def test_the_json_fields_are_the_documented_ones(capsys: pytest.CaptureFixture) 
             "late_at", "late_group", "late_group_ranks",
         }  # fmt: skip
     for w in coll["what_if"]:
-        assert set(w) == {"rank", "step", "saves_us", "step_us"}
+        assert set(w) == {"rank", "step", "saves_us", "step_us", "estimated"} and w["estimated"] is True
     for c in coll["critical_path"]:
         assert set(c) == {"step", "step_us", "start_ns", "segments"}
         for k, s in enumerate(c["segments"]):

@@ -45,6 +45,20 @@ def root_cause(
     return delayed, saves, together
 
 
+def not_estimated(stragglers: Sequence[Any], saves: Dict[Tuple[int, Optional[int]], int]) -> List[int]:
+    """The stragglers whose what-if the graph cannot estimate: fixing one would save
+    under a tenth of how long the others waited for it per step, and no other named
+    straggler holds the same collectives (that would be a real ~0), so the others waited
+    for it where the re-timing cannot follow: send/recv not linked to a peer. Their
+    ``saves`` are no estimate (the JSON says ``estimated: false``, the text why)."""
+    out = []
+    for s in stragglers:
+        mine = [ns for (r, _step), ns in saves.items() if r == s.rank]
+        if mine and len(stragglers) == 1 and max(mine) * 10 < s.held_ns / max(len(s.steps), 1):
+            out.append(s.rank)
+    return out
+
+
 def p2p_delays(row: Any) -> List[G.Delay]:
     """A step whose graph links send/recv pairs (a pipeline): the ranks its stragglers
     hold up through them. Arrival lateness means nothing at a pair (a pipeline's stages

@@ -294,6 +294,10 @@ function drawRootCause() {  // analyze/graph.py: what fixing saves, who is only 
     });
     order.forEach(function (k) {
       var ws = by[k], best = ws[0];
+      if (ws.some(function (w) { return w.estimated === false; })) {  // the graph cannot follow the others' waits (send/recv without a peer)
+        h.push('<div class="what-if">fixing ' + esc(k) + ' would save: not estimated <span class="muted">(the others waited for it in send/recv not linked to a peer)</span></div>');
+        return;
+      }
       ws.forEach(function (w) { if (w.saves_us > best.saves_us) best = w; });
       h.push('<div class="what-if">fixing ' + esc(k) + " would save ~" + esc(ms(best.saves_us)) + (num(best.step_us) ? " of the " + esc(ms(best.step_us)) + " step" : "") +
         " in step " + esc(stepLabel(best.step)) + (ws.length > 1 ? ' <span class="muted">(' + ws.map(function (w) { return esc(stepLabel(w.step)) + " " + esc(ms(w.saves_us)); }).join(", ") + ")</span>" : "") + "</div>");
