@@ -186,3 +186,22 @@ def test_gpu_slower_kernels_why_lines_add_up_to_the_lateness(
         assert len(body) == 7 and "more part(s)" in body[5] and "in parts past the 8 largest" in body[6]
         total = sum(float(line.split()[0]) for line in body)
         assert total == pytest.approx(30.0, abs=0.05 * len(body))
+
+
+def test_gpu_host_stall_text_names_the_cpu_side_apart(
+    gpu_cases: Any, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """The host of rank 1 stalls 30 ms before a launch: the text's why says the GPU sat
+    idle and, on a line of its own after the GPU view, the CPU side that launched its
+    work, where the 30 ms went (the JSON's ``cpu_side`` top item), not only "GPU idle"."""
+    gpu_cases.build_late_launches(tmp_path / "run", world_size=2, rank=1, added_us=30000.0)
+    report = tracefuse_stream.stragglers(str(tmp_path / "run"))
+    (name,) = {w["cpu_side"][0]["name"] for w in report["why"]}
+    assert all(w["cpu_side"][0]["extra_us"] == pytest.approx(30000.0, rel=0.02) for w in report["why"])
+    assert main(["info", "--collectives", "-j", "1", str(tmp_path / "run")]) == 0
+    text = capsys.readouterr().out.splitlines()
+    heads = [k for k, line in enumerate(text) if line.startswith("why rank 1 is late in step ")]
+    assert len(heads) == 3
+    for k in heads:
+        assert text[k + 1].startswith("  +30.0 ms GPU idle on GPU ")
+        assert text[k + 2].startswith(f"  CPU side (launching the GPU's work): +30.0 ms in {name} ")

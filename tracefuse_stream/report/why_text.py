@@ -66,9 +66,8 @@ def why_lines(why: Sequence[Dict[str, Any]]) -> List[str]:
                 f"  {headline(c)}  [{c['kind']}, {printable(c['where'])}; {_counted(c)} {c['count']} vs {c['others_count']}]"
             )
             lines += _tail_lines(c.get("tail"))
-        rest = w["contributors"][
-            len(shown[:5]) :
-        ]  # counted in the share: said when it matters, so the lines add up
+        # the listed parts not printed count in the share: said when they matter, so the lines add up
+        rest = w["contributors"][len(shown[:5]) :]
         if sum(c["extra_us"] for c in rest) >= max(floor, 0.05 * target):
             lines.append(f"  +{sum(c['extra_us'] for c in rest) / 1000:.1f} ms in {len(rest)} more part(s), each "
                          f"+{rest[0]['extra_us'] / 1000:.1f} ms or less (--json: contributors)")  # fmt: skip
@@ -83,6 +82,10 @@ def why_lines(why: Sequence[Dict[str, Any]]) -> List[str]:
                 what += "; or, its own extra time reaching the others in send/recv, the reference rank spent it waiting in send/recv"
             lines.append(f"  {un / 1000:+.1f} ms unexplained ({what}: the parts add up to "
                          f"{w['explained_us'] / 1000:.1f} of {target / 1000:.1f} ms)")  # fmt: skip
+        cpu = [c for c in w.get("cpu_side") or [] if c["extra_us"] >= floor][:3]
+        if cpu:  # a GPU view: the CPU side that launched its work, apart (its own list)
+            lines.append(f"  CPU side (launching the GPU's work): {'; '.join(headline(c) for c in cpu)}  "
+                         f"[{printable(cpu[0]['where'])}]")  # fmt: skip
     return lines
 
 
