@@ -64,7 +64,7 @@ def test_a_what_if_not_estimated_is_never_a_saving_of_zero(tmp_path: Path) -> No
         if str(e.get("name", "")).startswith("rank 2 step ")
     ]
     assert len(why) == 3 and not [e for e in why if "saves_us" in e["args"]]
-    # where it is estimated (linked pairs), every entry says so and the slices carry it
+    # where it is estimated (linked pairs), every entry says so
     c = embedded(run_report(tmp_path / "b.html", "pp4_shapes_a"))["collectives"]
     assert [w["estimated"] for w in c["what_if"]] == [True] * 3
 
