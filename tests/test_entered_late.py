@@ -78,3 +78,41 @@ def test_by_size_only_is_false_where_p_chance_names_the_rank() -> None:
     for s in report["stragglers"]:
         assert s["by_size_only"] is (s["p_chance"] > 0.05)
     assert report["stragglers"][0]["by_size_only"] is False
+
+
+def test_the_critical_path_covers_the_step_from_the_first_rank_s_start(
+    capsys: pytest.CaptureFixture, late: Path
+) -> None:
+    """The path starts at the earliest rank's step start (docs/collectives.md: its segments
+    add up to ``step_us``): rank 7, the path's first rank, entered the step 7.5 ms after
+    it, and that stretch is the path's first segment, not left out."""
+    coll: Dict[str, Any] = json.loads(_run(capsys, late, "--json"))["collectives"]
+    (path,) = coll["critical_path"]
+    segs = path["segments"]
+    first = segs[0]
+    assert (first["rank"], first["kind"], first["name"], first["start_us"]) == (
+        7,
+        "entered_late",
+        "step start",
+        0.0,
+    )
+    assert abs(first["dur_us"] - LATE_NS[7] / 1000) <= 10
+    for a, b in zip(segs, segs[1:]):
+        assert abs(a["start_us"] + a["dur_us"] - b["start_us"]) <= 0.002
+    assert abs(segs[-1]["start_us"] + segs[-1]["dur_us"] - path["step_us"]) <= 0.002
+    text = _run(capsys, late)
+    (line,) = [x for x in text.splitlines() if x.startswith("critical path of step 10")]
+    assert "| " not in line.split("->")[0] and "rank 7 started 7.5 ms after the first rank, own" in line
+
+
+def test_a_recorded_late_entry_is_on_the_critical_path() -> None:
+    """``ddp4_tail_a``: rank 2 computes more at the end of every step, so it enters the
+    next one late; every step's path starts with that late entry (its counted skew, plus
+    the earliest rank's own skew under the median) and adds up to the step."""
+    report = stragglers(RECORDED / "ddp4_tail_a")
+    counted = {(k["rank"], k["step"]): k["counted_us"] for k in report["step_skew"]}
+    for path in report["critical_path"]:
+        segs = path["segments"]
+        assert (segs[0]["rank"], segs[0]["kind"], segs[0]["start_us"]) == (2, "entered_late", 0.0)
+        assert counted[(2, path["step"])] <= segs[0]["dur_us"] <= counted[(2, path["step"])] + 200
+        assert abs(sum(s["dur_us"] for s in segs) - path["step_us"]) <= 0.01 * len(segs)

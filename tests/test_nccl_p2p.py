@@ -190,3 +190,25 @@ def test_two_pipelines_side_by_side_judge_each_stage_within_its_own(
     pipe.build(tmp_path / "control", stages=2, pipelines=2, slow=None, pure=True)
     control = _info(capsys, tmp_path / "control")
     assert control["stragglers"] == [] and control["delayed"] == []
+
+
+def test_a_pipeline_beside_the_slow_one_waits_for_it_at_the_all_reduce(
+    capsys: pytest.CaptureFixture, tmp_path: Path
+) -> None:
+    """Two 4-stage pipelines (ranks 0-3, 4-7) side by side meet at one all-reduce; rank 2
+    is slow. Ranks 4-7 are delayed by it, and they waited for it only there: their
+    ``delayed`` entries name the all-reduce and a rank of the slow pipeline, the origin
+    rank 2 -- not their own neighbour in send/recv (their pipeline's fill and drain
+    bubbles, which fixing rank 2 would not shorten)."""
+    truth = pipe.build(tmp_path, stages=4, pipelines=2, slow=2, batched=True)
+    coll = _info(capsys, tmp_path)
+    assert [s["rank"] for s in coll["stragglers"]] == [2]
+    other = [d for d in coll["delayed"] if d["rank"] >= 4]
+    assert sorted({d["rank"] for d in other}) == [4, 5, 6, 7]
+    for d in other:
+        assert d["collective"].startswith("allreduce #") and d["group_ranks"] == list(range(8)), d
+        assert d["by_rank"] in (0, 1, 2, 3) and d["origin"] == 2, d
+    saves = {w["step"]: w["saves_us"] for w in coll["what_if"]}
+    for step, saved in saves.items():  # the first stage there ends its pipeline: it waits just that
+        first = min(d["wait_us"] for d in other if d["step"] == step)
+        assert abs(first - saved) <= 0.02 * saved and abs(saved - truth.saves_ns[step] / 1000) <= 0.02 * saved

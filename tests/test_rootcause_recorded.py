@@ -99,9 +99,13 @@ def test_pairs_then_world_names_the_stalled_rank_and_its_partner_as_delayed(
         assert 0.8 <= w["share"] <= 1.2
     assert [(x["rank"], x["step"]) for x in coll["what_if"]] == [(3, 2), (3, 3), (3, 4)]
     assert all(95_000 <= x["saves_us"] <= 105_000 for x in coll["what_if"])  # fixing it saves the sleep
-    for c in coll["critical_path"]:  # the path starts with rank 3's own work
-        first = next(g for g in c["segments"] if g["dur_us"] > 0)
-        assert first["rank"] == 3 and first["kind"] == "own" and first["dur_us"] >= 95_000
+    for c in coll[
+        "critical_path"
+    ]:  # the path starts on rank 3 (entering the step after the first rank), its own work
+        segs = [g for g in c["segments"] if g["dur_us"] > 0]
+        k = 1 if segs[0]["kind"] == "entered_late" else 0
+        assert segs[0]["rank"] == 3 and segs[0]["start_us"] == 0.0
+        assert segs[k]["rank"] == 3 and segs[k]["kind"] == "own" and segs[k]["dur_us"] >= 95_000
 
 
 def test_a_cascade_through_three_groups_names_its_origin(capsys: pytest.CaptureFixture) -> None:
@@ -152,3 +156,52 @@ def test_the_balanced_multi_group_control_names_nobody(capsys: pytest.CaptureFix
     coll = _info(capsys, str(RECORDED / "mg4_pairs_b"))
     assert coll["stragglers"] == [] and coll["delayed"] == [] and coll["what_if"] == []
     assert all(k["counted_us"] == 0.0 for k in coll["step_skew"])
+
+
+def test_gpu_slower_kernels_why_lines_add_up_to_the_lateness(
+    gpu_cases: Any, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Rank 1's compute kernels before an all-reduce last 30 ms longer in all, spread over
+    many kernels: the 8 largest explain 77%, the rest is in smaller kernels. The JSON says
+    how much is past the listed ones (``past_top_us``: all of the unexplained here), and
+    the text's lines add up to the lateness: the top 5, the listed parts not printed, the
+    unexplained remainder said to be in smaller parts (not "not above the noise")."""
+    gpu_cases.build_longer_kernels(tmp_path / "run", world_size=2, rank=1, added_us=30000.0)
+    report = tracefuse_stream.stragglers(str(tmp_path / "run"))
+    assert [s["rank"] for s in report["stragglers"]] == [1]
+    for w in report["why"]:
+        assert w["lateness_us"] == pytest.approx(30000.0, abs=1.0) and w["share"] < 0.8
+        assert len(w["contributors"]) == 8 and all(c["kind"] == "kernel" for c in w["contributors"])
+        assert w["past_top_us"] == pytest.approx(w["unexplained_us"], abs=1.0)
+    assert main(["info", "--collectives", "-j", "1", str(tmp_path / "run")]) == 0
+    text = capsys.readouterr().out.splitlines()
+    heads = [k for k, line in enumerate(text) if line.startswith("why rank 1 is late in step ")]
+    assert len(heads) == 3
+    for k in heads:
+        body = []
+        for line in text[k + 1 :]:
+            if not line.startswith("  +"):
+                break
+            body.append(line)
+        assert len(body) == 7 and "more part(s)" in body[5] and "in parts past the 8 largest" in body[6]
+        total = sum(float(line.split()[0]) for line in body)
+        assert total == pytest.approx(30.0, abs=0.05 * len(body))
+
+
+def test_gpu_host_stall_text_names_the_cpu_side_apart(
+    gpu_cases: Any, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """The host of rank 1 stalls 30 ms before a launch: the text's why says the GPU sat
+    idle and, on a line of its own after the GPU view, the CPU side that launched its
+    work, where the 30 ms went (the JSON's ``cpu_side`` top item), not only "GPU idle"."""
+    gpu_cases.build_late_launches(tmp_path / "run", world_size=2, rank=1, added_us=30000.0)
+    report = tracefuse_stream.stragglers(str(tmp_path / "run"))
+    (name,) = {w["cpu_side"][0]["name"] for w in report["why"]}
+    assert all(w["cpu_side"][0]["extra_us"] == pytest.approx(30000.0, rel=0.02) for w in report["why"])
+    assert main(["info", "--collectives", "-j", "1", str(tmp_path / "run")]) == 0
+    text = capsys.readouterr().out.splitlines()
+    heads = [k for k, line in enumerate(text) if line.startswith("why rank 1 is late in step ")]
+    assert len(heads) == 3
+    for k in heads:
+        assert text[k + 1].startswith("  +30.0 ms GPU idle on GPU ")
+        assert text[k + 2].startswith(f"  CPU side (launching the GPU's work): +30.0 ms in {name} ")

@@ -30,8 +30,10 @@ it waited longest (followed to the origin of a cascade).
 **The critical path**: from the end of the step on the rank that ends it last, back
 along predecessors: a departure goes to the instance's last arriver (a cross-rank edge
 when that is another rank), an arrival to its predecessor, down to a step start.
-Segments: ``own`` (a gap), ``communication`` (``[L, D]``), and ``entered late`` skew is
-reported per rank (``step_skew``).
+Segments: ``own`` (a gap), ``communication`` (``[L, D]``) and, when the rank the path
+starts on entered the step after the earliest rank, ``entered_late`` (from the earliest
+step start to its own), so the segments add up to the step; the skew itself is reported
+per rank (``step_skew``).
 
 **What fixing a rank saves**: its gaps are cut to the median of the other members'
 gaps at the same instance (its tail to the median tail) and every arrival and departure
@@ -72,7 +74,7 @@ class Segment:
     """One stretch of the critical path (absolute ns)."""
 
     rank: int
-    kind: str  # "own" | "communication" | "wait"
+    kind: str  # "own" | "communication" | "entered_late" (before its step start, the path's first)
     name: str  # what it leads to: "all_reduce #3" or "step end"
     start_ns: int
     dur_ns: int
@@ -353,6 +355,8 @@ def _critical_path(g: StepGraph, by_id: Dict[int, Instance]) -> List[Segment]:
         name = "step end" if kind == "E" else f"{by_id[i].name} #{i}"
         out.append(Segment(r, "own", name, pt, t - pt, i))
         node, limit = p, pt
+    if node[0] == "S" and limit > g.start_ns:  # the path's rank entered the step after the earliest
+        out.append(Segment(node[1], "entered_late", "step start", g.start_ns, limit - g.start_ns))
     out.reverse()
     return out
 

@@ -8,7 +8,7 @@ because they waited and for the re-timed what-if.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from tracefuse_stream.analyze import graph as G
 
@@ -45,6 +45,20 @@ def root_cause(
     return delayed, saves, together
 
 
+def not_estimated(stragglers: Sequence[Any], saves: Dict[Tuple[int, Optional[int]], int]) -> List[int]:
+    """The stragglers whose what-if the graph cannot estimate: fixing one would save
+    under a tenth of how long the others waited for it per step, and no other named
+    straggler holds the same collectives (that would be a real ~0), so the others waited
+    for it where the re-timing cannot follow: send/recv not linked to a peer. Their
+    ``saves`` are no estimate (the JSON says ``estimated: false``, the text why)."""
+    out = []
+    for s in stragglers:
+        mine = [ns for (r, _step), ns in saves.items() if r == s.rank]
+        if mine and len(stragglers) == 1 and max(mine) * 10 < s.held_ns / max(len(s.steps), 1):
+            out.append(s.rank)
+    return out
+
+
 def p2p_delays(row: Any) -> List[G.Delay]:
     """A step whose graph links send/recv pairs (a pipeline): the ranks its stragglers
     hold up through them. Arrival lateness means nothing at a pair (a pipeline's stages
@@ -61,10 +75,13 @@ def p2p_delays(row: Any) -> List[G.Delay]:
     for s in row.stragglers:
         cut.update(G.extra_cut(g, s))
     now, fixed = G.retime_ends(g), G.retime_ends(g, cut)
+    tied = _pair_linked(g, row.stragglers)
     waits: Dict[int, Dict[int, List[int]]] = {}  # rank -> whom -> [total, count, longest, where]
     for inst in g.by_id.values():
         for q, e in inst.entries.items():
             w = inst.last_arrival_ns - e.start_ns
+            if inst.sender is not None and q not in tied:
+                continue  # another pipeline's bubble: its ranks wait for the stragglers at collectives only
             if q != inst.last_rank and w > 0:
                 acc = waits.setdefault(q, {}).setdefault(inst.last_rank, [0, 0, 0, -1])
                 acc[0], acc[1] = acc[0] + w, acc[1] + 1
@@ -85,6 +102,25 @@ def p2p_delays(row: Any) -> List[G.Delay]:
             origin, hops = found[origin][0], hops + 1
         out.append(G.Delay(q, row.step, g.order[q][-1], acc[3], by, origin, acc[0], acc[1]))
     return out
+
+
+def _pair_linked(g: G.StepGraph, stragglers: Any) -> Set[int]:
+    """The ranks the step's send/recv pairs connect to a straggler (its pipeline); a
+    pipeline beside it waits for it only where they meet, at a collective."""
+    links: Dict[int, Set[int]] = {}
+    for inst in g.by_id.values():
+        if inst.sender is not None:
+            a, b = inst.ranks[0], inst.ranks[-1]
+            links.setdefault(a, set()).add(b)
+            links.setdefault(b, set()).add(a)
+    seen = set(stragglers)
+    todo = list(seen)
+    while todo:
+        for q in links.get(todo.pop(), ()):
+            if q not in seen:
+                seen.add(q)
+                todo.append(q)
+    return seen
 
 
 def collective_delays(g: G.StepGraph, late: Dict[int, Tuple[int, int]]) -> List[G.Delay]:

@@ -180,6 +180,14 @@ def _contributors(mine: Breakdown, ref: Breakdown, others_median: Any, top: int)
     return rows
 
 
+def _past_top(mine: Breakdown, ref: Breakdown, top: int) -> float:
+    """µs the rank spent beyond the reference in the parts past the ``top`` largest (what
+    a list of ``top`` contributors leaves out, each part smaller than the last listed)."""
+    rp = ref.parts
+    extras = sorted((p.ns - (rp[k].ns if k in rp else 0) for k, p in mine.parts.items()), reverse=True)
+    return _us(sum(x for x in extras[top:] if x > 0))
+
+
 def _suspects(verdict: Verdict) -> Tuple[Dict[int, Set[int]], Dict[Optional[int], Dict[int, int]]]:
     """(step -> its named stragglers and delayed ranks: never a why's reference; step ->
     rank -> the step-start skew that counts as lateness)."""
@@ -438,6 +446,7 @@ class _Step:
         where = ex.entered.text(r, step, skew) if skew > 0 else ""
         tail = ex.entered.tail(r, step, ref_rank, top) if where.startswith("before the step: ") else None
         primary = _with_skew(gpu_c if primary_gpu else cpu_c, skew, where, tail)
+        past = _past_top(_view(mine, primary_gpu), view(ref, primary_gpu), top)
         lateness = mine.stretch_ns - ref.stretch_ns + skew
         explained = round(sum(c["extra_us"] for c in primary), 3)
         own = ex.own_of.get(step, {}).get(r, 0)
@@ -452,6 +461,7 @@ class _Step:
             "lateness_us": _us(lateness), "explained_us": explained, "share": share,
             "explains": "own_lateness" if by_own else "lateness",
             "unexplained_us": round(_us(target) - explained, 3),
+            "past_top_us": past,  # of it, in the parts past the listed ones
             "reference_rank": ref_rank, "stretch_us": _us(mine.stretch_ns), "reference_stretch_us": _us(ref.stretch_ns),
             "entered_late_us": _us(skew),
             "own_lateness_us": _us(own),

@@ -294,6 +294,10 @@ function drawRootCause() {  // analyze/graph.py: what fixing saves, who is only 
     });
     order.forEach(function (k) {
       var ws = by[k], best = ws[0];
+      if (ws.some(function (w) { return w.estimated === false; })) {  // the graph cannot follow the others' waits (send/recv without a peer)
+        h.push('<div class="what-if">fixing ' + esc(k) + ' would save: not estimated <span class="muted">(the others waited for it in send/recv not linked to a peer)</span></div>');
+        return;
+      }
       ws.forEach(function (w) { if (w.saves_us > best.saves_us) best = w; });
       h.push('<div class="what-if">fixing ' + esc(k) + " would save ~" + esc(ms(best.saves_us)) + (num(best.step_us) ? " of the " + esc(ms(best.step_us)) + " step" : "") +
         " in step " + esc(stepLabel(best.step)) + (ws.length > 1 ? ' <span class="muted">(' + ws.map(function (w) { return esc(stepLabel(w.step)) + " " + esc(ms(w.saves_us)); }).join(", ") + ")</span>" : "") + "</div>");
@@ -316,7 +320,7 @@ function drawRootCause() {  // analyze/graph.py: what fixing saves, who is only 
     h.push("<h3>Critical path of step " + esc(stepLabel(worst.step)) + " (" + esc(ms(worst.step_us)) + ")</h3>" +
       '<table class="path"><tr><th>rank</th><th>what</th><th>leads to</th><th>from</th><th>lasts</th></tr>' +
       worst.segments.slice(0, 40).map(function (g) {
-        return "<tr><td>" + esc(g.rank) + "</td><td>" + esc(g.kind === "own" ? "own work" : g.kind) + "</td><td>" + esc(g.name) +
+        return "<tr><td>" + esc(g.rank) + "</td><td>" + esc(g.kind === "own" ? "own work" : (KIND[g.kind] || g.kind)) + "</td><td>" + esc(g.name) +
           "</td><td>" + esc(ms(g.start_us)) + "</td><td>" + esc(ms(g.dur_us)) + "</td></tr>";
       }).join("") + "</table>" + (worst.segments.length > 40 ? '<div class="muted">' + (worst.segments.length - 40) + " more segment(s) in the JSON</div>" : ""));
   }
@@ -340,8 +344,11 @@ function drawWhy() {
 }
 function whyCard(w) {
   var cs = (w.contributors || []).slice(), top = cs.slice(0, 12), rest = cs.slice(12);
-  var share = num(w.lateness_us) && w.lateness_us > 0 && num(w.explained_us) ? " (" + Math.round(100 * w.explained_us / w.lateness_us) + "%)" : "";
-  var head = "<h3>rank " + esc(w.rank) + " (host " + esc(host(w.rank)) + "), step " + esc(stepLabel(w.step)) + ": late by " + esc(ms(w.lateness_us)) +
+  // the share is of what the why explains (analyze/why.py ``explains``): its own extra time when that reached the others before the collective
+  var own = w.explains === "own_lateness" && num(w.own_lateness_us), target = own ? w.own_lateness_us : w.lateness_us;
+  var share = num(w.share) ? " (" + Math.round(100 * w.share) + "%)" : num(target) && target > 0 && num(w.explained_us) ? " (" + Math.round(100 * w.explained_us / target) + "%)" : "";
+  var late = own ? "own extra time " + esc(ms(w.own_lateness_us)) + " (reached the others before, in send/recv or other groups; late by " + esc(ms(w.lateness_us)) + " at the collective)" : "late by " + esc(ms(w.lateness_us));
+  var head = "<h3>rank " + esc(w.rank) + " (host " + esc(host(w.rank)) + "), step " + esc(stepLabel(w.step)) + ": " + late +
     ", explained " + esc(ms(w.explained_us)) + share + "</h3>" +
     '<div class="sub">against the median of the other ranks' + (w.reference_rank !== undefined && w.reference_rank !== null ? " (reference rank " + esc(w.reference_rank) + ")" : "") +
     (w.collective ? ", up to its arrival at " + esc(w.collective) : "") + "</div>";

@@ -13,6 +13,7 @@ from typing import Any, Dict, Iterator, List, Optional
 
 from tracefuse_stream.align.collectives import CollectiveTable, Instance
 from tracefuse_stream.align.p2p import NO_PEER, SHAPES_HINT
+from tracefuse_stream.analyze.rootcause import not_estimated
 from tracefuse_stream.analyze.stragglers import Verdict
 from tracefuse_stream.rankset import compress_ranges
 from tracefuse_stream.report.json_stream import PlainLazyArray
@@ -70,8 +71,15 @@ def to_json(table: CollectiveTable, v: Verdict, stream: bool = False) -> Dict[st
                           "dur_us": _us(s.dur_ns), "instance": s.instance if s.instance >= 0 else None}
                          for s in g.path],
         })  # fmt: skip
+    unknown = not_estimated(v.stragglers, v.saves)
     what_if = [
-        {"rank": r, "step": step, "saves_us": _us(ns), "step_us": lengths.get(step)}
+        {
+            "rank": r,
+            "step": step,
+            "saves_us": _us(ns),
+            "step_us": lengths.get(step),
+            "estimated": r not in unknown,
+        }
         for (r, step), ns in sorted(v.saves.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0))
     ]
     together: List[Dict[str, Any]] = [
@@ -171,13 +179,13 @@ def _what_if_lines(table: CollectiveTable, v: Verdict) -> List[str]:
     out: List[str] = []
     through = ("every collective" + (" and send/recv pair" if table.p2p_pairs else "")
                if table.instances else "every send/recv pair")  # fmt: skip
+    unknown = not_estimated(v.stragglers, v.saves)
     for s in v.stragglers:
         saves = [(step, ns) for (r, step), ns in v.saves.items() if r == s.rank]
         if not saves:
             continue
         step, ns = max(saves, key=lambda x: (x[1], -(x[0] or 0)))
-        others_named = [o.rank for o in v.stragglers if o.rank != s.rank]
-        if ns * 10 < s.held_ns / max(len(s.steps), 1) and not others_named:
+        if s.rank in unknown:
             how = (
                 "recorded without their peer"
                 if table.p2p_unlinked.get(NO_PEER)
@@ -214,11 +222,12 @@ def path_line(step: Optional[int], g: Any) -> str:
     hops: List[List[Any]] = []
     for s in g.path:
         if not hops or hops[-1][0] != s.rank:
-            hops.append([s.rank, 0, 0, s.name])
-        hops[-1][1 if s.kind == "own" else 2] += s.dur_ns
+            hops.append([s.rank, 0, 0, s.name, 0])
+        hops[-1][{"own": 1, "entered_late": 4}.get(s.kind, 2)] += s.dur_ns
         hops[-1][3] = s.name
-    parts = [f"rank {r} own {_ms(own)} ms" + (f", communication {_ms(comm)} ms" if comm else "") + f" -> {printable(name)}"
-             for r, own, comm, name in hops[:PATH_HOPS]]  # fmt: skip
+    parts = [f"rank {r} " + (f"started {_ms(late)} ms after the first rank, " if late else "") + f"own {_ms(own)} ms"
+             + (f", communication {_ms(comm)} ms" if comm else "") + f" -> {printable(name)}"
+             for r, own, comm, name, late in hops[:PATH_HOPS]]  # fmt: skip
     more = f" (+{len(hops) - PATH_HOPS} more)" if len(hops) > PATH_HOPS else ""
     return f"critical path of step {step} ({_ms(g.end_ns - g.start_ns)} ms): " + " | ".join(parts) + more
 

@@ -39,6 +39,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from tracefuse_stream.align.collectives import Instance
 from tracefuse_stream.align.links import _us as exact_us
 from tracefuse_stream.analyze.analysis import Analysis, analyse
+from tracefuse_stream.analyze.rootcause import not_estimated
 from tracefuse_stream.analyze.stragglers import held_ns
 from tracefuse_stream.exactjson import dumps_exact
 from tracefuse_stream.rankset import compress_ranges
@@ -227,7 +228,9 @@ def critical_path_events(
         for seg in g.path:
             if seg.dur_ns <= 0:
                 continue
-            what = "own work before" if seg.kind == "own" else seg.kind
+            what = {"own": "own work before", "entered_late": "entered late: before its"}.get(
+                seg.kind, seg.kind
+            )
             name = f"step {row.step}: rank {seg.rank} {what} {seg.name}"
             args = {SUMMARY_ARG: True, "step": row.step, "path_rank": seg.rank, "kind": seg.kind,
                     "dur_us": round(seg.dur_ns / 1000, 3), "leads_to": seg.name}  # fmt: skip
@@ -282,7 +285,8 @@ def write_summaries(
         waits = {row.step: dict(row.wait) for row in a.verdict.by_step}
         why = a.why
         rows = a.verdict.by_step
-        saves = dict(a.verdict.saves)
+        unknown = not_estimated(a.verdict.stragglers, a.verdict.saves)  # no estimate: no saves_us
+        saves = {k: ns for k, ns in a.verdict.saves.items() if k[0] not in unknown}
     for gi, sink in enumerate(sinks):
         here = summary_marks(plan, gi)
         events = summary_events(here, steps, base_ns, waits)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Sequence
 
 from tracefuse_stream.analyze.timeline import OUTSIDE_ALL
+from tracefuse_stream.analyze.why import TOP
 from tracefuse_stream.textout import printable
 
 
@@ -58,19 +59,33 @@ def why_lines(why: Sequence[Dict[str, Any]]) -> List[str]:
         else:
             lines.append(f"why rank {w['rank']} is late in step {w['step']}: {w['lateness_us'] / 1000:.1f} ms later "
                          f"than rank {w['reference_rank']} (the median rank) at {printable(w['collective'])}{share}:")  # fmt: skip
-        shown = [c for c in w["contributors"] if c["extra_us"] >= max(50.0, 0.01 * target)]
+        floor = max(50.0, 0.01 * target)  # below it: noise, not listed
+        shown = [c for c in w["contributors"] if c["extra_us"] >= floor]
         for c in shown[:5]:
             lines.append(
                 f"  {headline(c)}  [{c['kind']}, {printable(c['where'])}; {_counted(c)} {c['count']} vs {c['others_count']}]"
             )
             lines += _tail_lines(c.get("tail"))
+        # the listed parts not printed count in the share: said when they matter, so the lines add up
+        rest = w["contributors"][len(shown[:5]) :]
+        if sum(c["extra_us"] for c in rest) >= max(floor, 0.05 * target):
+            lines.append(f"  +{sum(c['extra_us'] for c in rest) / 1000:.1f} ms in {len(rest)} more part(s), each "
+                         f"+{rest[0]['extra_us'] / 1000:.1f} ms or less (--json: contributors)")  # fmt: skip
         un = w.get("unexplained_us")
         if un is not None and (w["share"] is None or not 0.8 <= w["share"] <= 1.2):
             what = "less elsewhere" if un < 0 else "not in any part above the noise"
+            past = w.get("past_top_us") or 0.0
+            if un >= 0 and past >= floor:  # some of it in smaller parts, not listed
+                what = (f"{past / 1000:.1f} ms of it in parts past the {TOP} largest, each smaller"
+                        + ("; the rest not in any part above the noise" if un - past >= floor else ""))  # fmt: skip
             if un >= 0 and own:
                 what += "; or, its own extra time reaching the others in send/recv, the reference rank spent it waiting in send/recv"
             lines.append(f"  {un / 1000:+.1f} ms unexplained ({what}: the parts add up to "
                          f"{w['explained_us'] / 1000:.1f} of {target / 1000:.1f} ms)")  # fmt: skip
+        cpu = [c for c in w.get("cpu_side") or [] if c["extra_us"] >= floor][:3]
+        if cpu:  # a GPU view: the CPU side that launched its work, apart (its own list)
+            lines.append(f"  CPU side (launching the GPU's work): {'; '.join(headline(c) for c in cpu)}  "
+                         f"[{printable(cpu[0]['where'])}]")  # fmt: skip
     return lines
 
 
