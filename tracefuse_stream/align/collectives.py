@@ -68,6 +68,7 @@ from tracefuse_stream.align.p2p import (
 from tracefuse_stream.align.p2p import link_notes as p2p_link_notes
 from tracefuse_stream.align.pg_config import PgConfig, pg_config_of, pg_count_of
 from tracefuse_stream.align.sequences import match_group
+from tracefuse_stream.align.step_spans import step_spans
 from tracefuse_stream.errors import ErrorKind, InputError
 from tracefuse_stream.read.events import decode_args, iter_event_batches
 from tracefuse_stream.read.scan import ScanSelection, Tally
@@ -264,7 +265,7 @@ class CollectiveTable:
     instances: List[Instance]
     unmatched: Counter  # (kind, name, group, reason) -> instances
     notes: List[str]
-    steps: Dict[int, Dict[int, Tuple[int, int]]] = field(
+    steps: Dict[int, Mapping[int, Tuple[int, int]]] = field(
         default_factory=dict
     )  # rank -> step -> abs (start, end)
     point_to_point: Counter = field(default_factory=Counter)  # op name -> events (all ranks)
@@ -393,9 +394,9 @@ def match_instances(
                 f"rank {r}: {scans[r].far} collective or ProfilerStep event(s) left out: a ts or dur "
                 "beyond 2**62 ns from the file's base, outside the range the analysis reads"
             )
-    steps = {
-        r: {s: (lo + scans[r].base_ns + offsets.get(r, 0), hi + scans[r].base_ns + offsets.get(r, 0))
-            for s, (lo, hi) in sorted(scans[r].steps.items())}
+    steps = {  # held as arrays: align/step_spans.py
+        r: step_spans({s: (lo + scans[r].base_ns + offsets.get(r, 0), hi + scans[r].base_ns + offsets.get(r, 0))
+                       for s, (lo, hi) in sorted(scans[r].steps.items())})
         for r in merged
     }  # fmt: skip
     table = CollectiveTable(merged, instances, unmatched, notes, steps, p2p, {r: hosts.get(r) for r in merged})  # fmt: skip

@@ -38,6 +38,7 @@ from tracefuse_stream.align.collectives import (
 )
 from tracefuse_stream.align.ends import DEFAULT_CAP, RankCollectives
 from tracefuse_stream.align.p2p import P2P_CALLS
+from tracefuse_stream.align.step_spans import step_spans
 from tracefuse_stream.analyze import step_time
 from tracefuse_stream.analyze.kernel_categories import CategorySpec, from_spec
 from tracefuse_stream.analyze.name_cap import NAME_CAP, cap_names
@@ -202,6 +203,7 @@ def scan_files(
     def share(fs: FileScan) -> FileScan:
         if fs.scan is not None:
             fs.scan.events = [_shared_event(e, cache) for e in fs.scan.events]
+            fs.scan.steps = step_spans(fs.scan.steps)  # type: ignore[assignment]  # read only from here
             if fs.scan.timeline is not None:
                 fs.scan.timeline.share_names(cache)
                 fs.scan.timeline.spill(spill)

@@ -283,19 +283,24 @@ def fill_blocked(table: Any, per_rank: Mapping[int, Sequence[StepTime]]) -> None
     for v in spans.values():
         v.sort()  # by arrival: a step's collectives found by bisection, not a scan per step
     for held in per_rank.values():
-        rows = held if isinstance(held, list) else list(held)
-        for st in rows:
-            win = table.steps.get(st.rank, {}).get(st.step)
-            if win is None:
-                continue
-            lo, hi = win
-            theirs = spans.get(st.rank, [])
-            mine = theirs[bisect.bisect_left(theirs, (lo,)) : bisect.bisect_left(theirs, (hi,))]
-            wait = union_ns([(a, w) for a, w, _e in mine], lo, hi)
-            blocked = union_ns([(a, max(w, e)) for a, w, e in mine], lo, hi)
-            st.cpu.collective_wait_ns, st.cpu.collective_comm_ns = wait, blocked - wait
-        if rows is not held:
-            held.pack(rows)  # type: ignore[attr-defined]
+        if isinstance(held, list):
+            for st in held:
+                _fill(st, table, spans)
+        else:  # packed: decoded, filled and packed again a chunk at a time
+            held.pack(_fill(st, table, spans) for st in held)  # type: ignore[attr-defined]
+
+
+def _fill(st: StepTime, table: Any, spans: Mapping[int, List[Tuple[int, int, int]]]) -> StepTime:
+    """``st`` with its blocked times filled in (:func:`fill_blocked`)."""
+    win = table.steps.get(st.rank, {}).get(st.step)
+    if win is not None:
+        lo, hi = win
+        theirs = spans.get(st.rank, [])
+        mine = theirs[bisect.bisect_left(theirs, (lo,)) : bisect.bisect_left(theirs, (hi,))]
+        wait = union_ns([(a, w) for a, w, _e in mine], lo, hi)
+        blocked = union_ns([(a, max(w, e)) for a, w, e in mine], lo, hi)
+        st.cpu.collective_wait_ns, st.cpu.collective_comm_ns = wait, blocked - wait
+    return st
 
 
 def _us(ns: Optional[int]) -> Optional[float]:

@@ -37,10 +37,11 @@ from array import array
 from dataclasses import dataclass, field
 from decimal import Decimal
 from itertools import chain
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from tracefuse_stream import native
 from tracefuse_stream.analyze import pytimeline_steps
+from tracefuse_stream.analyze.gpu_devices import GpuDevices, gpu_devices
 from tracefuse_stream.analyze.pytimeline_steps import GpuOut
 from tracefuse_stream.analyze.unit_pack import (
     BLOCK_ROWS,
@@ -327,7 +328,9 @@ class Segments:
     gpu: Dict[bytes, Unit]  # device -> the same
     step_thread: Dict[int, bytes]
     labels: Dict[bytes, str]  # thread / device key -> "thread 7" / "GPU 0"
-    gpu_dev: Dict[Tuple[Any, int], bytes]  # (stream tid, start ns) of a GPU collective -> device
+    gpu_dev: Union[
+        GpuDevices, Dict[Tuple[Any, int], bytes]
+    ]  # (stream tid, start ns) of a GPU collective -> device
     name_cap: int = 0  # names kept per step, unit and kind (analyze/name_cap.py; 0: not capped)
     folded: int = 0  # distinct names past the cap, summed into "(other names)"
 
@@ -411,7 +414,8 @@ class TimelineFeed:
         False: the rows left uncompressed, for analyze/name_cap.py to compress once)."""
         # step ends too: a whole step is then a sum of segments (analyze/diff_figures.py)
         cuts = sorted({lo for lo, _hi in steps.values()} | {hi for _lo, hi in steps.values()} | set(arrivals))
-        threads = sorted({v[2] for v in self._steps.values()})
+        one = {v[2]: v[2] for v in self._steps.values()}
+        threads = sorted(one)
         want = set(gpu_arrivals)
         gpu_dev = {k: d for k, d in self._gpu_dev.items() if k in want}
         devices = sorted(set(gpu_dev.values()))
@@ -431,8 +435,8 @@ class TimelineFeed:
             cuts, text,
             {k: per_seg(r) for k, r in zip(threads, rows_t)},
             {k: per_seg(r) for k, r in zip(devices, rows_d)},
-            {s: v[2] for s, v in self._steps.items()},
-            {k: v for k, v in self._labels.items() if k in set(threads) | set(devices)}, gpu_dev,
+            {s: one[v[2]] for s, v in self._steps.items()},  # a thread's key once, not once a step
+            {k: v for k, v in self._labels.items() if k in set(threads) | set(devices)}, gpu_devices(gpu_dev),
         )  # fmt: skip
 
     def release(self) -> None:

@@ -1,0 +1,77 @@
+"""rank -> int figures of every step held as int64 arrays once the verdict is made
+(issue 38, item 2: bounded memory).
+
+Why: the verdict keeps, for every step, a dozen dicts rank -> ns (waits, holds,
+lateness, thresholds, the graph's starts, ends and skews): a dict of 8 ranks is ~290
+bytes and each of its ns values an int of 32 more, ~550 bytes a dict, ~0.6 KB a rank
+and step in all. Once judged they are only read, so each becomes a :class:`RankInts`:
+its ranks as one tuple shared by every mapping with the same ranks in the same order,
+its values as an int64 array (~180 bytes for 8 ranks). It reads as the dict did (the
+same keys in the same order, the same int values), so every report is the same bytes;
+a dict with a value that is not a plain int or is beyond 64 bits stays a dict.
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import Any, Dict, Iterator, Mapping, Tuple
+
+
+class RankInts(Mapping[int, int]):
+    """A read-only rank -> int mapping: keys in the dict's order, values as int64."""
+
+    __slots__ = ("_keys", "_at", "_values")
+
+    def __init__(self, keys: Tuple[int, ...], at: Dict[int, int], values: array[int]) -> None:
+        self._keys, self._at, self._values = keys, at, values
+
+    def __getitem__(self, k: int) -> int:
+        return self._values[self._at[k]]
+
+    def __contains__(self, k: object) -> bool:
+        return k in self._at
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    # iterated as the dicts were (the reports read every row's): at C speed
+    def items(self) -> Iterator[Tuple[int, int]]:  # type: ignore[override]
+        return zip(self._keys, self._values)
+
+    def values(self) -> Iterator[int]:  # type: ignore[override]
+        return iter(self._values)
+
+    def __repr__(self) -> str:
+        return repr(dict(self.items()))
+
+
+class Freezer:
+    """Turns dicts into :class:`RankInts`, sharing each distinct key order once."""
+
+    __slots__ = ("_orders",)
+
+    def __init__(self) -> None:
+        self._orders: Dict[Tuple[Any, ...], Tuple[Tuple[int, ...], Dict[int, int]]] = {}
+
+    def freeze(self, d: Any) -> Any:
+        """``d`` as a :class:`RankInts`, or ``d`` itself: not a dict of int keys and
+        plain int values within 64 bits, or empty."""
+        if type(d) is not dict or not d:
+            return d
+        if any(type(k) is not int for k in d) or any(type(v) is not int for v in d.values()):
+            return d
+        try:
+            values = array("q", d.values())
+        except OverflowError:
+            return d
+        keys = tuple(d)
+        got = self._orders.get(keys)
+        if got is None:
+            got = self._orders[keys] = (keys, {k: i for i, k in enumerate(keys)})
+        return RankInts(got[0], got[1], values)
+
+
+__all__ = ["Freezer", "RankInts"]
