@@ -116,3 +116,22 @@ def test_a_recorded_late_entry_is_on_the_critical_path() -> None:
         assert (segs[0]["rank"], segs[0]["kind"], segs[0]["start_us"]) == (2, "entered_late", 0.0)
         assert counted[(2, path["step"])] <= segs[0]["dur_us"] <= counted[(2, path["step"])] + 200
         assert abs(sum(s["dur_us"] for s in segs) - path["step_us"]) <= 0.01 * len(segs)
+
+
+def test_the_path_line_says_started_late_only_when_it_shows() -> None:
+    """A start a few µs after the first rank (every real step has one) is not printed as
+    "started 0.0 ms after the first rank"; one of 0.1 ms and more is."""
+    from types import SimpleNamespace
+
+    from tracefuse_stream.analyze.graph import Segment
+    from tracefuse_stream.report.rootcause import path_line
+
+    def line(late_ns: int) -> str:
+        path = [
+            Segment(3, "entered_late", "step start", 0, late_ns),
+            Segment(3, "own", "step end", late_ns, 2_000_000),
+        ]
+        return path_line(1, SimpleNamespace(path=path, start_ns=0, end_ns=late_ns + 2_000_000))
+
+    assert line(30_000) == "critical path of step 1 (2.0 ms): rank 3 own 2.0 ms -> step end"
+    assert "rank 3 started 0.1 ms after the first rank, own 2.0 ms -> step end" in line(120_000)

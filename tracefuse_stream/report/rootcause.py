@@ -225,7 +225,7 @@ def path_line(step: Optional[int], g: Any) -> str:
             hops.append([s.rank, 0, 0, s.name, 0])
         hops[-1][{"own": 1, "entered_late": 4}.get(s.kind, 2)] += s.dur_ns
         hops[-1][3] = s.name
-    parts = [f"rank {r} " + (f"started {_ms(late)} ms after the first rank, " if late else "") + f"own {_ms(own)} ms"
+    parts = [f"rank {r} " + (f"started {_ms(late)} ms after the first rank, " if _ms(late) != _ms(0) else "") + f"own {_ms(own)} ms"
              + (f", communication {_ms(comm)} ms" if comm else "") + f" -> {printable(name)}"
              for r, own, comm, name, late in hops[:PATH_HOPS]]  # fmt: skip
     more = f" (+{len(hops) - PATH_HOPS} more)" if len(hops) > PATH_HOPS else ""
