@@ -362,6 +362,9 @@ def test_gpu_late_launches_are_gpu_idle_and_the_cpu_stall(gpu_cases: Any, tmp_pa
         assert cpu[0]["extra_us"] == pytest.approx(truth["added_us"], rel=0.02)
         for side in (w["contributors"], cpu):
             assert [c["extra_us"] for c in side] == sorted((c["extra_us"] for c in side), reverse=True)
+        # each list sums to its own total
+        assert w["cpu_side_us"] == pytest.approx(sum(c["extra_us"] for c in cpu), abs=0.002)
+        assert w["cpu_side_us"] >= cpu[0]["extra_us"]
 
 
 # --------------------------------------------------------------- the recordings made for the why

@@ -456,6 +456,7 @@ class _Step:
         by_own = 2 * max(lateness, 0) < own
         target = own if by_own else lateness
         share = round(explained * 1000.0 / target, 3) if target > 0 else None
+        cpu_side = cpu_c if primary_gpu else []
         return {
             "rank": r, "step": step, "collective": f"{inst.name} #{inst.id}", "instance": inst.id,
             "lateness_us": _us(lateness), "explained_us": explained, "share": share,
@@ -467,7 +468,8 @@ class _Step:
             "own_lateness_us": _us(own),
             "view": "gpu" if primary_gpu else "cpu",
             "contributors": primary,  # the primary view only, most extra first, summing to explained_us
-            "cpu_side": cpu_c if primary_gpu else [],  # on GPU traces: the CPU side that launched them
+            "cpu_side": cpu_side,  # on GPU traces: the CPU side that launched them, most extra first
+            "cpu_side_us": round(sum(c["extra_us"] for c in cpu_side), 3),  # what that list sums to
         }  # fmt: skip
 
 
