@@ -167,6 +167,13 @@ class Straggler:
     evidence: str = "weak"
     held_all_ns: int = 0  # summed over every step it took part in
 
+    @property
+    def by_size_only(self) -> bool:
+        """Named although its p_chance says nothing (above :data:`P_NAMED`: too few steps
+        for a pattern), for the size of the wait alone (issue 35, item 6): the text says
+        "by size only", the JSON ``by_size_only``."""
+        return bool(self.p_chance > P_NAMED)
+
 
 @dataclass
 class Verdict:

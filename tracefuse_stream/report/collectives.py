@@ -115,7 +115,7 @@ def to_json(table: Any, stream: bool = False) -> Dict[str, Any]:
                         "last_arrivals": s.last_arrivals, "instances": s.instances,
                         "p_chance": p_round(s.p_chance), "margin": round(s.margin, 3),
                         "noise_margin": round(s.noise_margin, 3), "evidence": s.evidence,
-                        "by_size_only": by_size_only(s),
+                        "by_size_only": s.by_size_only,
                         "held_all_steps_us": _us(s.held_all_ns)} for s in v.stragglers],
         "candidates": [{"rank": s.rank, "held_us": _us(s.held_ns), "steps": s.steps,
                         "p_chance": p_round(s.p_chance), "margin": round(s.margin, 3),
@@ -198,17 +198,10 @@ def verdict_sentence(table: CollectiveTable, v: Verdict, stats: Sequence[RankSta
             f"{s0.noise_margin:.1f} x the noise bound)")  # fmt: skip
 
 
-def by_size_only(s: Any) -> bool:
-    """A named straggler whose p_chance says nothing (above 0.05: too few steps for a
-    pattern), named for the size of the wait alone (issue 35, item 6): the text says
-    "by size only", the JSON ``by_size_only``."""
-    return bool(s.p_chance > S.P_NAMED)
-
-
 def evidence_text(s: Any) -> str:
     """``strong evidence``, or, where p_chance says nothing, ``strong evidence by size
-    only`` (:func:`by_size_only`)."""
-    return f"{s.evidence} evidence" + (" by size only" if by_size_only(s) else "")
+    only`` (analyze/stragglers.py ``Straggler.by_size_only``)."""
+    return f"{s.evidence} evidence" + (" by size only" if s.by_size_only else "")
 
 
 def verdict_lines(table: CollectiveTable, v: Verdict, stats: Sequence[RankStats]) -> List[str]:
