@@ -14,7 +14,7 @@ a dict with a value that is not a plain int or is beyond 64 bits stays a dict.
 from __future__ import annotations
 
 from array import array
-from typing import Any, Dict, Iterator, Mapping, Tuple
+from typing import Any, Dict, Iterator, Mapping, Sequence, Tuple
 
 
 class RankInts(Mapping[int, int]):
@@ -74,4 +74,31 @@ class Freezer:
         return RankInts(got[0], got[1], values)
 
 
-__all__ = ["Freezer", "RankInts"]
+#: a step row's and its graph's rank -> int dicts, read only once the verdict is made
+_ROW_FIGURES = ("wait", "held", "lateness", "late_at", "busy", "last", "count", "threshold", "own", "own_at",
+                "skew", "held_raw")  # fmt: skip
+_GRAPH_FIGURES = ("start", "end", "skew", "late_skew", "own_late", "own_late_at")
+
+
+def freeze_step_rows(rows: Sequence[Any]) -> None:
+    """Every step row's and its graph's rank -> int dicts (analyze/stragglers.py
+    ``StepRow``, analyze/graph.py ``StepGraph``) as :class:`RankInts`, once the verdict
+    is made; a dict held twice (a row's ``own`` is its graph's ``own_late``) frozen once."""
+    f = Freezer()
+    done: Dict[int, Tuple[Any, Any]] = {}  # id(dict) -> (the dict, kept alive; its frozen form)
+
+    def frozen(d: Any) -> Any:
+        got = done.get(id(d))
+        if got is None:
+            got = done[id(d)] = (d, f.freeze(d))
+        return got[1]
+
+    for row in rows:
+        g = row.graph
+        for k in _GRAPH_FIGURES if g is not None else ():
+            setattr(g, k, frozen(getattr(g, k)))
+        for k in _ROW_FIGURES:
+            setattr(row, k, frozen(getattr(row, k)))
+
+
+__all__ = ["Freezer", "RankInts", "freeze_step_rows"]

@@ -64,8 +64,8 @@ from tracefuse_stream.analyze.medians import median, median_without
 from tracefuse_stream.analyze.noise import noise_ns
 from tracefuse_stream.analyze.others import Members, OthersOutlier
 from tracefuse_stream.analyze.p2p_steps import add_step_ends
-from tracefuse_stream.analyze.rank_ints import Freezer
-from tracefuse_stream.analyze.rootcause import root_cause
+from tracefuse_stream.analyze.rank_ints import freeze_step_rows
+from tracefuse_stream.analyze.rootcause import not_estimated, root_cause
 
 NOISE_FACTOR = 4.0
 STEP_FRACTION = 0.05
@@ -169,9 +169,8 @@ class Straggler:
 
     @property
     def by_size_only(self) -> bool:
-        """Named although its p_chance says nothing (above :data:`P_NAMED`: too few steps
-        for a pattern), for the size of the wait alone (issue 35, item 6): the text says
-        "by size only", the JSON ``by_size_only``."""
+        """Named for the size of the wait alone, its p_chance above :data:`P_NAMED` (too
+        few steps for a pattern; issue 35, item 6): the text's "by size only"."""
         return bool(self.p_chance > P_NAMED)
 
 
@@ -192,6 +191,11 @@ class Verdict:
     @property
     def straggler(self) -> Optional[int]:
         return self.stragglers[0].rank if self.stragglers else None
+
+    @property
+    def not_estimated(self) -> List[int]:
+        """The stragglers whose ``saves`` are no estimate (analyze/rootcause.py)."""
+        return not_estimated(self.stragglers, self.saves)
 
     @property
     def steps_profiled(self) -> int:
@@ -390,34 +394,8 @@ def judge(table: CollectiveTable) -> Verdict:
     verdict.delayed, verdict.saves, verdict.saves_all = root_cause(rows, verdict.stragglers)
     for sg in graphs.values():
         G.compact(sg)  # what is read after the verdict stays (issue 38: bounded memory)
-    _freeze(rows)
+    freeze_step_rows(rows)
     return verdict
-
-
-#: a step row's and its graph's rank -> int dicts, read only once the verdict is made
-_ROW_FIGURES = ("wait", "held", "lateness", "late_at", "busy", "last", "count", "threshold", "own", "own_at",
-                "skew", "held_raw")  # fmt: skip
-_GRAPH_FIGURES = ("start", "end", "skew", "late_skew", "own_late", "own_late_at")
-
-
-def _freeze(rows: Sequence[StepRow]) -> None:
-    """Every row's and graph's rank -> int dicts as int64 arrays (analyze/rank_ints.py);
-    a dict held twice (a row's ``own`` is its graph's ``own_late``) frozen once."""
-    f = Freezer()
-    done: Dict[int, Tuple[Any, Any]] = {}  # id(dict) -> (the dict, kept alive; its frozen form)
-
-    def frozen(d: Any) -> Any:
-        got = done.get(id(d))
-        if got is None:
-            got = done[id(d)] = (d, f.freeze(d))
-        return got[1]
-
-    for row in rows:
-        g = row.graph
-        for k in _GRAPH_FIGURES if g is not None else ():
-            setattr(g, k, frozen(getattr(g, k)))
-        for k in _ROW_FIGURES:
-            setattr(row, k, frozen(getattr(row, k)))
 
 
 def _most_held(row: StepRow, leave_out: Sequence[int]) -> Optional[int]:

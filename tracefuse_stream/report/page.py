@@ -46,6 +46,7 @@ import orjson
 from tracefuse_stream.report.json_stream import LazyArray
 from tracefuse_stream.report.page_assets import _CSS, _HEAD, _JS
 from tracefuse_stream.report.page_items import SKIP, PackedItems, packed_or_none
+from tracefuse_stream.report.page_items import embedded_size as _embedded_size
 from tracefuse_stream.report.page_items import raw_json as _raw
 
 #: the most bytes of JSON embedded before parts the page does not draw are left out
@@ -65,14 +66,6 @@ STEP_TIME_SHOWN = (
 STEP_TIME_DRAWN = ("compute_us", "comm_exposed_us", "idle_us")
 #: what ``page.trimmed`` says when ``step_time`` itself is left out (page.js looks for it)
 STEP_TIME_LEFT_OUT = "step_time (every rank and step): the step-time colours are not offered"
-
-
-def _embedded_size(raw: bytes) -> int:
-    """The UTF-8 size of ``_escaped(raw)`` without making it: each ``<``, ``>`` and ``&``
-    becomes a 6-byte ``\\u00XX`` escape. The trimming measures every candidate; making
-    the escaped text of each (decoded, three replaces, encoded again) held ~4 copies of
-    the JSON at once, the report's peak memory."""
-    return len(raw) + 5 * (raw.count(b"<") + raw.count(b">") + raw.count(b"&"))
 
 
 def _escaped(raw: bytes) -> str:

@@ -61,6 +61,12 @@ def escapes(raw: bytes) -> int:
     return raw.count(b"<") + raw.count(b">") + raw.count(b"&")
 
 
+def embedded_size(raw: bytes) -> int:
+    """The UTF-8 size of ``raw`` once the page has escaped it (report/page.py
+    ``_escaped``: each ``<``, ``>``, ``&`` a 6-byte ``\\u00XX``), without making it."""
+    return len(raw) + 5 * escapes(raw)
+
+
 class PackedItems:
     """One array of the page's document, its items packed as JSON (see the module
     docstring); :meth:`then` gives the same items through one more cut."""
@@ -70,14 +76,13 @@ class PackedItems:
         self._cuts: Tuple[Cut, ...] = ()
         self.count = 0
         self.long = False  # any string :func:`has_long` finds (the names cut past the budget)
-        raw_size = n_esc = 0
+        size = 0  # the items' embedded bytes
         buf: List[bytes] = []
         for item in items:
             raw = raw_json(item)
             _check_reads_back(raw, item)
             self.long = self.long or has_long(item)
-            raw_size += len(raw)
-            n_esc += escapes(raw)
+            size += embedded_size(raw)
             buf.append(raw)
             self.count += 1
             if len(buf) == CHUNK_ITEMS:
@@ -85,7 +90,7 @@ class PackedItems:
                 buf = []
         if buf:
             self._pack(buf)
-        self._plain_size = raw_size + max(self.count - 1, 0) + 2 + 5 * n_esc
+        self._plain_size = size + max(self.count - 1, 0) + 2  # with the brackets and commas
 
     def _pack(self, raws: List[bytes]) -> None:
         self._chunks.append((zlib.compress(b"".join(raws), 1), array("q", map(len, raws))))
@@ -126,7 +131,7 @@ class PackedItems:
             return self._plain_size
         size, n = 2, 0
         for raw in self._raws():
-            size += len(raw) + 5 * escapes(raw)
+            size += embedded_size(raw)
             n += 1
         return size + max(n - 1, 0)
 
@@ -161,4 +166,13 @@ def packed_or_none(v: Any, has_long: Callable[[Any], bool]) -> Optional[PackedIt
         return None
 
 
-__all__ = ["CHUNK_ITEMS", "SKIP", "NotPackable", "PackedItems", "escapes", "packed_or_none", "raw_json"]
+__all__ = [
+    "CHUNK_ITEMS",
+    "SKIP",
+    "NotPackable",
+    "PackedItems",
+    "embedded_size",
+    "escapes",
+    "packed_or_none",
+    "raw_json",
+]

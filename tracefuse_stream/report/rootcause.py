@@ -13,7 +13,6 @@ from typing import Any, Dict, Iterator, List, Optional
 
 from tracefuse_stream.align.collectives import CollectiveTable, Instance
 from tracefuse_stream.align.p2p import NO_PEER, SHAPES_HINT
-from tracefuse_stream.analyze.rootcause import not_estimated
 from tracefuse_stream.analyze.stragglers import Verdict
 from tracefuse_stream.rankset import compress_ranges
 from tracefuse_stream.report.json_stream import PlainLazyArray
@@ -71,7 +70,7 @@ def to_json(table: CollectiveTable, v: Verdict, stream: bool = False) -> Dict[st
                           "dur_us": _us(s.dur_ns), "instance": s.instance if s.instance >= 0 else None}
                          for s in g.path],
         })  # fmt: skip
-    unknown = not_estimated(v.stragglers, v.saves)
+    unknown = v.not_estimated
     what_if = [
         {
             "rank": r,
@@ -179,7 +178,7 @@ def _what_if_lines(table: CollectiveTable, v: Verdict) -> List[str]:
     out: List[str] = []
     through = ("every collective" + (" and send/recv pair" if table.p2p_pairs else "")
                if table.instances else "every send/recv pair")  # fmt: skip
-    unknown = not_estimated(v.stragglers, v.saves)
+    unknown = v.not_estimated
     for s in v.stragglers:
         saves = [(step, ns) for (r, step), ns in v.saves.items() if r == s.rank]
         if not saves:

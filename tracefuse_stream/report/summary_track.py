@@ -39,7 +39,6 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from tracefuse_stream.align.collectives import Instance
 from tracefuse_stream.align.links import _us as exact_us
 from tracefuse_stream.analyze.analysis import Analysis, analyse
-from tracefuse_stream.analyze.rootcause import not_estimated
 from tracefuse_stream.analyze.stragglers import held_ns
 from tracefuse_stream.exactjson import dumps_exact
 from tracefuse_stream.rankset import compress_ranges
@@ -285,7 +284,7 @@ def write_summaries(
         waits = {row.step: dict(row.wait) for row in a.verdict.by_step}
         why = a.why
         rows = a.verdict.by_step
-        unknown = not_estimated(a.verdict.stragglers, a.verdict.saves)  # no estimate: no saves_us
+        unknown = a.verdict.not_estimated  # no estimate: no saves_us
         saves = {k: ns for k, ns in a.verdict.saves.items() if k[0] not in unknown}
     for gi, sink in enumerate(sinks):
         here = summary_marks(plan, gi)
