@@ -283,6 +283,8 @@ class CollectiveTable:
     p2p_unlinked: Counter = field(default_factory=Counter)  # reason -> point-to-point ops not linked
     #: ``report --steps A:B``: the ProfilerSteps chosen (then one step is "selected", not "profiled")
     steps_selected: Optional[Tuple[int, int]] = None
+    #: the step cap, when it dropped steps (analyze/step_cap.py ``StepCap``): said in every output
+    step_cap: Any = None
     #: host label ("host vm"; "rank r" without a host name) -> its clock ahead of the lowest
     #: rank's host (ns), from the instances' ends (align/instance_ends.py); empty on one clock
     clock_offsets: Dict[str, int] = field(default_factory=dict)

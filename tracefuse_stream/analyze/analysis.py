@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from tracefuse_stream.align.collectives import (
     CollectiveTable,
@@ -24,6 +24,7 @@ from tracefuse_stream.align.instance_ends import MAX_CLOCK_OFFSET_S
 from tracefuse_stream.analyze import step_time, why
 from tracefuse_stream.analyze.name_cap import FOLDED
 from tracefuse_stream.analyze.p2p_steps import pipeline_only
+from tracefuse_stream.analyze.step_cap import StepCap, capped
 from tracefuse_stream.analyze.step_pack import StepRows
 from tracefuse_stream.analyze.step_time import StepTime
 from tracefuse_stream.analyze.stragglers import Verdict, held_by_rank, judge, wait_by_rank
@@ -221,9 +222,13 @@ def collect_analyses(
     jobs: int = 1,
     every_rank: bool = True,
     max_clock_offset_s: float = MAX_CLOCK_OFFSET_S,
+    step_caps: Optional[Mapping[Optional[int], StepCap]] = None,
+    step_window: Optional[Tuple[int, int]] = None,
 ) -> Dict[Optional[int], Analysis]:
     """cycle -> its :class:`Analysis` with the why (instances never span cycles;
-    ``every_rank``: :func:`analyse`'s; ``max_clock_offset_s``: :func:`require_near_clocks`)."""
+    ``every_rank``: :func:`analyse`'s; ``max_clock_offset_s``: :func:`require_near_clocks`;
+    ``step_caps``: cycle -> the step cap that applied, its table cut to it, else to
+    ``step_window`` when given: analyze/step_cap.py)."""
     cycles: Dict[Optional[int], List[Tuple[RankPlan, Optional[RankScan]]]] = {}
     for i, p in enumerate(plans):
         cycles.setdefault(p.cycle, []).append((p, scans[i] if scans is not None else None))
@@ -234,7 +239,7 @@ def collect_analyses(
             table = table_from_scans(ps, [sc for _, sc in pairs], max_clock_offset_s)  # type: ignore[misc]
         else:
             table = collect_table(ps, jobs, max_clock_offset_s)
-        out[c] = analyse(table, ps, jobs, every_rank)
+        out[c] = analyse(capped(table, (step_caps or {}).get(c), step_window), ps, jobs, every_rank)
     return out
 
 

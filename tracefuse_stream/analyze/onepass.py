@@ -42,6 +42,7 @@ from tracefuse_stream.align.step_spans import step_spans
 from tracefuse_stream.analyze import step_time
 from tracefuse_stream.analyze.kernel_categories import CategorySpec, from_spec
 from tracefuse_stream.analyze.name_cap import NAME_CAP, cap_names
+from tracefuse_stream.analyze.step_cap import Window, file_keep, trim_file
 from tracefuse_stream.analyze.step_pack import NameIds, pack_rows
 from tracefuse_stream.analyze.timeline import Spill, TimelineFeed
 from tracefuse_stream.errors import InputError, TraceFuseError
@@ -101,17 +102,23 @@ def scan_file(
     sections: Tuple[str, ...],
     kernel_categories: Optional[CategorySpec] = None,
     name_cap: int = NAME_CAP,
+    step_cap: Optional[Tuple[int, Window]] = None,
 ) -> FileScan:
     """The single pass over ``plan``'s file (see the module docstring), with the cyclic
     collector paused as the merge pauses it (gcpause.py: the pass makes no cycles, and
     the collector's walks over the live batches were ~2% of ``info --collectives``);
-    ``name_cap``: the why's names kept per step (analyze/name_cap.py)."""
+    ``name_cap``: the why's names kept per step (analyze/name_cap.py); ``step_cap``:
+    (steps kept at most, the user's window) with ``collectives`` (analyze/step_cap.py)."""
     with cyclic_gc_paused():
-        return _scan_file(plan, sections, kernel_categories, name_cap)
+        return _scan_file(plan, sections, kernel_categories, name_cap, step_cap)
 
 
 def _scan_file(
-    plan: RankPlan, sections: Tuple[str, ...], kernel_categories: Optional[CategorySpec], name_cap: int
+    plan: RankPlan,
+    sections: Tuple[str, ...],
+    kernel_categories: Optional[CategorySpec],
+    name_cap: int,
+    step_cap: Optional[Tuple[int, Window]] = None,
 ) -> FileScan:
     try:
         if not sections:
@@ -138,6 +145,11 @@ def _scan_file(
             plan, select=INFO_SELECTION, visit=visit, timeline=None if feed is None else feed.timeline
         )
         read_batches(plan.path, scan, compression=plan.compression, layout=plan.layout)
+        recorded = set(scan.steps)  # every step number: the run check's, and what the cap reports
+        keep = file_keep(recorded, *step_cap) if feed is not None and step_cap is not None else None
+        if feed is not None and keep is not None:  # before anything per step is built from them
+            trim_file(scan, keep)
+            feed.keep_steps(keep)
         if feed is not None:
             scan.timeline = feed.finish(
                 scan.steps,
@@ -161,7 +173,7 @@ def _scan_file(
             )
             del names
             feed.release()
-        return FileScan(info, scan, steps=set(scan.steps))
+        return FileScan(info, scan, steps=recorded)
     except TraceFuseError as e:
         return FileScan(None, None, broken_text(e))
 
@@ -187,15 +199,17 @@ def scan_files(
     sections: Sequence[str],
     kernel_categories: Optional[CategorySpec] = None,
     name_cap: int = NAME_CAP,
+    step_cap: Optional[Tuple[int, Window]] = None,
 ) -> List[FileScan]:
     """:func:`scan_file` for every plan, in ``jobs`` worker processes
     (``kernel_categories``: a :meth:`KernelCategories.spec`, None: the built-in table;
-    ``name_cap``: the why's names kept per step, analyze/name_cap.py)."""
+    ``name_cap``: the why's names kept per step, analyze/name_cap.py; ``step_cap``:
+    (steps kept per file at most, the user's window), analyze/step_cap.py)."""
     unknown = set(sections) - set(SECTIONS)
     if unknown:
         raise ValueError(f"unknown info sections: {sorted(unknown)}")
     want = tuple(s for s in SECTIONS if s in sections)
-    args = [(p, want, kernel_categories, name_cap) for p in plans]
+    args = [(p, want, kernel_categories, name_cap, step_cap) for p in plans]
     cache: Dict[str, str] = {}  # every rank names the same ops: one string each, shared
     ids = NameIds()  # the same for the step figures, packed per rank (analyze/step_pack.py)
     spill = Spill()  # the why's rows and the step figures: on disk until read (issue 38)

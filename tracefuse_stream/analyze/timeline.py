@@ -443,6 +443,10 @@ class TimelineFeed:
         """Free the events kept by ``finish(keep=True)``."""
         self.timeline = new_timeline()
 
+    def keep_steps(self, keep: Any) -> None:
+        """Forget the ``ProfilerStep#N`` not in ``keep`` (the step cap: analyze/step_cap.py)."""
+        self._steps = {s: v for s, v in self._steps.items() if s in keep}
+
     def step_windows(self) -> Dict[int, Tuple[int, int]]:
         """step -> (start, end) ns of its ``ProfilerStep#N`` on the step thread (not the GPU's)."""
         return {s: (v[0], -v[1]) for s, v in self._steps.items()}

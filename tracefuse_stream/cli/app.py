@@ -17,6 +17,7 @@ from tracefuse_stream.cli.argtypes import (
     JOBS_HELP,
     add_dask_arg,
     add_max_clock_offset_arg,
+    add_max_steps_arg,
     add_name_cap_arg,
     jobs_count,
 )
@@ -206,6 +207,13 @@ def _add_info_args(p: argparse.ArgumentParser) -> None:
         '{"categories": [{"name", "pattern", "class"}]}), tried before the built-in table',
     )
     add_name_cap_arg(p)
+    add_max_steps_arg(p, "with --collectives: ")
+    p.add_argument(
+        "--step-window",
+        metavar="A:B",
+        help="with --collectives: analyse ProfilerStep#A..#B only (N alone: that step; "
+        "--steps lists the step numbers)",
+    )
     add_max_clock_offset_arg(p, "with --collectives: ")
     p.add_argument("-j", "--jobs", type=jobs_count, default=0, help=JOBS_HELP)
     add_dask_arg(p)

@@ -1,5 +1,5 @@
 """Argument types and options shared by the commands' parsers (``-j``, ``--dask``, ``--name-cap``,
-``--max-clock-offset``)."""
+``--max-steps``, ``--max-clock-offset``)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import argparse
 
 from tracefuse_stream.align.instance_ends import MAX_CLOCK_OFFSET_S, clock_offset_limit
 from tracefuse_stream.analyze.name_cap import NAME_CAP
+from tracefuse_stream.analyze.step_cap import MAX_STEPS, RANK_STEPS
 from tracefuse_stream.errors import UsageError
 
 
@@ -47,6 +48,25 @@ def add_name_cap_arg(p: argparse.ArgumentParser) -> None:
     )
 
 
+def max_steps_count(text: str) -> int:
+    """``--max-steps N``: steps kept per rank by the analysis, 1 or more (a usage error
+    otherwise, never silently the automatic cap)."""
+    return _positive(text, "--max-steps must be 1 or more steps per rank")
+
+
+def add_max_steps_arg(p: argparse.ArgumentParser, when: str = "") -> None:
+    """``--max-steps N`` on a command that analyses the collectives (analyze/step_cap.py)."""
+    p.add_argument(
+        "--max-steps",
+        type=max_steps_count,
+        default=None,
+        metavar="N",
+        help=f"{when}analyse at most N steps per rank, the first N step numbers (default: "
+        f"min({MAX_STEPS:,}, {RANK_STEPS:,} / rank files), which bounds memory); when steps are "
+        "left out a line and step_cap in the JSON say so",
+    )
+
+
 def add_max_clock_offset_arg(p: argparse.ArgumentParser, when: str = "") -> None:
     """``--max-clock-offset SECONDS`` on a command that matches collectives across hosts
     (analyze/analysis.require_near_clocks); ``when``: the help's opening words."""
@@ -83,7 +103,9 @@ __all__ = [
     "JOBS_HELP",
     "add_dask_arg",
     "add_max_clock_offset_arg",
+    "add_max_steps_arg",
     "add_name_cap_arg",
     "jobs_count",
+    "max_steps_count",
     "name_cap_count",
 ]

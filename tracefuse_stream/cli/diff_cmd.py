@@ -9,7 +9,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tracefuse_stream.cli.argtypes import JOBS_HELP, add_dask_arg, add_max_clock_offset_arg, jobs_count
+from tracefuse_stream.cli.argtypes import (
+    JOBS_HELP,
+    add_dask_arg,
+    add_max_clock_offset_arg,
+    add_max_steps_arg,
+    jobs_count,
+)
 
 ALIGN_STEPS = ("number", "position")
 
@@ -52,6 +58,7 @@ def add_diff_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--new-cycle", metavar="N|latest", help="the profiling cycle of NEW_RUN (instead of --cycle)"
     )
+    add_max_steps_arg(p)
     add_max_clock_offset_arg(p)
     p.add_argument("-j", "--jobs", type=jobs_count, default=0, help=JOBS_HELP)
     add_dask_arg(p, "the two runs are compared here")
@@ -84,6 +91,7 @@ def cmd_diff(a: argparse.Namespace) -> int:
             base_cycle=a.base_cycle,
             new_cycle=a.new_cycle,
             max_clock_offset_s=a.max_clock_offset,
+            max_steps=a.max_steps,
         )
     if a.json:
         write_json(report, sys.stdout)  # json.dumps(indent=2)'s text, strict (no NaN)

@@ -10,19 +10,29 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional, Tuple
 
 from tracefuse_stream.align.clock import estimate_offsets, format_alignment_table
 from tracefuse_stream.analyze import kernel_categories
-from tracefuse_stream.analyze.onepass import collective_ends, steps_us
+from tracefuse_stream.analyze.onepass import collective_ends
 from tracefuse_stream.cluster import dask_backend
-from tracefuse_stream.errors import EXIT_INPUT, EXIT_OK
+from tracefuse_stream.errors import EXIT_INPUT, EXIT_OK, UsageError
+from tracefuse_stream.listing import inline
 from tracefuse_stream.plan.runcheck import merge_inputs, require_one_run
-from tracefuse_stream.rankset import compress_ranges, parse_rank_spec
+from tracefuse_stream.rankset import compress_ranges, parse_rank_spec, parse_steps
 from tracefuse_stream.report.collectives import info_collectives
 from tracefuse_stream.report.info import collect_info
 from tracefuse_stream.report.json_stream import write_json
+from tracefuse_stream.report.page_data import check_steps
 from tracefuse_stream.textout import terminal
+
+
+def _window(spec: Optional[str]) -> Optional[Tuple[int, int]]:
+    """``--step-window A:B`` read as ``--steps A:B`` is (rankset.py), its errors naming it."""
+    try:
+        return parse_steps(spec) if spec else None
+    except UsageError as e:
+        raise UsageError(str(e).replace("--steps", "--step-window")) from None
 
 
 def cmd_info(a: argparse.Namespace) -> int:
@@ -32,6 +42,10 @@ def cmd_info(a: argparse.Namespace) -> int:
 
 def _info(a: argparse.Namespace) -> int:
     sections = [s for s in ("steps", "collectives", "align") if getattr(a, s)]
+    for flag, v in (("--max-steps", a.max_steps), ("--step-window", a.step_window)):
+        if v is not None and not a.collectives:
+            raise UsageError(f"{flag} chooses the steps --collectives analyses: give --collectives too")
+    window = _window(a.step_window)
     scans: List[Any] = []  # one pass per file answers every section (analyze/onepass.py)
     # read before the pass: a bad file is a usage error naming it, before any input is read
     categories = kernel_categories.load(a.kernel_categories).spec() if a.kernel_categories else None
@@ -44,12 +58,12 @@ def _info(a: argparse.Namespace) -> int:
         scans_out=scans,
         kernel_categories=categories,
         name_cap=a.name_cap,
+        max_steps=a.max_steps,
+        step_window=window,
     )
     sections_from = len(text)  # with --collectives, only the sections follow its report
     if a.steps:
-        steps: Dict[int, set] = {}
-        for p, sc in zip(plans, scans):
-            steps.setdefault(p.rank, set()).update(steps_us(sc))
+        steps: Dict[int, set] = plans.steps or {}  # every step recorded, not only those the cap kept
         out["steps"] = {str(r): sorted(v) for r, v in steps.items()}
         for r, v in steps.items():
             text.append(f"rank {r}: ProfilerSteps {compress_ranges(sorted(v)) or 'none'}")
@@ -63,6 +77,8 @@ def _info(a: argparse.Namespace) -> int:
     if a.collectives:
         checks = plans.run_checks()
         require_one_run(checks)  # mixed runs, one recording under several ranks: a wrong answer
+        if window is not None:  # both ends recorded, as report --steps and merge --steps ask
+            check_steps(set().union(*plans.cycle_steps.values()), window, f"in {inline(a.inputs, limit=3)}")
         return info_collectives(
             plans,
             a.json,
@@ -74,6 +90,7 @@ def _info(a: argparse.Namespace) -> int:
             warnings=out["warnings"],
             checks=checks,
             max_clock_offset_s=a.max_clock_offset,
+            step_window=window,
         )
     if a.json:
         write_json(out, sys.stdout)  # one shape: report/info.py INFO_JSON_KEYS

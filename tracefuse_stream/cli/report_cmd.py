@@ -20,6 +20,7 @@ from tracefuse_stream.cli.argtypes import (
     JOBS_HELP,
     add_dask_arg,
     add_max_clock_offset_arg,
+    add_max_steps_arg,
     add_name_cap_arg,
     jobs_count,
 )
@@ -45,6 +46,7 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
         "--steps", metavar="A:B", help="report on ProfilerStep#A..#B only (N alone: that one step)"
     )
     add_name_cap_arg(p)
+    add_max_steps_arg(p)
     add_max_clock_offset_arg(p)
     p.add_argument("-j", "--jobs", type=jobs_count, default=0, help=JOBS_HELP)
     add_dask_arg(p, "the page is written here")
@@ -73,7 +75,7 @@ def _diff_section(a: argparse.Namespace, data: Any) -> Dict[str, Any]:
     del plans, scans
     d, b, n = run_diff(
         a.against, new, ranks=a.ranks, rank_from=a.rank_from, cycle=a.cycle, steps=a.steps, jobs=a.jobs,
-        max_clock_offset_s=limit,
+        max_clock_offset_s=limit, max_steps=a.max_steps,
     )  # fmt: skip
     return to_json(d, b.paths, n.paths, b.warnings, n.warnings)
 
@@ -111,6 +113,7 @@ def cmd_report(a: argparse.Namespace) -> int:
             keep_pass=bool(a.against),
             name_cap=a.name_cap,
             max_clock_offset_s=a.max_clock_offset,
+            max_steps=a.max_steps,
         )
         if a.against:  # the diff BASE -> these inputs, as tracefuse diff gives it (docs/diff.md)
             data.document["diff"] = _diff_section(a, data)

@@ -228,6 +228,8 @@ class PlanList(List[RankPlan]):
         self.left_out: List[str] = []  # files left out (info: one trace given twice)
         self.extents: Optional[Extents] = None  # path -> (first, last, events): a pass read them
         self.steps: Optional[Dict[int, Set[int]]] = None  # rank -> its ProfilerSteps, when read
+        self.cycle_steps: Dict[Optional[int], Set[int]] = {}  # cycle -> the step numbers its ranks recorded
+        self.step_caps: Dict[Optional[int], Any] = {}  # cycle -> its analyze/step_cap.StepCap, if it applied
 
     def run_checks(self) -> List[RunCheck]:
         """The run check of every profiling cycle (plan/runcheck.py)."""

@@ -128,6 +128,7 @@ def to_json(table: Any, stream: bool = False) -> Dict[str, Any]:
             "one_step": v.steps_profiled == 1,
             "steps_profiled": v.steps_profiled,
         },
+        **({"step_cap": table.step_cap.to_json()} if table.step_cap is not None else {}),  # only when it applied
         "definitions": DEFINITIONS if table.instances or not judged(table, v) else p2p_steps.DEFINITIONS,
         "by_step": _array(lambda: _by_step_json(v), stream),
         "threshold": {
@@ -291,6 +292,7 @@ def format_text(table: Any, inputs: Sequence[str] = (), cycle: Optional[int] = N
         f"collectives: {len(table.instances)} instance(s) of {groups} process group(s) matched across "
         f"{('ranks ' + _ranks(table.ranks)) if table.ranks else 'no readable rank'}, "
         f"{table.unmatched_total} could not be matched",
+        *([table.step_cap.text()] if table.step_cap is not None else []),  # never a silent cut
         *verdict_lines(table, v, stats),
     ]
     if table.instances:
@@ -364,6 +366,7 @@ def info_collectives(
     warnings: Sequence[str] = (),
     checks: Sequence[Any] = (),
     max_clock_offset_s: float = MAX_CLOCK_OFFSET_S,
+    step_window: Optional[Tuple[int, int]] = None,
 ) -> int:
     """``info --collectives [--json]``: print the report (per profiling cycle when the
     inputs hold several: instances never span cycles); exit 1 when a file is broken.
@@ -378,11 +381,13 @@ def info_collectives(
     (plan/runcheck.py): a cycle the analysis could not assess says so first
     (analyze/assessment.py), in the text and as ``not_assessed`` in the JSON.
     ``max_clock_offset_s``: host clocks further apart are refused (analyze/analysis.py
-    require_near_clocks).
+    require_near_clocks). ``step_window``: ``--step-window A:B``, the steps analysed
+    (the step cap of ``plans.step_caps`` bounds it: analyze/step_cap.py).
     """
-    tables = collect_analyses(  # the text shows no breakdown
-        plans, scans, jobs, every_rank=as_json, max_clock_offset_s=max_clock_offset_s
-    )
+    tables = collect_analyses(  # the text shows no breakdown; each cycle cut to its step cap
+        plans, scans, jobs, every_rank=as_json, max_clock_offset_s=max_clock_offset_s,
+        step_caps=getattr(plans, "step_caps", None), step_window=step_window,
+    )  # fmt: skip
     broken = list(getattr(plans, "broken", []))
     several = len(tables) > 1
     unassessed = {

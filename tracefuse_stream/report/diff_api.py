@@ -10,8 +10,8 @@ and compared (analyze/diff.py). The command line and the Python API share this, 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from tracefuse_stream.align.instance_ends import MAX_CLOCK_OFFSET_S, clock_offset_limit
 from tracefuse_stream.analyze.analysis import collect_analyses
@@ -37,11 +37,14 @@ Ranks = Union[None, str, Sequence[int]]
 
 @dataclass
 class Run:
-    """One run read for a diff: its figures, the files and the input warnings."""
+    """One run read for a diff: its figures, the files and the input warnings (and the
+    step cap's line when it applied: analyze/step_cap.py); ``recorded``: every step
+    number its ranks recorded, also those the cap left out (``--steps`` is checked on it)."""
 
     figures: RunFigures
     paths: List[str]
     warnings: List[str]
+    recorded: Set[int] = field(default_factory=set)
 
 
 def _paths(inputs: Inputs) -> List[str]:
@@ -61,15 +64,20 @@ def load_run(
     jobs: int,
     label: str,
     max_clock_offset_s: float = MAX_CLOCK_OFFSET_S,
+    max_steps: Optional[int] = None,
+    window: Optional[str] = None,
 ) -> Run:
     """Read one run (one pass per file, as ``info --collectives``) into its figures; a
     broken file is an :class:`InputError` naming it; mixed runs, one recording under
-    several ranks, a ``cycle`` that is not there: the ``merge`` / ``stragglers()`` errors."""
+    several ranks, a ``cycle`` that is not there: the ``merge`` / ``stragglers()`` errors.
+    ``max_steps`` (None: automatic) and ``window`` (its ``--steps``): the step cap
+    (analyze/step_cap.py)."""
     paths = _paths(inputs)
     scans: List[Any] = []
     plans, _rows, _out, _text = collect_info(
-        paths, rank_from=rank_from, ranks=ranks, jobs=jobs, sections=["collectives"], scans_out=scans
-    )
+        paths, rank_from=rank_from, ranks=ranks, jobs=jobs, sections=["collectives"], scans_out=scans,
+        max_steps=max_steps, step_window=_window(window),
+    )  # fmt: skip
     return run_from_pass(
         paths, plans, scans, cycle=cycle, jobs=jobs, label=label, max_clock_offset_s=max_clock_offset_s
     )
@@ -100,6 +108,7 @@ def run_from_pass(
         jobs,
         every_rank=False,
         max_clock_offset_s=max_clock_offset_s,
+        step_caps=plans.step_caps,
     ).get(key)
     verdict = (
         verdict_sentence(analysis.table, analysis.verdict, analysis.stats) if analysis is not None else ""
@@ -113,7 +122,14 @@ def run_from_pass(
         verdict=f"straggler: {verdict}" if verdict else "straggler: not assessed (no collective matched)",
     )
     overlap = no_overlap_text(analysis.table) if analysis is not None else None
-    return Run(figures, paths, plans.warnings() + ([overlap] if overlap else []))
+    cap = plans.step_caps.get(key)  # said with the run's warnings: never a silent cut
+    said = [overlap] if overlap else []
+    return Run(
+        figures,
+        paths,
+        plans.warnings() + said + ([cap.text()] if cap else []),
+        plans.cycle_steps.get(key, set()),
+    )
 
 
 def _window(spec: Optional[str]) -> Optional[Tuple[int, int]]:
@@ -126,7 +142,7 @@ def check_window(run: Run, label: str, spec: Optional[str]) -> None:
     window = _window(spec)
     if window is None:
         return
-    present = {s for per in run.figures.steps.values() for s in per}
+    present = run.recorded or {s for per in run.figures.steps.values() for s in per}
     missing = [s for s in dict.fromkeys(window) if s not in present]
     if missing:
         raise steps_not_found(missing, f"in {label} ({inline(run.paths, limit=3)})", present)
@@ -166,6 +182,7 @@ def run_diff(
     base_cycle: Any = None,
     new_cycle: Any = None,
     max_clock_offset_s: float = MAX_CLOCK_OFFSET_S,
+    max_steps: Optional[int] = None,
 ) -> Tuple[Diff, Run, Run]:
     """Both runs read and compared (the command line's and :func:`diff`'s work);
     ``new`` may be a :class:`Run` already read (:func:`run_from_pass`)."""
@@ -175,14 +192,23 @@ def run_diff(
     bc = cycle if base_cycle is None else base_cycle
     nc = cycle if new_cycle is None else new_cycle
     b = load_run(
-        base, ranks=wanted, rank_from=rank_from, cycle=bc, jobs=jobs, label="BASE", max_clock_offset_s=limit
-    )
+        base, ranks=wanted, rank_from=rank_from, cycle=bc, jobs=jobs, label="BASE", max_clock_offset_s=limit,
+        max_steps=max_steps, window=base_steps or steps,
+    )  # fmt: skip
     n = (
         new
         if isinstance(new, Run)
         else load_run(
-            new, ranks=wanted, rank_from=rank_from, cycle=nc, jobs=jobs, label="NEW", max_clock_offset_s=limit
-        )
+            new,
+            ranks=wanted,
+            rank_from=rank_from,
+            cycle=nc,
+            jobs=jobs,
+            label="NEW",
+            max_clock_offset_s=limit,
+            max_steps=max_steps,
+            window=new_steps or steps,
+        )  # fmt: skip
     )
     check_window(b, "BASE", base_steps or steps)
     check_window(n, "NEW", new_steps or steps)
@@ -208,6 +234,7 @@ def diff(
     base_cycle: Any = None,
     new_cycle: Any = None,
     max_clock_offset_s: float = MAX_CLOCK_OFFSET_S,
+    max_steps: Optional[int] = None,
 ) -> Dict[str, Any]:
     """What changed from run ``base`` to run ``new``, on which ranks, and whether it is
     real: the object ``tracefuse diff --json`` prints (schema: docs/diff.md).
@@ -219,7 +246,9 @@ def diff(
     ``cycle``: the profiling cycle of each run (default: the latest; ``base_cycle`` /
     ``new_cycle``: of one run, e.g. two cycles of one folder); ``max_clock_offset_s``: host
     clocks further apart (seconds, estimated from the collectives) are a
-    :class:`~tracefuse_stream.errors.UsageError` (two runs look the same). Runs that cannot
+    :class:`~tracefuse_stream.errors.UsageError` (two runs look the same); ``max_steps``:
+    the steps analysed per rank at most (None: automatic, analyze/step_cap.py; when it
+    leaves steps out, the run's warnings say so). Runs that cannot
     be matched raise :class:`~tracefuse_stream.errors.UsageError` naming what differs
     and the option that resolves it; an unreadable file an
     :class:`~tracefuse_stream.errors.InputError` naming it.
@@ -228,6 +257,7 @@ def diff(
         base, new, ranks=ranks, rank_from=rank_from, steps=steps, base_steps=base_steps,
         new_steps=new_steps, align_steps=align_steps, cycle=cycle, jobs=jobs,
         base_cycle=base_cycle, new_cycle=new_cycle, max_clock_offset_s=max_clock_offset_s,
+        max_steps=max_steps,
     )  # fmt: skip
     return to_json(d, b.paths, n.paths, b.warnings, n.warnings)
 

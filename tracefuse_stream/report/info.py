@@ -24,6 +24,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from tracefuse_stream.analyze.kernel_categories import CategorySpec
 from tracefuse_stream.analyze.name_cap import NAME_CAP
 from tracefuse_stream.analyze.onepass import broken_text, scan_files
+from tracefuse_stream.analyze.step_cap import Window, cycle_cap, steps_limit
 from tracefuse_stream.errors import UsageError
 from tracefuse_stream.plan.cycles import describe_cycles
 from tracefuse_stream.plan.extent import RankInfo
@@ -73,6 +74,8 @@ def collect_info(
     scans_out: Optional[List[Any]] = None,
     kernel_categories: Optional[CategorySpec] = None,
     name_cap: int = NAME_CAP,
+    max_steps: Optional[int] = None,
+    step_window: Window = None,
 ) -> Tuple[PlanList, List[RankInfo], Dict[str, Any], List[str]]:
     """Plan and scan every readable input, every cycle: ``(plans, rows, json, text)``.
 
@@ -82,14 +85,19 @@ def collect_info(
     keeps what those need (analyze/onepass.py), appended to ``scans_out`` in the order of
     the readable plans; ``jobs`` > 1: files are scanned in worker processes;
     ``kernel_categories``: the step-time figures' category rules (None: built-in);
-    ``name_cap``: the why's names kept per rank and step (analyze/name_cap.py).
+    ``name_cap``: the why's names kept per rank and step (analyze/name_cap.py); with
+    ``collectives``, the steps kept per rank are capped (analyze/step_cap.py: ``max_steps``,
+    None: automatic; ``step_window``: the user's ``--steps``), each cycle's cap in
+    ``plans.step_caps`` when it applied, its recorded step numbers in ``plans.cycle_steps``.
     """
     plans = plan_all(inputs, rank_from=rank_from, ranks=ranks, every_cycle=True, keep_going=True)
     plans.broken[:] = [(path, broken_text(e)) for path, e in plans.broken]
     rows: List[RankInfo] = []
     good: List[RankPlan] = []
     plans.steps = {}  # the steps each rank recorded: the run check's
-    for p, fs in zip(plans, scan_files(list(plans), jobs, sections, kernel_categories, name_cap)):
+    files, limit = len(plans), steps_limit(len(plans), max_steps)
+    step_cap = (limit, step_window) if "collectives" in sections else None
+    for p, fs in zip(plans, scan_files(list(plans), jobs, sections, kernel_categories, name_cap, step_cap)):
         if fs.broken is not None:
             plans.broken.append((p.path, fs.broken))
             continue
@@ -97,9 +105,16 @@ def collect_info(
         rows.append(fs.info)
         good.append(p)
         plans.steps.setdefault(p.rank, set()).update(fs.steps)
+        plans.cycle_steps.setdefault(p.cycle, set()).update(fs.steps)
         if scans_out is not None:
             scans_out.append(fs.scan)
     plans[:] = good
+    if step_cap is not None:
+        caps = {
+            c: cycle_cap(n, limit, files, max_steps is not None, step_window)
+            for c, n in plans.cycle_steps.items()
+        }
+        plans.step_caps = {c: cap for c, cap in caps.items() if cap is not None}
     plans.extents = {r.path: (r.first_ns, r.last_ns, r.events) for r in rows}  # the run check's
     text = []
     known = {r.path: r.first_ns for r in rows}  # each file's earliest event: the cycles' starts

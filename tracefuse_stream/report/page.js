@@ -144,6 +144,7 @@ function render() {
   h.push('<div class="sub">made by <code>' + esc(P.command || "tracefuse report") + "</code>" + (P.tool ? " (" + esc(P.tool) + ")" : "") + "</div>");
   (P.broken || []).forEach(function (b) { h.push('<div class="warn">BROKEN ' + esc(b.path) + ": " + esc(b.broken) + "</div>"); });
   (P.warnings || []).forEach(function (w) { h.push('<div class="warn">warning: ' + esc(w) + "</div>"); });
+  if (C.step_cap) h.push('<div class="warn" id="step-cap">' + esc(C.step_cap.text) + "</div>");  // never a silent cut
   if (P.trimmed && P.trimmed.length) {
     h.push('<div class="sub warn">left out of this page to keep it small (<code>info --collectives --json</code> has them): ' +
       esc(P.trimmed.join("; ")) + "</div>");

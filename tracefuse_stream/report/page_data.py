@@ -15,15 +15,15 @@ the inputs, the command line, the host of each rank (from the plans' headers) an
 
 from __future__ import annotations
 
-import dataclasses
 import shlex
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from tracefuse_stream._version import __version__
 from tracefuse_stream.align.instance_ends import MAX_CLOCK_OFFSET_S
 from tracefuse_stream.analyze.assessment import not_assessed
 from tracefuse_stream.analyze.name_cap import NAME_CAP
+from tracefuse_stream.analyze.step_cap import capped, only_steps
 from tracefuse_stream.errors import UsageError
 from tracefuse_stream.listing import inline
 from tracefuse_stream.plan.cycles import choose_cycle, parse_cycle
@@ -54,25 +54,6 @@ class ReportData:
         return [str(p.path) for p in self.plans] + [str(path) for path, _ in self.broken]
 
 
-def only_steps(table: Any, first: int, last: int) -> Any:
-    """``table`` with only the instances, step spans and step-time figures of
-    ProfilerSteps ``first``..``last``: the report on those steps, as a merge of them
-    would show (``step_time``, its spreads and verdicts too: they were of every step).
-    Unmatched counts stay those of the whole recording (they have no step)."""
-
-    def keep(step: Optional[int]) -> bool:
-        return step is not None and first <= step <= last
-
-    return dataclasses.replace(
-        table,
-        instances=[i for i in table.instances if keep(i.step)],
-        p2p_pairs=[i for i in table.p2p_pairs if keep(i.step)],
-        steps={r: {s: v for s, v in st.items() if keep(s)} for r, st in table.steps.items()},
-        step_times={r: [x for x in rows if keep(x.step)] for r, rows in table.step_times.items()},
-        steps_selected=(first, last),
-    )
-
-
 def choose_shown_cycle(plans: PlanList, choice: Any, where: str) -> Optional[int]:
     """The cycle to show: ``choice`` (N or ``latest``; default: the latest, which is the
     one ``info --collectives --json`` puts under ``collectives``), as ``p.cycle`` numbers
@@ -88,9 +69,9 @@ def choose_shown_cycle(plans: PlanList, choice: Any, where: str) -> Optional[int
     return chosen.index if len(cycles) > 1 else None
 
 
-def check_steps(table: Any, steps: Tuple[int, int], where: str) -> None:
-    """``--steps A:B`` must name steps the ranks recorded (both ends), as ``merge`` asks."""
-    present = {s for per in table.steps.values() for s in per}
+def check_steps(present: Set[int], steps: Tuple[int, int], where: str) -> None:
+    """``--steps A:B`` must name steps the ranks recorded (``present``, every one of them:
+    not only those the step cap kept), both ends, as ``merge`` asks."""
     missing = [s for s in dict.fromkeys(steps) if s not in present]
     if missing:
         raise steps_not_found(missing, where, present)
@@ -131,12 +112,14 @@ def report_data(
     keep_pass: bool = False,
     name_cap: int = NAME_CAP,
     max_clock_offset_s: float = MAX_CLOCK_OFFSET_S,
+    max_steps: Optional[int] = None,
 ) -> ReportData:
     """Plan and read ``inputs`` as ``info --collectives`` does (one pass per file, in
     ``jobs`` workers) and return the page's data (see the module docstring);
     ``keep_pass``: with the pass's plans and scans (``ReportData.read``); ``name_cap``:
     the why's names kept per rank and step (analyze/name_cap.py); ``max_clock_offset_s``:
-    host clocks further apart are refused (analyze/analysis.py require_near_clocks)."""
+    host clocks further apart are refused (analyze/analysis.py require_near_clocks);
+    ``max_steps``: the steps kept per rank (None: automatic, analyze/step_cap.py)."""
     scans: List[Any] = []
     plans, _rows, _out, _text = collect_info(
         inputs,
@@ -146,6 +129,8 @@ def report_data(
         sections=["collectives"],
         scans_out=scans,
         name_cap=name_cap,
+        max_steps=max_steps,
+        step_window=steps,
     )
     by_cycle: Dict[Optional[int], List[Tuple[RankPlan, Any]]] = {}
     for p, sc in zip(plans, scans):
@@ -159,8 +144,9 @@ def report_data(
     ps = [p for p, _ in pairs]
     table = table_from_scans(ps, [sc for _, sc in pairs], max_clock_offset_s)
     if steps is not None:
-        check_steps(table, steps, f"in {where}" + (f" (cycle {chosen})" if chosen is not None else ""))
-        table = only_steps(table, *steps)
+        where_c = f"in {where}" + (f" (cycle {chosen})" if chosen is not None else "")
+        check_steps(plans.cycle_steps.get(chosen, set()), steps, where_c)
+    table = capped(table, plans.step_caps.get(chosen), steps)  # the step cap, else --steps
     analysis = analyse(table, ps, jobs)  # the judgement and the why, as info --collectives
     collectives = to_json(analysis, stream=True)["collectives"]
     for k, v in collectives.items():  # every rank and step's breakdown and step_time stay lazy:
