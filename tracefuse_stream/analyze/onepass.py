@@ -42,7 +42,7 @@ from tracefuse_stream.align.step_spans import step_spans
 from tracefuse_stream.analyze import step_time
 from tracefuse_stream.analyze.kernel_categories import CategorySpec, from_spec
 from tracefuse_stream.analyze.name_cap import NAME_CAP, cap_names
-from tracefuse_stream.analyze.step_cap import Window, file_keep, trim_file
+from tracefuse_stream.analyze.step_cap import PassLimit, Window, file_keep, timeline_spans, trim_file
 from tracefuse_stream.analyze.step_pack import NameIds, pack_rows
 from tracefuse_stream.analyze.timeline import Spill, TimelineFeed
 from tracefuse_stream.errors import InputError, TraceFuseError
@@ -119,6 +119,7 @@ def _scan_file(
     kernel_categories: Optional[CategorySpec],
     name_cap: int,
     step_cap: Optional[Tuple[int, Window]] = None,
+    early: bool = True,
 ) -> FileScan:
     try:
         if not sections:
@@ -134,48 +135,73 @@ def _scan_file(
         scan = RankScan(plan.rank, int(plan.base_time_ns or 0))
         collector = CollectiveCollector(scan, None)
         feed = TimelineFeed() if "collectives" in sections else None
+        # the step cap in the pass (``early``): the timeline holds no event past the steps kept
+        limit = PassLimit(scan.steps, *step_cap, feed.timeline) if feed and step_cap and early else None
 
         def visit(batch: List[Any]) -> None:
             for ev in batch:
                 if feed is not None:
                     feed.offer(ev)  # before the collector, which may decode its args in place
                 collector.feed(ev, -1)
+            if limit is not None:
+                limit.update()
 
         info = scan_rank(
             plan, select=INFO_SELECTION, visit=visit, timeline=None if feed is None else feed.timeline
         )
         read_batches(plan.path, scan, compression=plan.compression, layout=plan.layout)
         recorded = set(scan.steps)  # every step number: the run check's, and what the cap reports
-        keep = file_keep(recorded, *step_cap) if feed is not None and step_cap is not None else None
-        if feed is not None and keep is not None:  # before anything per step is built from them
-            trim_file(scan, keep)
-            feed.keep_steps(keep)
         if feed is not None:
-            scan.timeline = feed.finish(
-                scan.steps,
-                [e.ts_ns for e in scan.events] + _last_ends(scan),
-                [(e.tid, e.ts_ns) for e in scan.events if e.kind == "gpu"],
-                keep=True,
-                compress=False,  # cap_names compresses them, once
-            )
-            names = scan.timeline.names  # the timeline's ids: the step figures read by them
-            # the rows capped and packed first (~5x smaller): the step figures' work then
-            # runs beside the packed rows, not the whole file's rows as they came (issue 38)
-            cap_names(scan.timeline, scan.steps, name_cap)
-            scan.step_time = step_time.compute(
-                plan.rank,
-                feed.step_windows(),
-                scan.timeline,
-                feed.timeline,
-                feed.step_threads(),
-                from_spec(kernel_categories),
-                names,
-            )
-            del names
-            feed.release()
+            keep = file_keep(recorded, *step_cap) if step_cap is not None else None
+            if limit is not None and keep is not None and not limit.safe(timeline_spans(scan.steps, keep)):
+                return _scan_file(plan, sections, kernel_categories, name_cap, step_cap, early=False)
+            _finish_timeline(plan.rank, scan, feed, keep, kernel_categories, name_cap)
         return FileScan(info, scan, steps=recorded)
     except TraceFuseError as e:
         return FileScan(None, None, broken_text(e))
+
+
+def _finish_timeline(
+    rank: int,
+    scan: RankScan,
+    feed: TimelineFeed,
+    keep: Optional[Set[int]],
+    kernel_categories: Optional[CategorySpec],
+    name_cap: int,
+) -> None:
+    """The why's partitions and the step figures of ``scan`` from ``feed``'s events, once
+    the file is read; ``keep``: the steps the step cap keeps (analyze/step_cap.py; None:
+    all), the others dropped first, before anything per step is built from them. The
+    timeline is cut at the next step's start too, so that the last kept step's names
+    are capped over that step alone, as without the cap (analyze/name_cap.py groups)."""
+    spans: Dict[int, Tuple[int, int]] = scan.steps
+    if keep is not None:
+        spans = trim_file(scan, keep)
+        feed.keep_steps(spans)
+    scan.timeline = feed.finish(
+        spans,
+        [e.ts_ns for e in scan.events] + _last_ends(scan),
+        [(e.tid, e.ts_ns) for e in scan.events if e.kind == "gpu"],
+        keep=True,
+        compress=False,  # cap_names compresses them, once
+    )
+    names = scan.timeline.names  # the timeline's ids: the step figures read by them
+    # the rows capped and packed first (~5x smaller): the step figures' work then
+    # runs beside the packed rows, not the whole file's rows as they came (issue 38)
+    cap_names(scan.timeline, spans, name_cap)
+    scan.step_time = step_time.compute(
+        rank,
+        feed.step_windows(),
+        scan.timeline,
+        feed.timeline,
+        feed.step_threads(),
+        from_spec(kernel_categories),
+        names,
+    )
+    if keep is not None:  # the next step's figures: only its start was needed
+        scan.step_time = [x for x in scan.step_time if x.step in keep]
+    del names
+    feed.release()
 
 
 def _last_ends(scan: RankScan) -> List[int]:

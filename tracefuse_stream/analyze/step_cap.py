@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import heapq
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
@@ -81,22 +82,72 @@ def _inside(union: Tuple[List[int], List[int]], t: int) -> bool:
     return k >= 0 and t <= union[1][k]
 
 
-def trim_file(scan: Any, keep: Set[int]) -> int:
+def timeline_spans(steps: Dict[int, Tuple[int, int]], keep: Set[int]) -> Dict[int, Tuple[int, int]]:
+    """The spans a capped file's timeline is cut at: the kept steps' and the first step
+    after them (its start ends the last kept step: analyze/name_cap.py's groups)."""
+    after = [s for s in steps if keep and s > max(keep)]
+    cut = set(keep) | ({min(after)} if after else set())
+    return {s: v for s, v in steps.items() if s in cut}
+
+
+def trim_file(scan: Any, keep: Set[int]) -> Dict[int, Tuple[int, int]]:
     """Drop from ``scan`` (align/collectives.py ``RankScan``, file-relative ns) the steps
     not in ``keep`` and every collective, point-to-point call and batch mark that starts
     in one of them (and in no kept step: the step an instance is given, align/
-    collectives.py ``_step_at``); the number of steps dropped."""
+    collectives.py ``_step_at``). Returns the spans the file's timeline is cut at: the
+    kept steps and the first step after them (its start ends the last kept one)."""
     gone = _union(v for s, v in scan.steps.items() if s not in keep)
     kept = _union(v for s, v in scan.steps.items() if s in keep)
 
     def stays(t: int) -> bool:
         return not _inside(gone, t) or _inside(kept, t)
 
-    dropped = len(scan.steps) - len(keep & set(scan.steps))
+    spans = timeline_spans(scan.steps, keep)
     scan.steps = {s: v for s, v in scan.steps.items() if s in keep}
     for name in ("events", "p2p_calls", "comms_calls", "coalesced"):
         setattr(scan, name, [e for e in getattr(scan, name) if stays(e.ts_ns)])
-    return dropped
+    return spans
+
+
+class PassLimit:
+    """The step cap inside one file's pass: once the file has shown more than ``limit``
+    steps (in ``window``), its timeline (analyze/timeline.py, 32 bytes an event until the
+    file ends) holds no event starting after the end of the first step past the ``limit``
+    smallest numbers seen: those steps are never read. :meth:`update` after each batch
+    (the collector adds new steps at the end of ``steps``); :meth:`safe` at the file's
+    end: False when the steps kept came out otherwise than the limit assumed (numbers not
+    in time order), and the file is read again without it."""
+
+    def __init__(self, steps: Dict[int, Tuple[int, int]], limit: int, window: Window, timeline: Any) -> None:
+        self.steps, self.limit, self.window, self.timeline = steps, limit, window, timeline
+        self._heap: List[int] = []  # the limit + 1 smallest numbers seen (in the window), negated
+        self._seen = 0
+        self.lowest: Optional[int] = None  # the lowest limit set (ns)
+
+    def update(self) -> None:
+        n = len(self.steps)
+        if n == self._seen:
+            return
+        fresh = [s for _, s in zip(range(n - self._seen), reversed(self.steps))]
+        self._seen = n
+        lo, hi = self.window if self.window is not None else (None, None)
+        for s in fresh:
+            if lo is not None and not lo <= s <= hi:  # type: ignore[operator]
+                continue
+            if len(self._heap) <= self.limit:
+                heapq.heappush(self._heap, -s)
+            elif s < -self._heap[0]:
+                heapq.heapreplace(self._heap, -s)
+        if len(self._heap) > self.limit:
+            end = self.steps[-self._heap[0]][1]
+            if self.lowest is None or end < self.lowest:
+                self.lowest = end
+                self.timeline.set_limit(end)
+
+    def safe(self, spans: Dict[int, Tuple[int, int]]) -> bool:
+        """Whether every step the timeline is cut at (the kept ones and the next) ended
+        before the limit: nothing they read was left out."""
+        return self.lowest is None or all(hi <= self.lowest for _lo, hi in spans.values())
 
 
 @dataclass(frozen=True)
@@ -186,6 +237,7 @@ def capped(table: Any, cap: Optional[StepCap], window: Window = None) -> Any:
 
 __all__ = [
     "MAX_STEPS",
+    "PassLimit",
     "RANK_STEPS",
     "StepCap",
     "capped",
@@ -193,5 +245,6 @@ __all__ = [
     "file_keep",
     "only_steps",
     "steps_limit",
+    "timeline_spans",
     "trim_file",
 ]

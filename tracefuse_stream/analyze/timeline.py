@@ -136,6 +136,7 @@ class PyTimeline:
 
     def __init__(self) -> None:
         self._recs: List[Tuple[int, int, bytes, bytes, bytes, int]] = []  # (a, b, name, thread, dev, kind)
+        self._limit: Optional[int] = None  # events starting at or after it are not held (set_limit)
 
     def __len__(self) -> int:
         return len(self._recs)
@@ -143,7 +144,14 @@ class PyTimeline:
     def add(self, kind: int, a: int, b: int, name: bytes, thread: bytes, dev: bytes) -> None:
         if kind not in (0, 1, 2):
             raise ValueError("Timeline.add: kind is 0, 1 or 2")
+        if self._limit is not None and a >= self._limit:
+            return  # past the step cap's last step: never read
         self._recs.append((a, b, bytes(name), bytes(thread), bytes(dev), kind))
+
+    def set_limit(self, ns: int) -> None:
+        """Hold no event starting at or after ``ns`` (the step cap, analyze/step_cap.py)."""
+        self._limit = ns if self._limit is None else min(self._limit, ns)
+        self._recs = [r for r in self._recs if r[0] < self._limit]
 
     def segments(
         self, cuts: Sequence[int], threads: List[bytes], devices: List[bytes]
