@@ -65,9 +65,7 @@ def test_the_cap_keeps_the_first_steps_and_says_so(
 ) -> None:
     monkeypatch.setenv("TRACEFUSE_KERNEL", kernel)
     capped = _json(capsys, run, "--max-steps", "4")
-    text = (
-        "steps capped: analysed ProfilerStep#0..#3, 4 of 12 profiled steps (--max-steps 4; " + HINT + ")"
-    )
+    text = "steps capped: analysed ProfilerStep#0..#3, 4 of 12 profiled steps (--max-steps 4; " + HINT + ")"
     assert capped.pop("step_cap") == {
         "first_step": 0,
         "last_step": 3,
@@ -150,10 +148,22 @@ def test_report_and_diff_say_it(run: Path, tmp_path: Path, capsys: pytest.Captur
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["info", "--collectives", "--max-steps", "0"], "--max-steps must be 1 or more steps per rank, not '0'"),
-        (["info", "--collectives", "--max-steps", "x"], "--max-steps must be 1 or more steps per rank, not 'x'"),
-        (["report", "-o", "-", "--max-steps", "-3"], "--max-steps must be 1 or more steps per rank, not '-3'"),
-        (["info", "--collectives", "--step-window", "5:3"], "bad --step-window '5:3': first step 5 is after last step 3"),
+        (
+            ["info", "--collectives", "--max-steps", "0"],
+            "--max-steps must be 1 or more steps per rank, not '0'",
+        ),
+        (
+            ["info", "--collectives", "--max-steps", "x"],
+            "--max-steps must be 1 or more steps per rank, not 'x'",
+        ),
+        (
+            ["report", "-o", "-", "--max-steps", "-3"],
+            "--max-steps must be 1 or more steps per rank, not '-3'",
+        ),
+        (
+            ["info", "--collectives", "--step-window", "5:3"],
+            "bad --step-window '5:3': first step 5 is after last step 3",
+        ),
         (["info", "--step-window", "1:2"], "--step-window chooses the steps --collectives analyses"),
         (["info", "--max-steps", "3"], "--max-steps chooses the steps --collectives analyses"),
     ],
@@ -196,7 +206,9 @@ def _renumbered(src: Path, dst: Path) -> Path:
     """``src`` with its ProfilerStep numbers reversed: the lowest last in time."""
     dst.mkdir()
     for f in sorted(src.iterdir()):
-        text = re.sub(r"ProfilerStep#(\d+)", lambda m: f"ProfilerStep#{STEPS - 1 - int(m.group(1))}", f.read_text())
+        text = re.sub(
+            r"ProfilerStep#(\d+)", lambda m: f"ProfilerStep#{STEPS - 1 - int(m.group(1))}", f.read_text()
+        )
         (dst / f.name).write_text(text)
     return dst
 
@@ -212,3 +224,13 @@ def test_the_pass_limit_changes_nothing_read(run: Path, tmp_path: Path, reverse:
     assert early.scan.events == whole.scan.events and early.scan.step_time == whole.scan.step_time
     assert early.scan.timeline.cuts == whole.scan.timeline.cuts
     assert early.steps == set(range(STEPS))  # every number recorded: the run check's
+
+
+def test_the_api_caps_too(run: Path) -> None:
+    from tracefuse_stream import diff, stragglers
+
+    report: Dict[str, Any] = dict(stragglers(str(run), max_steps=4))
+    assert report["step_cap"]["steps_kept"] == 4 and _steps(report) == [0, 1, 2, 3]
+    assert "step_cap" not in stragglers(str(run))
+    d = diff(str(run), str(run), max_steps=5)
+    assert any(w.startswith("steps capped: analysed ProfilerStep#0..#4") for w in d["new"]["warnings"])

@@ -15,7 +15,8 @@ With ``--collectives``, the same pass keeps what the why needs (analyze/timeline
 the file's operator, annotation and kernel events, compactly, partitioned at the
 file's end into per-segment aggregates, which is all that is kept). Memory: the
 collective events and steps of a file and those aggregates; while a file is read, 32
-bytes per operator/kernel event of it. With ``jobs`` > 1 the files are read in worker
+bytes per operator/kernel event of it, up to the end of the steps the step cap keeps
+(analyze/step_cap.py: a long file's steps past the kept ones are neither held nor kept). With ``jobs`` > 1 the files are read in worker
 processes.
 """
 

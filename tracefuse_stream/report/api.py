@@ -64,6 +64,7 @@ def stragglers(
     jobs: int = 1,
     dask: Optional[str] = None,
     max_clock_offset_s: float = MAX_CLOCK_OFFSET_S,
+    max_steps: Optional[int] = None,
 ) -> StragglerReport:
     """Who holds the others back, per step, and why (see :mod:`tracefuse_stream.analyze.stragglers`
     and :mod:`tracefuse_stream.analyze.why`).
@@ -76,7 +77,9 @@ def stragglers(
     on that cluster's workers instead (cluster.py; a ClusterError if it cannot);
     ``max_clock_offset_s``: host clocks estimated further apart (seconds) raise a
     :class:`~tracefuse_stream.errors.UsageError` naming them (two runs look the same; synced
-    hosts agree to milliseconds): a larger value accepts the offset. A file that cannot be
+    hosts agree to milliseconds): a larger value accepts the offset; ``max_steps``: the
+    steps analysed per rank at most (None: min(1,000, 163,840 / rank files); when steps
+    are left out, ``step_cap`` says so: docs/collectives.md, *The cap on steps*). A file that cannot be
     read raises :class:`~tracefuse_stream.errors.InputError` naming it. The input warnings
     every command prints are ``warnings`` (each also an :class:`InputWarning`); mixed runs,
     one recording under several ranks, a ``cycle`` or ``ranks`` that select nothing raise
@@ -86,7 +89,7 @@ def stragglers(
     paths = input_list(inputs)  # a Path is one input; anything else but paths a UsageError
     limit = clock_offset_limit(max_clock_offset_s)
     with dask_backend(dask, paths):  # the per-rank passes on a cluster, if given
-        return _stragglers(paths, ranks, rank_from, cycle, jobs, limit)
+        return _stragglers(paths, ranks, rank_from, cycle, jobs, limit, max_steps)
 
 
 def _stragglers(
@@ -96,12 +99,14 @@ def _stragglers(
     cycle: Optional[int],
     jobs: int,
     max_clock_offset_s: float,
+    max_steps: Optional[int] = None,
 ) -> StragglerReport:
     wanted = rank_list_arg(ranks)
     scans: List[Any] = []
     plans, _rows, _out, _text = collect_info(
-        paths, rank_from=rank_from, ranks=wanted, jobs=jobs, sections=["collectives"], scans_out=scans
-    )
+        paths, rank_from=rank_from, ranks=wanted, jobs=jobs, sections=["collectives"], scans_out=scans,
+        max_steps=max_steps,
+    )  # fmt: skip
     if plans.broken:
         path, why = plans.broken[0]
         raise InputError(path, str(why))
@@ -113,6 +118,7 @@ def _stragglers(
         [s for p, s in zip(plans, scans) if p.cycle == key],
         jobs,
         max_clock_offset_s=max_clock_offset_s,
+        step_caps=plans.step_caps,
     )
     analysis = analyses.get(key)
     report: Dict[str, Any] = to_json(analysis if analysis is not None else _empty())["collectives"]
