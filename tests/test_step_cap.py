@@ -234,3 +234,12 @@ def test_the_api_caps_too(run: Path) -> None:
     assert "step_cap" not in stragglers(str(run))
     d = diff(str(run), str(run), max_steps=5)
     assert any(w.startswith("steps capped: analysed ProfilerStep#0..#4") for w in d["new"]["warnings"])
+
+
+def test_one_step_kept_is_named_alone() -> None:
+    cap = step_cap.StepCap(2, 2, 1, 2, 1, 4, "--max-steps", (2, 7))
+    assert cap.text() == (
+        "steps capped: analysed ProfilerStep#2, 1 of 2 profiled steps in the window #2..#7 (--max-steps 1; "
+        + HINT
+        + ")"
+    )

@@ -174,8 +174,9 @@ class StepCap:
             if self.chosen == "auto"
             else f"--max-steps {self.limit:,}"
         )
+        steps = f"#{self.first}" if self.first == self.last else f"#{self.first}..#{self.last}"
         return (
-            f"steps capped: analysed ProfilerStep#{self.first}..#{self.last}, {self.kept:,} of {self.profiled:,} "
+            f"steps capped: analysed ProfilerStep{steps}, {self.kept:,} of {self.profiled:,} "
             f"profiled steps{where} ({why}; --max-steps N, or --steps A:B (info: --step-window), to choose)"
         )
 
