@@ -109,7 +109,11 @@ def test_the_automatic_cap_divides_the_rank_steps(
     assert "step_cap" not in _json(capsys, run, "--max-steps", "100")  # the user's cap wins
 
 
-def test_the_users_window_chooses_and_the_cap_bounds_it(run: Path, capsys: pytest.CaptureFixture) -> None:
+@pytest.mark.parametrize("kernel", ["1", "0"])
+def test_the_users_window_chooses_and_the_cap_bounds_it(
+    run: Path, kernel: str, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TRACEFUSE_KERNEL", kernel)
     inside = _json(capsys, run, "--step-window", "3:6", "--max-steps", "4")
     assert "step_cap" not in inside and _steps(inside) == [3, 4, 5, 6]  # 4 steps: within the cap
     wide = _json(capsys, run, "--step-window", "2:11", "--max-steps", "4")
@@ -119,7 +123,7 @@ def test_the_users_window_chooses_and_the_cap_bounds_it(run: Path, capsys: pytes
     assert _steps(wide) == [2, 3, 4, 5]
     same = _json(capsys, run, "--step-window", "2:5")
     # the same analysis but the instance ids: the capped pass never read steps #0..#1's
-    for k in ("ranks", "step_time", "stragglers", "verdict"):
+    for k in ("ranks", "step_time", "stragglers", "verdict", "why", "notes", "per_collective"):
         assert wide[k] == same[k], k
     shift = same["instances"][0]["id"]  # the instances before step #2, read by the window alone
     assert shift > 0 and wide["instances"][0]["id"] == 0
@@ -183,9 +187,13 @@ def test_a_window_past_the_recorded_steps_is_refused(run: Path, capsys: pytest.C
 class _Timeline:
     def __init__(self) -> None:
         self.limits: List[int] = []
+        self.floors: List[int] = []
 
     def set_limit(self, ns: int) -> None:
         self.limits.append(ns)
+
+    def set_floor(self, ns: int) -> None:
+        self.floors.append(ns)
 
 
 def test_the_pass_limit_is_the_end_of_the_step_after_the_kept_ones() -> None:
@@ -195,11 +203,24 @@ def test_the_pass_limit_is_the_end_of_the_step_after_the_kept_ones() -> None:
     for s in range(5):
         steps[s] = (100 * s, 100 * s + 90)
         limit.update()
-    assert tl.limits == [290]  # steps #0, #1 kept, #2 the next: nothing after its end is read
+    assert tl.limits == [290] and tl.floors == []  # #0, #1 kept, #2 the next: nothing after its end is read
     assert limit.safe({0: steps[0], 1: steps[1], 2: steps[2]})
     steps[-1] = (500, 590)  # a lower number later in time: what was left out may be read
     limit.update()
     assert tl.limits == [290, 190] and not limit.safe({-1: steps[-1], 0: steps[0], 1: steps[1]})
+
+
+def test_with_a_window_the_pass_floor_is_the_end_of_the_last_step_before_it() -> None:
+    steps: Dict[int, Tuple[int, int]] = {}
+    tl = _Timeline()
+    limit = PassLimit(steps, 2, (4, 9), tl)
+    for s in range(8):
+        steps[s] = (100 * s, 100 * s + 90)
+        limit.update()
+    # no floor before the file shows more than 2 steps (#0..#2), then the end of the last before #4
+    assert tl.floors == [290, 390] and tl.limits == [690]  # #4, #5 kept, #6 the next
+    assert limit.safe({4: steps[4], 5: steps[5], 6: steps[6]})
+    assert not limit.safe({3: steps[3], 4: steps[4], 5: steps[5]})
 
 
 def _renumbered(src: Path, dst: Path) -> Path:
@@ -213,14 +234,25 @@ def _renumbered(src: Path, dst: Path) -> Path:
     return dst
 
 
+@pytest.mark.parametrize("kernel", ["1", "0"])
+@pytest.mark.parametrize("window, kept", [(None, [0, 1, 2, 3]), ((5, 11), [5, 6, 7, 8])])
 @pytest.mark.parametrize("reverse", [False, True])
-def test_the_pass_limit_changes_nothing_read(run: Path, tmp_path: Path, reverse: bool) -> None:
+def test_the_pass_limit_changes_nothing_read(
+    run: Path,
+    tmp_path: Path,
+    reverse: bool,
+    window: Any,
+    kept: List[int],
+    kernel: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TRACEFUSE_KERNEL", kernel)
     d = _renumbered(run, tmp_path / "rev") if reverse else run
     plan = plan_all([str(d)])[0]
-    early = _scan_file(plan, ("collectives",), None, 256, (4, None))
-    whole = _scan_file(plan, ("collectives",), None, 256, (4, None), early=False)
+    early = _scan_file(plan, ("collectives",), None, 256, (4, window))
+    whole = _scan_file(plan, ("collectives",), None, 256, (4, window), early=False)
     assert early.scan is not None and whole.scan is not None
-    assert sorted(early.scan.steps) == sorted(whole.scan.steps) == [0, 1, 2, 3]
+    assert sorted(early.scan.steps) == sorted(whole.scan.steps) == kept
     assert early.scan.events == whole.scan.events and early.scan.step_time == whole.scan.step_time
     assert early.scan.timeline.cuts == whole.scan.timeline.cuts
     assert early.steps == set(range(STEPS))  # every number recorded: the run check's

@@ -111,18 +111,21 @@ def trim_file(scan: Any, keep: Set[int]) -> Dict[int, Tuple[int, int]]:
 
 class PassLimit:
     """The step cap inside one file's pass: once the file has shown more than ``limit``
-    steps (in ``window``), its timeline (analyze/timeline.py, 32 bytes an event until the
-    file ends) holds no event starting after the end of the first step past the ``limit``
-    smallest numbers seen: those steps are never read. :meth:`update` after each batch
-    (the collector adds new steps at the end of ``steps``); :meth:`safe` at the file's
-    end: False when the steps kept came out otherwise than the limit assumed (numbers not
-    in time order), and the file is read again without it."""
+    steps, its timeline (analyze/timeline.py, 32 bytes an event until the file ends)
+    holds no event starting after the end of the first step past the ``limit`` smallest
+    numbers seen in ``window``, nor (with a window) one ending before the end of the last
+    step seen before the window: those steps are never read. :meth:`update` after each
+    batch (the collector adds new steps at the end of ``steps``); :meth:`safe` at the
+    file's end: False when the steps kept came out otherwise than the limits assumed
+    (numbers not in time order), and the file is read again without them."""
 
     def __init__(self, steps: Dict[int, Tuple[int, int]], limit: int, window: Window, timeline: Any) -> None:
         self.steps, self.limit, self.window, self.timeline = steps, limit, window, timeline
         self._heap: List[int] = []  # the limit + 1 smallest numbers seen (in the window), negated
         self._seen = 0
         self.lowest: Optional[int] = None  # the lowest limit set (ns)
+        self._below: Optional[int] = None  # the latest end of a step before the window
+        self.floor: Optional[int] = None  # the highest floor set (ns)
 
     def update(self) -> None:
         n = len(self.steps)
@@ -132,7 +135,11 @@ class PassLimit:
         self._seen = n
         lo, hi = self.window if self.window is not None else (None, None)
         for s in fresh:
-            if lo is not None and not lo <= s <= hi:  # type: ignore[operator]
+            if lo is not None and s < lo:
+                end = self.steps[s][1]
+                self._below = end if self._below is None else max(self._below, end)
+                continue
+            if hi is not None and s > hi:
                 continue
             if len(self._heap) <= self.limit:
                 heapq.heappush(self._heap, -s)
@@ -143,10 +150,15 @@ class PassLimit:
             if self.lowest is None or end < self.lowest:
                 self.lowest = end
                 self.timeline.set_limit(end)
+        if n > self.limit and self._below is not None and (self.floor is None or self._below > self.floor):
+            self.floor = self._below
+            self.timeline.set_floor(self._below)
 
     def safe(self, spans: Dict[int, Tuple[int, int]]) -> bool:
-        """Whether every step the timeline is cut at (the kept ones and the next) ended
-        before the limit: nothing they read was left out."""
+        """Whether every step the timeline is cut at (the kept ones and the next) lies
+        between the floor and the limit: nothing they read was left out."""
+        if self.floor is not None and any(lo < self.floor for lo, _hi in spans.values()):
+            return False
         return self.lowest is None or all(hi <= self.lowest for _lo, hi in spans.values())
 
 

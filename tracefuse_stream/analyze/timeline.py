@@ -36,7 +36,6 @@ import struct
 from array import array
 from dataclasses import dataclass, field
 from decimal import Decimal
-from itertools import chain
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from tracefuse_stream import native
@@ -50,10 +49,12 @@ from tracefuse_stream.analyze.unit_pack import (
     Spill,
     Unit,
     pack_unit,
+    packed_rows,
     rows_between,
     segment_starts,
     spill_unit,
     unit_rows,
+    unpack_rows,
 )
 from tracefuse_stream.select.window import step_number
 from tracefuse_stream.timeunits import FAR_NS, us_to_ns_or_none
@@ -136,7 +137,7 @@ class PyTimeline:
 
     def __init__(self) -> None:
         self._recs: List[Tuple[int, int, bytes, bytes, bytes, int]] = []  # (a, b, name, thread, dev, kind)
-        self._limit: Optional[int] = None  # events starting at or after it are not held (set_limit)
+        self._floor, self._limit = -(2**63), 2**63  # events ending before / starting at or after: not held
 
     def __len__(self) -> int:
         return len(self._recs)
@@ -144,14 +145,19 @@ class PyTimeline:
     def add(self, kind: int, a: int, b: int, name: bytes, thread: bytes, dev: bytes) -> None:
         if kind not in (0, 1, 2):
             raise ValueError("Timeline.add: kind is 0, 1 or 2")
-        if self._limit is not None and a >= self._limit:
-            return  # past the step cap's last step: never read
+        if a >= self._limit or b < self._floor:
+            return  # past the step cap's last step, or before its window: never read
         self._recs.append((a, b, bytes(name), bytes(thread), bytes(dev), kind))
 
     def set_limit(self, ns: int) -> None:
         """Hold no event starting at or after ``ns`` (the step cap, analyze/step_cap.py)."""
-        self._limit = ns if self._limit is None else min(self._limit, ns)
+        self._limit = min(self._limit, ns)
         self._recs = [r for r in self._recs if r[0] < self._limit]
+
+    def set_floor(self, ns: int) -> None:
+        """Hold no event ending before ``ns`` (the step cap's window)."""
+        self._floor = max(self._floor, ns)
+        self._recs = [r for r in self._recs if r[1] >= self._floor]
 
     def segments(
         self, cuts: Sequence[int], threads: List[bytes], devices: List[bytes]
@@ -164,8 +170,8 @@ class PyTimeline:
         cuts = list(cuts)
         if any(b <= a for a, b in zip(cuts, cuts[1:])):
             raise ValueError("Timeline.segments: cuts are increasing")
-        out_t = [_packed(self._unit(t, False, cuts, names)) for t in threads]
-        out_d = [_packed(self._unit(d, True, cuts, names)) for d in devices]
+        out_t = [packed_rows(self._unit(t, False, cuts, names)) for t in threads]
+        out_d = [packed_rows(self._unit(d, True, cuts, names)) for d in devices]
         return list(names), out_t, out_d
 
     def records(self, kind: int) -> Tuple[List[bytes], bytes]:
@@ -462,17 +468,6 @@ class TimelineFeed:
     def step_threads(self) -> Dict[int, bytes]:
         """step -> the thread key holding its ``ProfilerStep#N``."""
         return {s: v[2] for s, v in self._steps.items()}
-
-
-def _packed(rows: List[Row]) -> bytes:
-    return array("q", chain.from_iterable(rows)).tobytes()
-
-
-def unpack_rows(packed: bytes) -> List[Row]:
-    """A unit's rows from :meth:`PyTimeline.segments` / the kernel's, as tuples."""
-    flat = array("q")
-    flat.frombytes(packed)
-    return list(rows_between(flat, 0, len(flat) // _FIELDS))
 
 
 __all__ = [

@@ -148,6 +148,18 @@ def _block(blocks: Packed, b: int) -> array[int]:
     return hit
 
 
+def packed_rows(rows: Sequence[Tuple[int, ...]]) -> bytes:
+    """A unit's rows (tuples of :data:`ROW_FIELDS` ints) as the kernel packs them."""
+    return array("q", itertools.chain.from_iterable(rows)).tobytes()
+
+
+def unpack_rows(packed: bytes) -> List[Tuple[int, ...]]:
+    """A unit's rows from ``PyTimeline.segments`` / the kernel's, as tuples."""
+    flat = array("q")
+    flat.frombytes(packed)
+    return list(rows_between(flat, 0, len(flat) // ROW_FIELDS))
+
+
 def rows_between(flat: array[int], first: int, stop: int) -> Any:
     """Rows ``first`` to ``stop`` of a unit's flat array, as tuples."""
     it = iter(flat[first * ROW_FIELDS : stop * ROW_FIELDS])
@@ -183,6 +195,8 @@ def unit_rows(unit: Unit, i: int, j: int) -> Any:
 
 
 __all__ = [
+    "packed_rows",
+    "unpack_rows",
     "BLOCK_ROWS",
     "Packed",
     "ROW_FIELDS",

@@ -25,6 +25,7 @@
  *          outside every annotation), 2 kernel, 3 gpu_idle (name_id -1)
  * t.set_limit(ns)   hold no event starting at or after ns, from now on and already held
  *   (the step cap, analyze/step_cap.py: the steps past the kept ones are never read)
+ * t.set_floor(ns)   hold no event ending before ns, likewise (the steps before a window)
  * len(t): the events held.
  */
 
@@ -49,8 +50,9 @@ typedef struct {
     Py_ssize_t n, cap;
     Intern names, keys;
     int32_t last_thread, last_dev; /* the last event's (most events are on the thread before theirs) */
-    int has_limit;
+    int has_limit, has_floor;
     int64_t limit; /* with has_limit: events starting at or after it are not held (set_limit) */
+    int64_t floor; /* with has_floor: events ending before it are not held (set_floor) */
 } Timeline;
 
 /* a hash of p[:n], 8 bytes a step (names run long: kernel names of 100+ bytes) */
@@ -152,6 +154,7 @@ static int32_t intern_find(const Intern *t, const unsigned char *p, Py_ssize_t n
 static int tl_push(Timeline *t, int kind, int64_t a, int64_t b, const unsigned char *name, Py_ssize_t name_n,
                    const unsigned char *thread, Py_ssize_t thread_n, const unsigned char *dev, Py_ssize_t dev_n) {
     if (t->has_limit && a >= t->limit) return OK; /* past the step cap's last step: never read */
+    if (t->has_floor && b < t->floor) return OK;  /* before the window's first step: never read */
     if (GROW_TO(t->recs, t->cap, t->n + 1, 4096)) return E_NOMEM;
     int32_t nm = intern(&t->names, name, name_n), th, dv;
     const Intern *k = &t->keys;
@@ -206,15 +209,29 @@ static void tl_dealloc(Timeline *t) {
 
 static Py_ssize_t tl_len(Timeline *t) { return t->n; }
 
+static void tl_drop_outside(Timeline *t) {
+    Py_ssize_t k = 0;
+    for (Py_ssize_t i = 0; i < t->n; i++)
+        if (!(t->has_limit && t->recs[i].a >= t->limit) && !(t->has_floor && t->recs[i].b < t->floor))
+            t->recs[k++] = t->recs[i];
+    t->n = k;
+}
+
 static PyObject *tl_set_limit(Timeline *t, PyObject *args) {
     long long ns;
     if (!PyArg_ParseTuple(args, "L", &ns)) return NULL;
     if (!t->has_limit || ns < t->limit) t->limit = ns;
     t->has_limit = 1;
-    Py_ssize_t k = 0;
-    for (Py_ssize_t i = 0; i < t->n; i++)
-        if (t->recs[i].a < t->limit) t->recs[k++] = t->recs[i];
-    t->n = k;
+    tl_drop_outside(t);
+    Py_RETURN_NONE;
+}
+
+static PyObject *tl_set_floor(Timeline *t, PyObject *args) {
+    long long ns;
+    if (!PyArg_ParseTuple(args, "L", &ns)) return NULL;
+    if (!t->has_floor || ns > t->floor) t->floor = ns;
+    t->has_floor = 1;
+    tl_drop_outside(t);
     Py_RETURN_NONE;
 }
 

@@ -429,6 +429,8 @@ static PyMethodDef tl_methods[] = {
     {"add", (PyCFunction)tl_add, METH_VARARGS, "add(kind, a_ns, b_ns, name, thread, dev): one event Python decoded"},
     {"set_limit", (PyCFunction)tl_set_limit, METH_VARARGS,
      "set_limit(ns): hold no event starting at or after ns (the step cap), from now on and already held"},
+    {"set_floor", (PyCFunction)tl_set_floor, METH_VARARGS,
+     "set_floor(ns): hold no event ending before ns (the step cap's window), from now on and already held"},
     {"segments", (PyCFunction)tl_segments, METH_VARARGS,
      "segments(cuts, threads, devices) -> (names, rows per thread, rows per device): rows as bytes of 14 int64 each"},
     {NULL, NULL, 0, NULL}};
