@@ -139,6 +139,16 @@ def test_report_and_diff_say_it(run: Path, tmp_path: Path, capsys: pytest.Captur
     html = page.read_text()
     assert "steps capped: analysed ProfilerStep#0..#3, 4 of 12 profiled steps" in html
     assert 'id="step-cap"' in html  # drawn, not only embedded
+    wide = tmp_path / "w.html"
+    _out(capsys, "report", str(run), "-o", str(wide), "-j", "1", "-q", "--max-steps", "4", "--steps", "2:11")
+    assert "analysed ProfilerStep#2..#5, 4 of 10 profiled steps in the window #2..#11" in wide.read_text()
+    assert (
+        main(
+            ["report", str(run), "-o", str(tmp_path / "x.html"), "-q", "--max-steps", "4", "--steps", "2:40"]
+        )
+        == 2
+    )
+    assert "step 40 not found" in capsys.readouterr().err  # checked on every step recorded, not the kept ones
     plain = tmp_path / "plain.html"
     _out(capsys, "report", str(run), "-o", str(plain), "-j", "1", "-q")
     assert "steps capped:" not in plain.read_text()
