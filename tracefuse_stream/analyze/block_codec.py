@@ -26,7 +26,7 @@ def pack_block(raw: bytes) -> bytes:
     c = getattr(_LOCAL, "c", None)
     if c is None:
         c = _LOCAL.c = zstandard.ZstdCompressor(level=_LEVEL)
-    return c.compress(raw)  # type: ignore[no-any-return]
+    return c.compress(raw)
 
 
 def unpack_block(packed: bytes) -> bytes:
@@ -34,7 +34,7 @@ def unpack_block(packed: bytes) -> bytes:
     d = getattr(_LOCAL, "d", None)
     if d is None:
         d = _LOCAL.d = zstandard.ZstdDecompressor()
-    return d.decompress(packed)  # type: ignore[no-any-return]
+    return d.decompress(packed)
 
 
 __all__ = ["pack_block", "unpack_block"]
