@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import compileall
+import hashlib
 import json
 import os
 import shlex
@@ -35,8 +36,11 @@ HERE = Path(__file__).resolve().parent.parent
 
 
 def run(tree: Path, argv: List[str], cwd: str) -> Tuple[float, int, bytes]:
-    """(user + sys s, peak RSS KiB, stdout) of ``python -m tracefuse_stream argv`` on
-    ``tree``: the child's own rusage (``os.wait4``), not the sum over children."""
+    """(user + sys s, peak RSS KiB, stdout's sha256) of ``python -m tracefuse_stream
+    argv`` on ``tree``: the child's own rusage (``os.wait4``), not the sum over
+    children. Why a digest, not the output: Linux starts a forked child's peak RSS at
+    its parent's, so a parent holding every run's ``--json`` (100+ MB each) showed as
+    the children's memory (281 MiB for a 72 MiB run)."""
     env = dict(os.environ, PYTHONPATH=str(tree))
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     with tempfile.TemporaryFile() as out:
@@ -47,8 +51,10 @@ def run(tree: Path, argv: List[str], cwd: str) -> Tuple[float, int, bytes]:
         if p.returncode != 0:
             raise SystemExit(f"{tree}: {' '.join(argv)} exited {p.returncode}")
         out.seek(0)
-        text = out.read()
-    return usage.ru_utime + usage.ru_stime, usage.ru_maxrss, text
+        digest = hashlib.sha256()
+        for block in iter(lambda: out.read(1 << 20), b""):
+            digest.update(block)
+    return usage.ru_utime + usage.ru_stime, usage.ru_maxrss, digest.digest()
 
 
 def main() -> int:

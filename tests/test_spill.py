@@ -19,6 +19,7 @@ from typing import Any, List
 
 import pytest
 
+from tracefuse_stream.analyze import step_pack
 from tracefuse_stream.analyze.analysis import collect_analyses
 from tracefuse_stream.analyze.onepass import scan_file
 from tracefuse_stream.analyze.step_pack import PackedSteps
@@ -96,7 +97,10 @@ def test_no_room_for_the_spill_is_an_output_error_naming_the_directory(
     assert str(gone) in str(e.value) and "TMPDIR" in str(e.value)
 
 
-def test_the_pass_spills_the_rows_and_the_why_reads_the_same(tmp_path: Path) -> None:
+def test_the_pass_spills_the_rows_and_the_why_reads_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(step_pack, "HELD_ROWS", 0)  # the step figures packed too (analyze/step_pack.py)
     write_run(tmp_path, 4, steps=3, layers=1)
     scans: List[Any] = []
     plans, _rows_, _out, _text = collect_info(

@@ -8,10 +8,13 @@ and hold each distinct name once for the whole reduce.
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any, List
 
-from tracefuse_stream.analyze import step_time
+import pytest
+
+from tracefuse_stream.analyze import step_pack, step_time
 from tracefuse_stream.analyze.analysis import collect_analyses
 from tracefuse_stream.analyze.gpu_union import FIGURE_FIELDS, GpuFigures
 from tracefuse_stream.analyze.onepass import scan_file
@@ -24,7 +27,8 @@ def test_the_figures_field_order_is_the_packed_order() -> None:
     assert tuple(f.name for f in dataclasses.fields(GpuFigures)) == ("window_ns", *FIGURE_FIELDS)
 
 
-def test_packed_rows_decode_to_the_rows_of_the_pass(tmp_path: Path) -> None:
+def test_packed_rows_decode_to_the_rows_of_the_pass(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(step_pack, "HELD_ROWS", 0)  # every rank packed
     write_run(tmp_path, 4, steps=3, layers=1)
     scans: List[Any] = []
     plans, _rows, _out, _text = collect_info(
@@ -56,3 +60,31 @@ def test_packed_rows_decode_to_the_rows_of_the_pass(tmp_path: Path) -> None:
     fresh_rows = [st for p in plans for st in scan_file(p, ("collectives",)).scan.step_time]  # type: ignore[union-attr]
     step_time.fill_blocked(a.table, {0: fresh_rows})
     assert rows == sorted(fresh_rows, key=lambda st: (st.rank, st.step))
+
+
+def _json_of(run: Path) -> bytes:
+    scans: List[Any] = []
+    plans, _rows, _out, _text = collect_info([str(run)], jobs=1, sections=["collectives"], scans_out=scans)
+    a = collect_analyses(plans, scans)[None]
+    return json.dumps([step_time.to_json(st) for st in a.step_time], sort_keys=True).encode()
+
+
+def test_the_first_ranks_rows_are_held_as_they_are_until_the_budget_is_spent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_run(tmp_path, 4, steps=3, layers=1)
+    monkeypatch.setattr(step_pack, "HELD_ROWS", 7)  # ranks 0 and 1 (3 + 3 rows), then spent
+    scans: List[Any] = []
+    collect_info([str(tmp_path)], jobs=1, sections=["collectives"], scans_out=scans)
+    kinds = [type(sc.step_time) for sc in sorted(scans, key=lambda sc: sc.rank)]
+    assert kinds == [list, list, PackedSteps, PackedSteps]
+    held = _json_of(tmp_path)
+    monkeypatch.setattr(step_pack, "HELD_ROWS", 0)
+    assert _json_of(tmp_path) == held  # the same figures, blocked times included, packed or not
+    monkeypatch.setattr(step_pack, "HELD_ROWS", 10**6)
+    assert _json_of(tmp_path) == held
+
+
+def test_a_budget_once_overdrawn_holds_nothing_more() -> None:
+    b = step_pack.HoldBudget(5)
+    assert b.take(3) and not b.take(3) and not b.take(1) and b.left == 0

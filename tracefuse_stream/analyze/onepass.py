@@ -44,7 +44,7 @@ from tracefuse_stream.analyze import step_time
 from tracefuse_stream.analyze.kernel_categories import CategorySpec, from_spec
 from tracefuse_stream.analyze.name_cap import NAME_CAP, cap_names
 from tracefuse_stream.analyze.step_cap import PassLimit, Window, file_keep, timeline_spans, trim_file
-from tracefuse_stream.analyze.step_pack import NameIds, pack_rows
+from tracefuse_stream.analyze.step_pack import HoldBudget, NameIds, pack_rows
 from tracefuse_stream.analyze.timeline import Spill, TimelineFeed
 from tracefuse_stream.errors import InputError, TraceFuseError
 from tracefuse_stream.gcpause import cyclic_gc_paused
@@ -240,6 +240,7 @@ def scan_files(
     cache: Dict[str, str] = {}  # every rank names the same ops: one string each, shared
     ids = NameIds()  # the same for the step figures, packed per rank (analyze/step_pack.py)
     spill = Spill()  # the why's rows and the step figures: on disk until read (issue 38)
+    budget = HoldBudget()  # the first ranks' step figures held as they are (analyze/step_pack.py)
 
     def share(fs: FileScan) -> FileScan:
         if fs.scan is not None:
@@ -248,7 +249,7 @@ def scan_files(
             if fs.scan.timeline is not None:
                 fs.scan.timeline.share_names(cache)
                 fs.scan.timeline.spill(spill)
-            fs.scan.step_time = pack_rows(fs.scan.step_time, ids, spill)  # type: ignore[assignment]
+            fs.scan.step_time = pack_rows(fs.scan.step_time, ids, spill, budget)  # type: ignore[assignment]
         return fs
 
     return parallel_map(scan_file, args, resolve_jobs(jobs, len(plans)), each=share)

@@ -6,8 +6,8 @@ objects (a step's GPU and CPU sides, their figures, lists of name tuples): ~2.5 
 step in Python objects, ~24 KB a rank of 10 steps, the largest holder of the reduce at
 thousands of ranks. Packed -- names as ids into one table of the reduce
 (:class:`NameIds`, every rank names the same kernels and operators), every number as
-it is, by ``marshal``, then zlib -- a rank's rows take ~180 bytes a step; they are
-decoded, one rank at a time, each time the report iterates them (the text report and
+it is, by ``marshal``, then compressed (analyze/block_codec.py) -- a rank's rows take
+~180 bytes a step; they are decoded, one rank at a time, each time the report iterates them (the text report and
 the JSON read them a few times: a rank's decode is ~0.1 ms). Decoding gives the same
 values and types, so every report is the same bytes. In the reduce the packed bytes
 go to the why's temporary file (analyze/unit_pack.py ``Spill``), read back as iterated.
@@ -16,10 +16,10 @@ go to the why's temporary file (analyze/unit_pack.py ``Spill``), read back as it
 from __future__ import annotations
 
 import marshal
-import zlib
 from itertools import chain, islice
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union, overload
 
+from tracefuse_stream.analyze.block_codec import pack_block, unpack_block
 from tracefuse_stream.analyze.gpu_union import FIGURE_FIELDS, GpuFigures
 from tracefuse_stream.analyze.step_time import CpuStep, GpuStep, StepTime
 from tracefuse_stream.analyze.unit_pack import Spill
@@ -128,7 +128,7 @@ CHUNK_ROWS = 64
 
 
 class PackedSteps(_Decoded):
-    """One rank's step rows as zlib chunks of :data:`CHUNK_ROWS` rows (in ``spill``,
+    """One rank's step rows as compressed chunks of :data:`CHUNK_ROWS` rows (in ``spill``,
     when given), decoded a chunk at a time each time they are iterated."""
 
     __slots__ = ("_blob", "_n", "_names", "_spill")
@@ -152,7 +152,7 @@ class PackedSteps(_Decoded):
             if not part:
                 break
             n += len(part)
-            chunks.append(zlib.compress(marshal.dumps(part), 1))
+            chunks.append(pack_block(marshal.dumps(part)))
         self._blob = self._spill.put(chunks) if self._spill is not None else tuple(chunks)
         self._n = n
 
@@ -161,7 +161,7 @@ class PackedSteps(_Decoded):
 
     def __iter__(self) -> Iterator[StepTime]:
         names = self._names.names
-        return (_dec(row, names) for b in self._blob for row in marshal.loads(zlib.decompress(b)))
+        return (_dec(row, names) for b in self._blob for row in marshal.loads(unpack_block(b)))
 
 
 class StepRows(_Decoded):
@@ -180,11 +180,45 @@ class StepRows(_Decoded):
         return chain.from_iterable(self._parts)
 
 
+#: rows the reduce holds as they are (all ranks together) before it packs: ~2.5 KB
+#: each, 5 MB at most. Why not pack every rank: on small runs (8 ranks of 50 steps)
+#: packing and decoding the rows each time a report reads them was ~10% of
+#: ``info --collectives``; the bound is what issue 38 asks, not packing as such
+HELD_ROWS = 2048
+
+
+class HoldBudget:
+    """How many more rows the reduce may hold unpacked (:data:`HELD_ROWS` at first):
+    the first ranks' rows are held as they are until it is spent, every later rank's
+    are packed, so the unpacked rows never exceed it whatever the ranks and steps."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, rows: Optional[int] = None) -> None:
+        self.left = HELD_ROWS if rows is None else rows
+
+    def take(self, n: int) -> bool:
+        """True (and ``n`` taken): hold ``n`` rows unpacked."""
+        if n > self.left:
+            self.left = 0  # spent: later ranks are packed, even a smaller one (rank order kept simple)
+            return False
+        self.left -= n
+        return True
+
+
 def pack_rows(
-    rows: Optional[Sequence[StepTime]], names: NameIds, spill: Optional[Spill] = None
+    rows: Optional[Sequence[StepTime]],
+    names: NameIds,
+    spill: Optional[Spill] = None,
+    budget: Optional[HoldBudget] = None,
 ) -> Sequence[StepTime]:
-    """``rows`` packed (in ``spill``, when given; an empty list stays one: a rank without steps)."""
-    return PackedSteps(rows, names, spill) if rows else []
+    """``rows`` packed (in ``spill``, when given), or as they are while ``budget``
+    allows (a list: an empty list stays one, a rank without steps)."""
+    if not rows:
+        return []
+    if budget is not None and isinstance(rows, list) and budget.take(len(rows)):
+        return rows
+    return PackedSteps(rows, names, spill)
 
 
-__all__ = ["NameIds", "PackedSteps", "StepRows", "pack_rows"]
+__all__ = ["HELD_ROWS", "HoldBudget", "NameIds", "PackedSteps", "StepRows", "pack_rows"]

@@ -333,7 +333,7 @@ class Segments:
 
     cuts: List[int]
     names: List[str]
-    # thread -> (where each segment's rows start, the rows: int64s in zlib blocks of
+    # thread -> (where each segment's rows start, the rows: int64s in compressed blocks of
     # BLOCK_ROWS rows (pack_unit): ~5x smaller, ~14 KB a rank, not 64; in the reduce
     # moved to a temporary file (:meth:`spill`) while every rank waits for the why
     # (issue 38); blocks, so that a step's stretch decompresses its own rows, not the

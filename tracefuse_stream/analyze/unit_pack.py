@@ -1,6 +1,6 @@
 """How a rank's partitions (analyze/timeline.py ``Segments``) are held between the
 pass and the reduce: each unit's (thread's or GPU's) rows, a flat array of int64s,
-in zlib blocks of :data:`BLOCK_ROWS` rows, and read back a stretch at a time.
+in compressed blocks of :data:`BLOCK_ROWS` rows, and read back a stretch at a time.
 
 Why its own module: the partitioning builds rows, this only stores and reads them;
 why blocks: the ``--json`` breakdown reads every rank's stretches step by step, and
@@ -17,10 +17,10 @@ from __future__ import annotations
 import itertools
 import os
 import tempfile
-import zlib
 from array import array
 from typing import Any, Iterator, List, Sequence, Tuple, Union
 
+from tracefuse_stream.analyze.block_codec import pack_block, unpack_block
 from tracefuse_stream.errors import OutputError
 
 #: int64s a segment row holds (analyze/timeline.py ``Row``; analyze/step_time.py reads by it)
@@ -111,7 +111,7 @@ class SpilledBlocks(Sequence[bytes]):
         return (tuple, (tuple(self),))
 
 
-#: a unit's rows: zlib blocks of BLOCK_ROWS rows (pack_unit; in the reduce, spilled), or one raw block
+#: a unit's rows: compressed blocks of BLOCK_ROWS rows (pack_unit; in the reduce, spilled), or one raw block
 Packed = Union[Tuple[bytes, ...], SpilledBlocks]
 Unit = Tuple[Sequence[int], Packed]  # (where each segment's rows start, the rows)
 
@@ -124,12 +124,12 @@ def spill_unit(unit: Unit, spill: Spill) -> Unit:
 
 def pack_unit(flat: array[int]) -> Packed:
     """A unit's rows as ``Segments`` keeps them: blocks of :data:`BLOCK_ROWS` rows,
-    each zlib level 1 (row by row: packed column by column they took ~12 KB a rank,
+    each compressed (analyze/block_codec.py; row by row: packed column by column they took ~12 KB a rank,
     not 14, but every read of a unit, once per rank and step of the ``--json``
     breakdown, then paid a re-interleave: +20% CPU on 500 steps)."""
     raw = flat.tobytes()
     size = BLOCK_ROWS * ROW_FIELDS * flat.itemsize
-    return tuple(zlib.compress(raw[k : k + size], 1) for k in range(0, len(raw), size))
+    return tuple(pack_block(raw[k : k + size]) for k in range(0, len(raw), size))
 
 
 def _block(blocks: Packed, b: int) -> array[int]:
@@ -143,7 +143,7 @@ def _block(blocks: Packed, b: int) -> array[int]:
         key = blocks[b]
         hit = next((flat for k, flat in _UNPACKED if k is key), None)
     if hit is None:
-        hit = array("q", zlib.decompress(blocks[b]))
+        hit = array("q", unpack_block(blocks[b]))
         _UNPACKED[:] = [(key, hit)] + _UNPACKED[: _KEEP - 1]
     return hit
 
