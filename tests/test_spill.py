@@ -54,7 +54,9 @@ def test_a_spilled_unit_reads_back_every_stretch_as_in_memory() -> None:
     spilled = spill_unit(unit, spill)
     assert isinstance(spilled[1], SpilledBlocks) and len(spilled[1]) == 3
     assert list(spilled[1]) == list(unit[1])  # the very blocks
-    for i, j in [(0, 1), (0, n_cuts - 1), (80, 90), (85, 86), (170, n_cuts - 1), (5, 5)]:
+    mid, edge = n_cuts // 2, BLOCK_ROWS // 3  # segment ``edge`` holds the first block's last row
+    stretches = [(0, 1), (0, n_cuts - 1), (edge - 2, edge + 2), (mid - 5, mid + 5), (mid, mid + 1)]
+    for i, j in stretches + [(n_cuts - 16, n_cuts - 1), (5, 5)]:
         assert list(unit_rows(spilled, i, j)) == list(unit_rows(unit, i, j)), (i, j)
     assert spill.end == sum(len(b) for b in unit[1])
 

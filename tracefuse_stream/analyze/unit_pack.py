@@ -5,7 +5,12 @@ in compressed blocks of :data:`BLOCK_ROWS` rows, and read back a stretch at a ti
 Why its own module: the partitioning builds rows, this only stores and reads them;
 why blocks: the ``--json`` breakdown reads every rank's stretches step by step, and
 one block for the whole unit made each read decompress every step's rows, a cost
-quadratic in the steps (8 ranks x 400 steps: 26.1 s CPU; in blocks: 5.3 s).
+quadratic in the steps (8 ranks x 400 steps: 26.1 s CPU; in blocks: 5.3 s). Why 64
+rows: the breakdown reads one step of a rank, then every other rank's, so a block
+is decompressed again for each step it holds; at 256 rows a synthetic rank's step
+(~37 rows of its thread, ~22 of its GPU) read ~7x the rows it needed, 0.50 s of
+``--json``'s 6.8 s at 1,024 ranks, at 64 rows 0.26 s (the rows are on disk in the
+reduce: smaller blocks cost a few more bytes of offsets, not memory).
 
 In the reduce the blocks move to a temporary file (:class:`Spill`), read back with one
 ``pread`` per block: ~14 KB a rank held in memory was most of what the why kept per
@@ -25,7 +30,7 @@ from tracefuse_stream.errors import OutputError
 
 #: int64s a segment row holds (analyze/timeline.py ``Row``; analyze/step_time.py reads by it)
 ROW_FIELDS = 14
-BLOCK_ROWS = 256  # rows a packed block holds (28 KB raw): about a step's rows of one unit
+BLOCK_ROWS = 64  # rows a packed block holds (7 KB raw): see the module docstring
 _KEEP = 4
 #: (block or its spilled key, its rows): the last _KEEP decompressed
 _UNPACKED: List[Tuple[Any, array[int]]] = []
