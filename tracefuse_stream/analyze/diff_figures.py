@@ -15,7 +15,9 @@ test, its classes and its report take it as they take the others.
 
 from __future__ import annotations
 
+import bisect
 import re
+from array import array
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -90,29 +92,113 @@ def step_parts(segments: Segments, steps: Dict[int, Tuple[int, int]]) -> Dict[in
     return out
 
 
+def _extend_wide(arr: array[int], values: List[int]) -> array[int]:
+    """``arr`` extended by ``values``, as int64 when one does not fit its type (a
+    failed ``extend`` may have added some: they are dropped with the narrow array)."""
+    start = len(arr)
+    try:
+        arr.extend(values)
+        return arr
+    except OverflowError:
+        wide = array("q", arr[:start])
+        wide.extend(values)
+        return wide
+
+
+class Column:
+    """One figure's values over a run, rank by rank in rank order: the ranks, where
+    each one's entries start, and per entry its step, ns and count: arrays of int64
+    for the ns, of int32 for the step and count until one does not fit (then int64:
+    never a wrapped number), 16 bytes an entry. Why not dicts rank -> step -> (ns,
+    count): those took ~120 bytes an entry, 81 MB a run of 1,024 ranks x 10 steps
+    (~670,000 entries), so a diff of two 16,384-rank runs would need ~2.6 GB for its
+    figures alone (issue 38); in arrays 11 MB a run of 1,024 ranks."""
+
+    __slots__ = ("ranks", "starts", "steps", "ns", "counts")
+
+    def __init__(self) -> None:
+        self.ranks = array("q")
+        self.starts = array("q", [0])
+        self.steps = array("i")
+        self.ns = array("q")
+        self.counts = array("i")
+
+    def put(self, rank: int, per_step: Dict[int, List[int]]) -> None:
+        """``rank``'s values (step -> [ns, count]); ranks come in increasing order."""
+        if self.ranks and rank <= self.ranks[-1]:
+            raise ValueError(f"diff figures: rank {rank} after rank {self.ranks[-1]}")
+        steps = sorted(per_step)
+        self.ns.extend(per_step[s][0] for s in steps)
+        self.steps = _extend_wide(self.steps, steps)
+        self.counts = _extend_wide(self.counts, [per_step[s][1] for s in steps])
+        self.ranks.append(rank)
+        self.starts.append(len(self.ns))
+
+    def of(self, rank: int) -> Dict[int, Tuple[int, int]]:
+        """``rank``'s values, step -> (ns, count) (empty: the rank has none)."""
+        i = bisect.bisect_left(self.ranks, rank)
+        if i == len(self.ranks) or self.ranks[i] != rank:
+            return {}
+        a, b = self.starts[i], self.starts[i + 1]
+        return dict(zip(self.steps[a:b], zip(self.ns[a:b], self.counts[a:b])))
+
+
 @dataclass
 class RunFigures:
-    """``values[(kind, name)][rank][step] = (ns, count)``; ``steps[rank]``: the steps
-    the rank recorded; the run's straggler verdict beside them."""
+    """``values[(kind, name)]``: that figure's :class:`Column` (per rank and step, an
+    ns value and a count); ``steps[rank]``: the steps the rank recorded; the run's
+    straggler verdict beside them. Filled a rank at a time (:meth:`add` then
+    :meth:`end_rank`, ranks in increasing order)."""
 
     ranks: List[int]
     steps: Dict[int, List[int]]
-    values: Dict[Key, Dict[int, Dict[int, Tuple[int, int]]]] = field(default_factory=dict)
+    values: Dict[Key, Column] = field(default_factory=dict)
     world_size: Optional[int] = None
     verdict: str = ""
     stragglers: List[int] = field(default_factory=list)
+    _rank: Dict[Key, Dict[int, List[int]]] = field(default_factory=dict, repr=False)
 
-    def add(self, kind: str, name: str, rank: int, step: int, ns: int, count: int = 0) -> None:
-        """One figure of one rank in one step (added to what is there)."""
-        per = self.values.setdefault((kind, name), {}).setdefault(rank, {})
-        old = per.get(step, (0, 0))
-        per[step] = (old[0] + ns, old[1] + count)
+    def add(self, kind: str, name: str, step: int, ns: int, count: int = 0) -> None:
+        """One figure of the rank being filled in one step (added to what is there)."""
+        per = self._rank.setdefault((kind, name), {})
+        old = per.get(step)
+        if old is None:
+            per[step] = [ns, count]
+        else:
+            old[0] += ns
+            old[1] += count
+
+    def end_rank(self, rank: int) -> None:
+        """The figures :meth:`add` gave, ``rank``'s: moved into the columns."""
+        for key, per in self._rank.items():
+            col = self.values.get(key)
+            if col is None:
+                col = self.values[key] = Column()
+            col.put(rank, per)
+        self._rank = {}
 
     def series(self, key: Key, rank: int, steps: Sequence[int]) -> Tuple[List[int], List[int]]:
         """(ns per step, count per step) of ``key`` on ``rank`` over ``steps`` (0 where absent)."""
-        per = self.values.get(key, {}).get(rank, {})
+        col = self.values.get(key)
+        per = col.of(rank) if col is not None else {}
         got = [per.get(s, (0, 0)) for s in steps]
         return [g[0] for g in got], [g[1] for g in got]
+
+
+def _add_scan(out: RunFigures, rank: int, scan: RankScan) -> None:
+    """One rank's step times, partitions and GPU step figures (``out.add``)."""
+    out.steps[rank] = sorted(scan.steps)
+    every = step_parts(scan.timeline, scan.steps) if scan.timeline is not None else {}
+    for step, (lo, hi) in sorted(scan.steps.items()):
+        out.add(*STEP_KEY, step, hi - lo, 1)
+        for (kind, name), part in sorted(every.get(step, {}).items()):
+            out.add(kind, name, step, part.ns, part.count)
+            if kind == "kernel":  # by category too: "GEMM +3.1 ms" over many kernel names
+                out.add("kernel_category", kernel_category(name), step, part.ns, part.count)
+    for st in getattr(scan, "step_time", None) or []:  # the step's GPU union (issue 36)
+        if st.gpu is not None and st.step in scan.steps:
+            for fig in GPU_STEP_FIGURES:
+                out.add("gpu_step", fig, st.step, getattr(st.gpu.figures, fig + "_ns"), 0)
 
 
 def run_figures(
@@ -126,31 +212,29 @@ def run_figures(
     info's single pass with its timelines; ``analysis``: the same cycle's (waits and
     stragglers)."""
     out = RunFigures(sorted(ranks), {}, world_size=world_size, verdict=verdict)
-    for rank, scan in zip(ranks, scans):
-        out.steps[rank] = sorted(scan.steps)
-        every = step_parts(scan.timeline, scan.steps) if scan.timeline is not None else {}
-        for step, (lo, hi) in sorted(scan.steps.items()):
-            out.add(*STEP_KEY, rank, step, hi - lo, 1)
-            for (kind, name), part in sorted(every.get(step, {}).items()):
-                out.add(kind, name, rank, step, part.ns, part.count)
-                if kind == "kernel":  # by category too: "GEMM +3.1 ms" over many kernel names
-                    out.add("kernel_category", kernel_category(name), rank, step, part.ns, part.count)
-        for st in getattr(scan, "step_time", None) or []:  # the step's GPU union (issue 36)
-            if st.gpu is not None and st.step in scan.steps:
-                for fig in GPU_STEP_FIGURES:
-                    out.add("gpu_step", fig, rank, st.step, getattr(st.gpu.figures, fig + "_ns"), 0)
+    waits: Dict[int, Dict[int, int]] = {}  # rank -> step -> the analysis' wait
     if analysis is not None:
         out.stragglers = [s.rank for s in analysis.verdict.stragglers]
         for row in analysis.verdict.by_step:
-            if row.step is None:
-                continue
-            for rank, ns in row.wait.items():
-                out.add(*WAIT_KEY, rank, row.step, ns, 0)
+            if row.step is not None:
+                for rank, ns in row.wait.items():
+                    per = waits.setdefault(rank, {})
+                    per[row.step] = per.get(row.step, 0) + ns
+    by_rank: Dict[int, List[RankScan]] = {}
+    for rank, scan in zip(ranks, scans):
+        by_rank.setdefault(rank, []).append(scan)
+    for rank in sorted(set(by_rank) | set(waits)):  # the columns are filled in rank order
+        for scan in by_rank.get(rank, []):
+            _add_scan(out, rank, scan)
+        for step, ns in sorted(waits.get(rank, {}).items()):
+            out.add(*WAIT_KEY, step, ns, 0)
+        out.end_rank(rank)
     return out
 
 
 __all__ = [
     "CATEGORIES",
+    "Column",
     "Key",
     "PARTITION_KINDS",
     "RunFigures",
