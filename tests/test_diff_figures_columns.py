@@ -49,3 +49,13 @@ def test_run_figures_sum_a_rank_s_adds_and_read_series_with_zeros() -> None:
     assert f.series(("op", "aten::mm"), 1, [1, 2]) == ([0, 0], [0, 0])
     assert f.series(("op", "aten::add"), 1, [2]) == ([3], [1])
     assert set(f.values) == {("op", "aten::mm"), ("op", "aten::add")}
+
+
+def test_a_step_past_int64_is_kept_as_written() -> None:
+    col = Column()
+    col.put(0, {1: [5, 1]})
+    huge = 2**64
+    col.put(2**70, {huge: [2**65, 3]})
+    assert isinstance(col.steps, list) and isinstance(col.ranks, list) and isinstance(col.ns, list)
+    assert col.of(0) == {1: (5, 1)}
+    assert col.of(2**70) == {huge: (2**65, 3)}

@@ -20,7 +20,7 @@ import re
 from array import array
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from tracefuse_stream.align.collectives import RankScan
 from tracefuse_stream.analyze.analysis import Analysis
@@ -92,24 +92,30 @@ def step_parts(segments: Segments, steps: Dict[int, Tuple[int, int]]) -> Dict[in
     return out
 
 
-def _extend_wide(arr: array[int], values: List[int]) -> array[int]:
-    """``arr`` extended by ``values``, as int64 when one does not fit its type (a
-    failed ``extend`` may have added some: they are dropped with the narrow array)."""
+Ints = Union["array[int]", List[int]]
+
+
+def _extend_wide(arr: Ints, values: List[int]) -> Ints:
+    """``arr`` extended by ``values``: as int64 when one does not fit its int32, as a
+    list of Python ints when one does not fit int64 (a step number of 2**64 is read
+    as it is written, never wrapped); a failed ``extend`` may have added some: they
+    are dropped with the narrower array."""
     start = len(arr)
     try:
         arr.extend(values)
         return arr
     except OverflowError:
-        wide = array("q", arr[:start])
-        wide.extend(values)
-        return wide
+        pass
+    if isinstance(arr, array) and arr.typecode != "q":
+        return _extend_wide(array("q", arr[:start]), values)
+    return list(arr[:start]) + list(values)
 
 
 class Column:
     """One figure's values over a run, rank by rank in rank order: the ranks, where
     each one's entries start, and per entry its step, ns and count: arrays of int64
-    for the ns, of int32 for the step and count until one does not fit (then int64:
-    never a wrapped number), 16 bytes an entry. Why not dicts rank -> step -> (ns,
+    for the ns, of int32 for the step and count until one does not fit (then int64,
+    then Python ints: never a wrapped number), 16 bytes an entry. Why not dicts rank -> step -> (ns,
     count): those took ~120 bytes an entry, 81 MB a run of 1,024 ranks x 10 steps
     (~670,000 entries), so a diff of two 16,384-rank runs would need ~2.6 GB for its
     figures alone (issue 38); in arrays 11 MB a run of 1,024 ranks."""
@@ -117,21 +123,21 @@ class Column:
     __slots__ = ("ranks", "starts", "steps", "ns", "counts")
 
     def __init__(self) -> None:
-        self.ranks = array("q")
+        self.ranks: Ints = array("q")
         self.starts = array("q", [0])
-        self.steps = array("i")
-        self.ns = array("q")
-        self.counts = array("i")
+        self.steps: Ints = array("i")
+        self.ns: Ints = array("q")
+        self.counts: Ints = array("i")
 
     def put(self, rank: int, per_step: Dict[int, List[int]]) -> None:
         """``rank``'s values (step -> [ns, count]); ranks come in increasing order."""
         if self.ranks and rank <= self.ranks[-1]:
             raise ValueError(f"diff figures: rank {rank} after rank {self.ranks[-1]}")
         steps = sorted(per_step)
-        self.ns.extend(per_step[s][0] for s in steps)
+        self.ns = _extend_wide(self.ns, [per_step[s][0] for s in steps])
         self.steps = _extend_wide(self.steps, steps)
         self.counts = _extend_wide(self.counts, [per_step[s][1] for s in steps])
-        self.ranks.append(rank)
+        self.ranks = _extend_wide(self.ranks, [rank])
         self.starts.append(len(self.ns))
 
     def of(self, rank: int) -> Dict[int, Tuple[int, int]]:

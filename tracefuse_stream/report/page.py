@@ -115,7 +115,9 @@ def _trim_steps(doc: Dict[str, Any]) -> List[Tuple[str, Any]]:
 
     def drop_instance_keys(keys: Tuple[str, ...]) -> Any:
         def f(c: Dict[str, Any]) -> None:
-            c["instances"] = [{k: v for k, v in i.items() if k not in keys} for i in c.get("instances") or []]
+            c["instances"] = _each(
+                c.get("instances") or [], lambda i: {k: v for k, v in i.items() if k not in keys}
+            )
 
         return f
 
@@ -134,9 +136,9 @@ def _trim_steps(doc: Dict[str, Any]) -> List[Tuple[str, Any]]:
         c.update(capped(c))
 
     def drop_step_keys(c: Dict[str, Any]) -> None:
-        c["by_step"] = [
-            {k: v for k, v in b.items() if k not in ("lateness_us", "busy_us")} for b in c["by_step"]
-        ]
+        c["by_step"] = _each(
+            c["by_step"], lambda b: {k: v for k, v in b.items() if k not in ("lateness_us", "busy_us")}
+        )
 
     def cut_lists(c: Dict[str, Any]) -> None:
         for key in ("per_collective", "notes", "why"):
@@ -215,6 +217,15 @@ def capped(obj: Any, cap: int = NAME_CAP) -> Any:
     return obj
 
 
+def pack_array(v: Any) -> Any:
+    """``v`` packed when it is a ``LazyArray`` whose items read back as written
+    (report/page_items.py), else as a list; anything else as it is."""
+    if not isinstance(v, LazyArray):
+        return v
+    p = packed_or_none(v, _has_long)
+    return p if p is not None else list(v)
+
+
 def _packed(doc: Dict[str, Any]) -> Dict[str, Any]:
     """``doc`` with the ``LazyArray`` values of its ``collectives`` (report/page_data.py:
     ``breakdown`` and ``step_time``, every rank and step) packed (report/page_items.py)."""
@@ -224,8 +235,7 @@ def _packed(doc: Dict[str, Any]) -> Dict[str, Any]:
     out = dict(doc, collectives=dict(c))
     for k, v in c.items():
         if isinstance(v, LazyArray):
-            p = packed_or_none(v, _has_long)
-            out["collectives"][k] = p if p is not None else list(v)
+            out["collectives"][k] = pack_array(v)
     return out
 
 
@@ -309,5 +319,6 @@ __all__ = [
     "cap_text",
     "capped",
     "embedded_json",
+    "pack_array",
     "render_page",
 ]

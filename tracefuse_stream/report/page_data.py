@@ -33,6 +33,7 @@ from tracefuse_stream.plan.runcheck import RunCheck, merge_inputs, require_one_r
 from tracefuse_stream.report.collectives import analyse, merge_command, table_from_scans, to_json
 from tracefuse_stream.report.info import collect_info
 from tracefuse_stream.report.json_stream import LazyArray
+from tracefuse_stream.report.page import pack_array
 from tracefuse_stream.select.window import steps_not_found
 
 
@@ -149,9 +150,10 @@ def report_data(
     table = capped(table, plans.step_caps.get(chosen), steps)  # the step cap, else --steps
     analysis = analyse(table, ps, jobs)  # the judgement and the why, as info --collectives
     collectives = to_json(analysis, stream=True)["collectives"]
-    for k, v in collectives.items():  # every rank and step's breakdown and step_time stay lazy:
-        if isinstance(v, LazyArray) and k not in ("breakdown", "step_time"):  # the page packs them
-            collectives[k] = list(v)  # (report/page_items.py); the rest as lists, as before
+    for k, v in collectives.items():  # every rank and step's breakdown and step_time stay lazy
+        if isinstance(v, LazyArray) and k not in ("breakdown", "step_time"):  # (the page packs them);
+            collectives[k] = pack_array(v)  # the rest (instances, by_step, step_skew) packed now: as
+            # dicts of every rank they were ~40% of the page's document (issue 38)
     collectives["warnings"] = plans.warnings()
     collectives["not_assessed"] = not_assessed(table, checks)
     several = len(by_cycle) > 1
