@@ -30,7 +30,7 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 
-from tracefuse_stream.report.page import EMBED_BUDGET, STEP_TIME_LEFT_OUT, render_page
+from tracefuse_stream.report.page import EMBED_BUDGET, STEP_TIME_COLUMNS, render_page
 
 REPO = Path(__file__).resolve().parents[1]
 DDP8 = REPO / "tests" / "data" / "recorded" / "ddp8_straggler"
@@ -258,7 +258,7 @@ def test_the_embed_budget_is_exact():
     assert seen[0] == json.loads(json.dumps(doc))
     trims = [s["page"].get("trimmed", []) for s in seen]
     assert len(seen) >= 4 and len(set(map(tuple, trims))) == len(seen), trims
-    assert STEP_TIME_LEFT_OUT in json.loads(text)["page"]["trimmed"]
+    assert STEP_TIME_COLUMNS in json.loads(text)["page"]["trimmed"]  # the last: never left out
     assert seen[0]["page"]["hosts"]["0"].startswith("n<0>&\u00e9")
 
 
@@ -763,21 +763,38 @@ def test_browser_a_cpu_only_run_offers_no_gpu_metric(ddp8_report, tmp_path):
     assert "\nGPU: no GPU events on this rank" in got["step"]["hover"]
 
 
-def test_browser_step_time_left_out_last_and_the_page_says_so(tmp_path):
-    """Past the budget even with every other part trimmed, ``step_time`` goes last: the
-    page names it in what was left out and offers no step-time colour, saying why."""
-    from tracefuse_stream.report.page import STEP_TIME_LEFT_OUT
+def test_browser_step_time_kept_as_columns_last_and_drawn_the_same(tmp_path):
+    """Past the budget even with every other part trimmed, ``step_time`` is kept, as
+    columns of the figures the heatmap draws (issue 38, item 1: every rank's figures at
+    any size): the page says so, offers every step-time colour, and each cell carries
+    the JSON's figure exactly, each host cell its ranks' roll-up."""
+    from tracefuse_stream.report.page import COLUMNS, STEP_TIME_DRAWN
 
     doc = synth_doc(ranks=16, steps=3, per_host=8, step_time=True)
-    page = tmp_path / "tiny.html"
-    page.write_text(render_page(doc, budget=1))
-    data = embedded(page.read_text())
-    assert "step_time" not in data["collectives"] and data["page"]["trimmed"][-1] == STEP_TIME_LEFT_OUT
+    text = render_page(doc, budget=1)
+    data = embedded(text)
+    st = data["collectives"]["step_time"]
+    assert data["page"]["trimmed"][-1] == STEP_TIME_COLUMNS and st["columns"] == list(COLUMNS)
+    want = [
+        {"rank": e["rank"], "step": e["step"], "step_us": e["step_us"],
+         "gpu": None if e["gpu"] is None else {k: e["gpu"][k] for k in STEP_TIME_DRAWN}}
+        for e in doc["collectives"]["step_time"]
+    ]  # fmt: skip
+    back = [
+        {"rank": st["rank"][i], "step": st["step"][i], "step_us": st["step_us"][i],
+         "gpu": {k: st[k][i] for k in STEP_TIME_DRAWN} if st["gpu"][i] else None}
+        for i in range(len(st["rank"]))
+    ]  # fmt: skip
+    assert back == want and len(want) == 48 and any(e["gpu"] for e in want)
     assert data["collectives"]["by_step"] == doc["collectives"]["by_step"]
-    dom = dump_dom(page, "#step")
+    host = data["page"]["hosts"]["1"]
+    dom = dump_dom(probed_page(tmp_path / "tiny.html", text, 1, "1", host), "#idle")
     rendered_ok(dom)
-    for key in ("step",) + GPU_METRICS:
-        assert re.search(rf'value="{key}" disabled=""', dom), key
-    assert "step time, exposed communication, GPU idle, GPU compute: " in html.unescape(dom)
-    assert "left out of this page to keep it small" in dom
-    assert re.search(r'<svg id="heatmap" data-metric="held"', dom) and len(cells(dom)) == 48
+    live = dom.split('id="metric-dumps"')[0]
+    assert not re.search(r'value="(held|wait|step|comm_exposed|idle|compute)"[^>]*disabled', live)
+    assert "left out of this page to keep it small" in dom and "as columns of the figures" in html.unescape(
+        dom
+    )
+    assert re.search(r'id="metric-dumps" data-first="idle"', dom)
+    check_dumps(dumps(dom), dict(data["collectives"], step_time=want), data["page"]["hosts"],
+                ["held", "wait", "step", "comm_exposed", "idle", "compute"])  # fmt: skip

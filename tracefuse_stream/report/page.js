@@ -92,7 +92,17 @@ var strSet = dict();
 stragglers.forEach(function (s) { strSet[s.rank] = true; });
 // where every rank's step goes (collectives.step_time; absent from an older tracefuse's
 // JSON or left out of a page past its budget): rank -> step key -> entry
-var stepTimes = Array.isArray(C.step_time) ? C.step_time : null;
+// past the page's budget, step_time comes as columns of what the heatmap draws
+// (report/page.py COLUMNS): the entries made back, the same figures
+var stepTimes = Array.isArray(C.step_time) ? C.step_time :
+  C.step_time && Array.isArray(C.step_time.rank) ? (function (t) {
+    var out = [];
+    for (var i = 0; i < t.rank.length; i++) {
+      out.push({rank: t.rank[i], step: t.step[i], step_us: t.step_us[i],
+        gpu: t.gpu[i] ? {compute_us: t.compute_us[i], comm_exposed_us: t.comm_exposed_us[i], idle_us: t.idle_us[i]} : null});
+    }
+    return out;
+  })(C.step_time) : null;
 var ST = dict(), gpuAny = false;
 (stepTimes || []).forEach(function (e) {
   var rk = String(e.rank);

@@ -27,9 +27,11 @@ a 1 MB op name in every step made a 12 MB page --, then instances' per-rank time
 ``breakdown`` of every rank and step, the instances, the GPU figures of ``step_time``
 the heatmap does not colour by (:data:`STEP_TIME_DRAWN` stay: ~1.1 MB at 1024 x 10), the
 per-rank figures of ``by_step`` the page does not draw, and the lists that grow with
-distinct names past :data:`LIST_CAP`); only then, as the last resort, ``step_time``
-itself, and the page offers no step-time colours, saying why. The page says what was
-left out (``page.trimmed``): ``info --collectives --json`` always has everything.
+distinct names past :data:`LIST_CAP`); and last ``step_time`` as columns of what the
+heatmap draws (:func:`_as_columns`): every rank's figures are never left out (issue 38,
+item 1), so past that a page grows with the ranks (~45 bytes a rank and step). The
+page says what was left out or reshaped (``page.trimmed``): ``info --collectives
+--json`` always has everything.
 Memory: ``report`` hands ``breakdown`` and ``step_time`` over lazy (``LazyArray``); they are
 kept packed as JSON while the candidates are measured (report/page_items.py), and
 each candidate's size is counted from orjson's bytes, never from its escaped text.
@@ -64,8 +66,17 @@ STEP_TIME_SHOWN = (
 )  # fmt: skip
 #: ... those the heatmap colours by (page.js ``METRICS``): kept until ``step_time`` goes
 STEP_TIME_DRAWN = ("compute_us", "comm_exposed_us", "idle_us")
-#: what ``page.trimmed`` says when ``step_time`` itself is left out (page.js looks for it)
+#: what ``page.trimmed`` said when ``step_time`` itself was left out (pages of an older
+#: tracefuse; page.js still looks for it): now it is kept as columns (STEP_TIME_COLUMNS)
 STEP_TIME_LEFT_OUT = "step_time (every rank and step): the step-time colours are not offered"
+#: what ``page.trimmed`` says when ``step_time`` is kept as columns of what the page draws
+STEP_TIME_COLUMNS = (
+    "step_time: as columns of the figures the heatmap draws (every rank and step kept, "
+    "~45 bytes each: the page grows past its budget with the ranks)"
+)
+#: the columns, in order: ``gpu`` is 1 where the entry has a ``gpu`` object, else 0
+#: (its figures then null)
+COLUMNS = ("rank", "step", "step_us", "gpu", *STEP_TIME_DRAWN)
 
 
 def _escaped(raw: bytes) -> str:
@@ -73,6 +84,23 @@ def _escaped(raw: bytes) -> str:
     JSON.parse reads the \\u escapes back."""
     text = raw.decode("utf-8")
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _as_columns(c: Dict[str, Any]) -> None:
+    """The trim step that keeps every rank's figures at any size (issue 38, item 1):
+    ``step_time``, already cut to the figures the heatmap draws, as one array per
+    :data:`COLUMNS` (``{"columns": [...], "rank": [...], ...}``, page.js makes the
+    entries back), not one object of repeated keys per rank and step."""
+    cols: Dict[str, List[Any]] = {k: [] for k in COLUMNS}
+    for e in c["step_time"]:  # packed items read back one at a time, through their cuts
+        g = e.get("gpu")
+        cols["rank"].append(e.get("rank"))
+        cols["step"].append(e.get("step"))
+        cols["step_us"].append(e.get("step_us"))
+        cols["gpu"].append(1 if isinstance(g, dict) else 0)
+        for k in STEP_TIME_DRAWN:
+            cols[k].append(g.get(k) if isinstance(g, dict) else None)
+    c["step_time"] = {"columns": list(COLUMNS), **cols}
 
 
 def _step_time_keeping(keys: Tuple[str, ...]) -> Any:
@@ -181,8 +209,8 @@ def _trim_steps(doc: Dict[str, Any]) -> List[Tuple[str, Any]]:
     if c.get("by_step"):
         steps.append(("by_step: lateness_us and busy_us per rank", drop_step_keys))
     steps.append((f"per_collective, unmatched reasons, notes and why after the first {LIST_CAP}", cut_lists))
-    if st:  # drawn: the last resort
-        steps.append((STEP_TIME_LEFT_OUT, drop("step_time")))
+    if st:  # drawn: the last step, never left out (every rank's figures at any size)
+        steps.append((STEP_TIME_COLUMNS, _as_columns))
     return steps
 
 
@@ -313,6 +341,8 @@ __all__ = [
     "EMBED_BUDGET",
     "LIST_CAP",
     "NAME_CAP",
+    "COLUMNS",
+    "STEP_TIME_COLUMNS",
     "STEP_TIME_DRAWN",
     "STEP_TIME_LEFT_OUT",
     "STEP_TIME_SHOWN",
