@@ -260,11 +260,7 @@ def _packed(doc: Dict[str, Any]) -> Dict[str, Any]:
     c = doc.get("collectives")
     if not isinstance(c, dict) or not any(isinstance(v, LazyArray) for v in c.values()):
         return doc
-    out = dict(doc, collectives=dict(c))
-    for k, v in c.items():
-        if isinstance(v, LazyArray):
-            out["collectives"][k] = pack_array(v)
-    return out
+    return dict(doc, collectives={k: pack_array(v) for k, v in c.items()})  # the rest as they are
 
 
 def _shell(out: Dict[str, Any], fill: Any) -> Dict[str, Any]:
