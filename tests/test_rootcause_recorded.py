@@ -140,6 +140,51 @@ def test_two_stragglers_of_different_causes_and_what_each_saves(capsys: pytest.C
     assert all(110_000 <= x["saves_us"] <= 125_000 for x in coll["what_if_together"])
 
 
+def test_two_stragglers_in_two_groups_both_named_the_hidden_one_saving_nothing_alone(
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """mg4_pairs_c: pair groups [0,1] and [2,3], then DDP over the world; rank 0 sleeps
+    0.1 s before the forward pair all-reduce, rank 3 runs 90 QRs (~25-35 ms here) before
+    the backward one. Only rank 1 waits for rank 0 and only rank 2 for rank 3, so over
+    the world's median neither looks waited for; each is held in its own pair. Rank 0
+    sets the step: rank 3's extra time is off the critical path, so fixing it alone
+    saves nothing, fixing rank 0 saves its lead over rank 3 at the world all-reduce, both
+    together rank 0's whole ~100 ms. Rank 1 is delayed by rank 0. A why never compares
+    with a straggler or a delayed rank: rank 0's reference is rank 2, which itself waited
+    for rank 3, so rank 0 is less late than its own extra time, and the text says why."""
+    coll = _info(capsys, str(RECORDED / "mg4_pairs_c"))
+    assert [s["rank"] for s in coll["stragglers"]] == [0, 3]
+    assert sorted((d["rank"], d["step"], d["by_rank"], d["origin"]) for d in coll["delayed"]) == [
+        (1, s, 0, 0) for s in (2, 3, 4)
+    ]
+    assert all(d["group_ranks"] == [0, 1] and 95_000 <= d["wait_us"] <= 105_000 for d in coll["delayed"])
+    rows = {b["step"]: b for b in coll["by_step"]}
+    assert sorted((w["rank"], w["step"], w["reference_rank"]) for w in coll["why"]) == [
+        (r, s, 2) for r in (0, 3) for s in (2, 3, 4)
+    ]
+    for w in coll["why"]:
+        top = w["contributors"][0]
+        if w["rank"] == 0:  # at the world all-reduce, against rank 2 (which waited ~25-35 ms for rank 3)
+            assert top["kind"] == "outside_ops" and 95_000 <= top["extra_us"] <= 105_000
+            assert (
+                95_000 <= w["own_lateness_us"] <= 105_000 and w["lateness_us"] < w["own_lateness_us"] - 20_000
+            )
+            assert w["unexplained_us"] == pytest.approx(w["lateness_us"] - w["explained_us"], abs=0.01)
+        else:  # at the backward pair all-reduce, where rank 2 waited for it
+            assert (top["kind"], top["name"]) == ("op", "aten::linalg_qr") and 0.8 <= w["share"] <= 1.2
+            assert 20_000 <= w["lateness_us"] <= rows[w["step"]]["held_us"]["3"] + 2_000
+    saves = {(x["rank"], x["step"]): x["saves_us"] for x in coll["what_if"]}
+    for s in (2, 3, 4):
+        lead = rows[s]["held_us"]["0"] - rows[s]["held_us"]["3"]  # rank 0's lead over rank 3
+        assert saves[(3, s)] == 0.0 and abs(saves[(0, s)] - lead) <= 5_000, (saves, lead)
+    assert [x["ranks"] for x in coll["what_if_together"]] == [[0, 3]] * 3
+    assert all(95_000 <= x["saves_us"] <= 105_000 for x in coll["what_if_together"])
+    assert main(["info", "--collectives", "-j", "1", str(RECORDED / "mg4_pairs_c")]) == 0
+    text = capsys.readouterr().out
+    assert "what if: fixing rank 3 alone would save ~0.0 ms: rank(s) 0 would still hold up the step" in text
+    assert text.count("less elsewhere: rank 2, the reference, also waited for other ranks before that") == 3
+
+
 def test_a_slow_pipeline_stage_is_named_not_the_stages_blocked_in_recv(capsys: pytest.CaptureFixture) -> None:
     """pp4_stages_a: 4 stages with send/recv, stage 2 works 20 ms more per micro-batch (4
     a step); the others sit in their send/recv for it and all meet at one all-reduce. The

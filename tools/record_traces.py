@@ -90,6 +90,15 @@ mg4_pairs_a     kind "pairs": 4 ranks, groups [0,1] and [2,3] (dist.new_group, s
                 forward pair all_reduce and so reaches the world all_reduce ~100 ms late
                 (delayed, not slow); ranks 0 and 1 wait ~100 ms at the world all_reduce.
 mg4_pairs_b     the same with nobody slower (balanced multi-group control).
+mg4_pairs_c     kind "pairs" as mg4_pairs_a; rank 0 sleeps 0.1 s inside forward right
+                before the custom op, and rank 3 calls torch.linalg.qr(128 x 128) 90 times
+                after forward (~40 ms, before its backward and so before the backward pair
+                all_reduce), every step. Ground truth: two slow ranks in different groups:
+                rank 1 waits ~100 ms for rank 0 at the forward pair all_reduce, rank 2
+                ~40 ms for rank 3 at the backward one, and ranks 2 and 3 reach the world
+                all_reduce ~60 ms before ranks 0 and 1: rank 0 sets the step, rank 3's
+                extra time is off the critical path (fixing rank 0 saves ~60 ms, rank 3
+                alone ~0, both together ~100 ms).
 pp4_stages_a    kind "pipeline": 4 ranks, one Linear stage each, 4 micro-batches per step
                 (GPipe-like: all forwards, then all backwards), activations rank s -> s+1
                 and grads s+1 -> s by dist.send / dist.recv on the world group, then
@@ -481,6 +490,18 @@ SETS: dict[str, TraceSet] = {
         _pipeline4("pp2x2_shapes", micro_batches=2, groups=((0, 2), (1, 3))),
         # as mg4_pairs_a, nobody slower
         TraceSet("mg4_pairs_b", 4, active=3, pin=True, work_s=0.05, kind="pairs", groups=((0, 1), (2, 3))),
+        # rank 0: 0.1 s in forward right before the custom op; rank 3: 90 x qr(128 x 128) after forward
+        TraceSet(
+            "mg4_pairs_c",
+            4,
+            active=3,
+            pin=True,
+            work_s=0.05,
+            kind="pairs",
+            groups=((0, 1), (2, 3)),
+            pauses=((0, "comm", 0.1),),
+            rank_ops=((3, "qr", 90, 128),),
+        ),
         # rank 1: 0.12 s more before backward; rank 3: 90 x qr(128 x 128) after forward
         TraceSet(
             "ddp4_two_b",

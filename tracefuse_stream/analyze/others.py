@@ -76,6 +76,18 @@ class Members:
             hit = self._holds[(big, small)] = self._sets[small] <= self._sets[big]
         return hit
 
+    def smaller_groups(self, insts: Sequence[Instance]) -> List[List[Instance]]:
+        """``insts`` split by process group, the groups smaller than the largest only;
+        none when they are all of one group (a single-group job costs nothing more). A
+        rank only its pair waits for is held by the pair, not by the world's median."""
+        by: Dict[int, List[Instance]] = {}
+        for i in insts:
+            by.setdefault(self._group(i), []).append(i)
+        if len(by) < 2:
+            return []
+        size = max(len(self._sorted[k]) for k in by)
+        return [v for k, v in by.items() if len(self._sorted[k]) < size]
+
     def sample(self, r: int, insts: Sequence[Instance]) -> List[int]:
         groups = {self._group(i): None for i in insts}
         big = max(groups, key=lambda k: (len(self._sorted[k]), k))  # any holder gives the union

@@ -11,28 +11,37 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from tracefuse_stream.analyze import graph as G
+from tracefuse_stream.analyze.medians import median
+from tracefuse_stream.analyze.others import OthersOutlier
 
 
 def root_cause(
-    rows: Sequence[Any], stragglers: Sequence[Any]
+    rows: Sequence[Any],
+    stragglers: Sequence[Any],
+    late_thresholds: Optional[Dict[Optional[int], Dict[int, int]]] = None,
 ) -> Tuple[List[G.Delay], Dict[Tuple[int, Optional[int]], int], Dict[Optional[int], int]]:
     """(the delayed ranks: late past their threshold with no own lateness past it, with
     whom they waited for; (straggler, step) -> what fixing it saves in each step it
     stands out in; step -> what fixing every named straggler of the step saves, where
-    there are several)."""
+    there are several).
+
+    ``late_thresholds`` (step -> rank -> ns; default: each row's ``threshold``): what
+    lateness must pass, the named stragglers' held left out of the others' spread (two
+    stragglers in two groups lift it past the very lateness they cause)."""
     delayed: List[G.Delay] = []
     for row in rows:
         if row.graph is None:
             continue
+        thr = row.threshold if late_thresholds is None else late_thresholds.get(row.step, row.threshold)
         late = {
             r: (t, row.late_at.get(r, -1))
             for r, t in row.lateness.items()
-            if t > row.threshold.get(r, 0) and row.held.get(r, 0) <= row.threshold.get(r, 0)
+            if t > thr.get(r, 0) and row.held.get(r, 0) <= row.threshold.get(r, 0)
         }
         # a pipeline's step end is no instance of its graph: its delays are the pairs' (below)
         found = collective_delays(row.graph, late) if not row.graph.ends else []
         named = {d.rank for d in found}
-        delayed += found + [d for d in p2p_delays(row) if d.rank not in named]
+        delayed += found + [d for d in p2p_delays(row, thr) if d.rank not in named]
     saves: Dict[Tuple[int, Optional[int]], int] = {}
     for s in stragglers:
         for row in rows:
@@ -43,6 +52,23 @@ def root_cause(
         if row.graph is not None and len(row.stragglers) > 1:
             together[row.step] = G.saves_ns(row.graph, list(row.stragglers))
     return delayed, saves, together
+
+
+def late_thresholds(
+    rows: Sequence[Any], base_ns: int, factor: float, mad_scale: float
+) -> Dict[Optional[int], Dict[int, int]]:
+    """step -> rank -> what a rank's lateness must pass to be delayed, in a step with
+    several named stragglers: its threshold with them left out of the others' held (two
+    stragglers in two groups lift the others' spread past the very lateness they cause:
+    a partner's 62 ms against 234 ms). One straggler is an outlier the spread (a median
+    absolute deviation) already ignores: its steps keep their thresholds."""
+    out: Dict[Optional[int], Dict[int, int]] = {}
+    for row in rows:
+        if len(row.stragglers) < 2:
+            continue
+        rest = OthersOutlier([h for r, h in row.held.items() if r not in row.stragglers], factor, mad_scale)
+        out[row.step] = {r: max(base_ns, rest.of(h)) for r, h in row.held.items() if r not in row.stragglers}
+    return out
 
 
 def not_estimated(stragglers: Sequence[Any], saves: Dict[Tuple[int, Optional[int]], int]) -> List[int]:
@@ -59,7 +85,7 @@ def not_estimated(stragglers: Sequence[Any], saves: Dict[Tuple[int, Optional[int
     return out
 
 
-def p2p_delays(row: Any) -> List[G.Delay]:
+def p2p_delays(row: Any, thresholds: Optional[Dict[int, int]] = None) -> List[G.Delay]:
     """A step whose graph links send/recv pairs (a pipeline): the ranks its stragglers
     hold up through them. Arrival lateness means nothing at a pair (a pipeline's stages
     are staggered by design, and a slow stage's neighbours arrive on time and wait), so
@@ -68,7 +94,7 @@ def p2p_delays(row: Any) -> List[G.Delay]:
     untouched, so all of that is waiting); past its threshold, it is delayed by the
     rank it waited for longest in the step (summed over its waits), the cascade
     followed to a straggler."""
-    g = row.graph
+    g, thr = row.graph, row.threshold if thresholds is None else thresholds
     if g is None or not row.stragglers or all(i.sender is None for i in g.by_id.values()):
         return []
     cut: Dict[Tuple[int, int], int] = {}
@@ -90,7 +116,7 @@ def p2p_delays(row: Any) -> List[G.Delay]:
     found: Dict[int, Tuple[int, List[int]]] = {}
     for q in sorted(now):
         late = now[q] - fixed[q]
-        if q in row.stragglers or late <= row.threshold.get(q, 0) or not waits.get(q):
+        if q in row.stragglers or late <= thr.get(q, 0) or not waits.get(q):
             continue
         by, acc = max(waits[q].items(), key=lambda kv: (kv[1][0], -kv[0]))
         if 2 * acc[0] >= late:  # the waiting explains it
@@ -125,7 +151,9 @@ def _pair_linked(g: G.StepGraph, stragglers: Any) -> Set[int]:
 
 def collective_delays(g: G.StepGraph, late: Dict[int, Tuple[int, int]]) -> List[G.Delay]:
     """For each rank in ``late`` (rank -> (lateness, instance id where it is latest))
-    whose own lateness explains less than half of it and a wait before it at least half:
+    whose own lateness explains less than half of it, a wait before it at least half, and
+    its waiting before it at least half more than the other members' there (everyone
+    waited for the same world straggler: that makes nobody late against the others):
     where it waited, for whom, and the origin of the cascade."""
     out: List[G.Delay] = []
     by_id = g.by_id
@@ -142,8 +170,8 @@ def collective_delays(g: G.StepGraph, late: Dict[int, Tuple[int, int]]) -> List[
             w = min(by_id[j].last_arrival_ns, a) - e.start_ns
             if w > best[0]:
                 best = (w, j, by_id[j].last_rank)
-        if best[1] >= 0 and 2 * best[0] >= lateness:  # the waiting explains the lateness
-            waited[r] = best
+        if best[1] >= 0 and 2 * best[0] >= lateness and 2 * _waited_more(g, r, at_id) >= lateness:
+            waited[r] = best  # the waiting explains the lateness, and the others did not wait as long
     for r, (w, j, by) in sorted(waited.items()):
         origin, hops = by, 0
         while origin in waited and hops < len(waited):
@@ -152,4 +180,36 @@ def collective_delays(g: G.StepGraph, late: Dict[int, Tuple[int, int]]) -> List[
     return out
 
 
-__all__ = ["collective_delays", "p2p_delays", "root_cause"]
+WAIT_SAMPLE = 32  # the other members whose waiting a delayed rank's is compared with (evenly spread)
+
+
+def _waited_more(g: G.StepGraph, r: int, at_id: int) -> int:
+    """How much longer ``r`` waited in the step's collectives before it arrived at
+    ``at_id`` than the median of the instance's other members before they arrived."""
+    entries = g.by_id[at_id].entries
+    others = sorted(q for q in entries if q != r)
+    if len(others) > WAIT_SAMPLE:
+        others = [others[(k * len(others)) // WAIT_SAMPLE] for k in range(WAIT_SAMPLE)]
+    theirs = [_waited_before(g, q, entries[q].start_ns) for q in others]
+    return _waited_before(g, r, entries[r].start_ns) - (median(theirs) if theirs else 0)
+
+
+def _waited_before(g: G.StepGraph, q: int, until_ns: int) -> int:
+    """The union of ``q``'s waits at the step's collectives (arrival to last arrival)
+    before ``until_ns``."""
+    spans = []
+    for j in g.order.get(q, []):
+        inst = g.by_id[j]
+        lo, hi = inst.entries[q].start_ns, min(inst.last_arrival_ns, until_ns)
+        if inst.sender is None and hi > lo:
+            spans.append((lo, hi))
+    total, end = 0, None
+    for lo, hi in sorted(spans):
+        if end is None or lo > end:
+            total, end = total + hi - lo, hi
+        elif hi > end:
+            total, end = total + hi - end, hi
+    return total
+
+
+__all__ = ["collective_delays", "late_thresholds", "p2p_delays", "root_cause"]

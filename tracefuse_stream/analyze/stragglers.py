@@ -13,7 +13,9 @@ each rank's collective, :mod:`tracefuse_stream.align.collectives`) and last arri
 * **held** of rank R in a step: how long the others really waited for R. For each other
   rank q, the union over the step's instances of ``[a[q], a[R]]`` (q sits in the
   collective until R arrives), clipped to q's step; held is the median of that over
-  the others (zeros included: a rank that arrived after R did not wait for it), and
+  the others (zeros included: a rank that arrived after R did not wait for it), or over
+  the other members of a smaller group of R's at that group's instances when that is
+  more (a rank only its pair partner waits for is held by the pair), and
   never more than R's **lateness**: at the step's instance where it is latest, R's
   time from its step start to its arrival minus the median of the others' (what the
   why analysis, analyze/why.py, breaks down). Without ProfilerStep spans the arrivals
@@ -65,7 +67,7 @@ from tracefuse_stream.analyze.noise import noise_ns
 from tracefuse_stream.analyze.others import Members, OthersOutlier
 from tracefuse_stream.analyze.p2p_steps import add_step_ends
 from tracefuse_stream.analyze.rank_ints import freeze_step_rows
-from tracefuse_stream.analyze.rootcause import not_estimated, root_cause
+from tracefuse_stream.analyze.rootcause import late_thresholds, not_estimated, root_cause
 
 NOISE_FACTOR = 4.0
 STEP_FRACTION = 0.05
@@ -268,18 +270,31 @@ def _fill_row(table: CollectiveTable, row: StepRow, insts: Sequence[Instance], g
         if row.lateness[r] <= 0 and row.own.get(r, 0) <= 0:
             continue  # held is at most the lateness
         at_end = g.end_of(r)  # a pipeline: the stages of its own
-        others = members.sample(r, [at_end] if at_end is not None else mine[r])
-        waits = []
-        for q in others:
-            lo, hi = spans[q]
-            pairs = ((i.entries[q].start_ns, i.entries[r].start_ns) for i in mine[r] if q in i.entries)
-            waits.append(union_ns(pairs, lo, hi))
-        med = median(waits) if waits else 0
+        med = _held_median(r, members.sample(r, [at_end] if at_end is not None else mine[r]), mine[r], spans)
+        if at_end is None:  # a smaller group's members held by it, the rest not (issue 35: two stragglers)
+            for sub in members.smaller_groups(mine[r]):
+                med = max(med, _held_median(r, members.sample(r, sub), sub, spans))
         row.held_raw[r] = min(med, row.lateness[r])
         own = row.own.get(r, 0)
         if own > max(med, floor_ns):  # others held up through other groups (a cascade) or in send/recv
             med = max(med, G.held_through(g, r), G.held_in_p2p(g, r))
         row.held[r] = min(med, own)  # waiting for others is never lateness
+
+
+def _held_median(
+    r: int,
+    others: Sequence[int],
+    insts: Sequence[Instance],
+    spans: Dict[int, Tuple[Optional[int], Optional[int]]],
+) -> int:
+    """The median over ``others`` of the union of their waits for ``r`` at ``insts``
+    (each clipped to its own step)."""
+    waits = []
+    for q in others:
+        lo, hi = spans[q]
+        pairs = ((i.entries[q].start_ns, i.entries[r].start_ns) for i in insts if q in i.entries)
+        waits.append(union_ns(pairs, lo, hi))
+    return median(waits) if waits else 0
 
 
 def _by_step(table: CollectiveTable) -> Dict[Optional[int], List[Instance]]:
@@ -391,7 +406,8 @@ def judge(table: CollectiveTable) -> Verdict:
                 row.stragglers.append(s.rank)
     for row in rows:
         row.stragglers.sort(key=lambda r: (-row.held[r], r))
-    verdict.delayed, verdict.saves, verdict.saves_all = root_cause(rows, verdict.stragglers)
+    late = late_thresholds(rows, verdict.base_threshold_ns(), NOISE_FACTOR, MAD_SCALE)
+    verdict.delayed, verdict.saves, verdict.saves_all = root_cause(rows, verdict.stragglers, late)
     for sg in graphs.values():
         G.compact(sg)  # what is read after the verdict stays (issue 38: bounded memory)
     freeze_step_rows(rows)
@@ -443,7 +459,7 @@ def wait_by_rank(verdict: Verdict) -> Dict[int, int]:
 DEFINITIONS = (
     "wait = union of a rank's time in collectives before the last member arrives (concurrent ones "
     "counted once, within its step); held = median over the other ranks of the union of their time "
-    "in collectives before the rank arrived, at most its lateness; lateness = its time from step start "
+    "in collectives before the rank arrived (or over the members of a smaller group of its, when more), at most its lateness; lateness = its time from step start "
     "to arrival minus the others' median, at its latest collective; own lateness = that without its "
     "waiting for other ranks (docs/collectives.md), which caps held; busy step = step - wait"
 )

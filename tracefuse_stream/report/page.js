@@ -364,7 +364,10 @@ function whyCard(w) {
     '<div class="sub">against the median of the other ranks' + (w.reference_rank !== undefined && w.reference_rank !== null ? " (reference rank " + esc(w.reference_rank) + ")" : "") +
     (w.collective ? ", up to its arrival at " + esc(w.collective) : "") + "</div>";
   if (num(w.unexplained_us) && num(w.share) && (w.share < 0.8 || w.share > 1.2)) {
-    head += '<div class="sub">' + esc(ms(Math.abs(w.unexplained_us))) + (w.unexplained_us < 0 ? " less elsewhere" : " unexplained") + "</div>";
+    // as the text (report/why_text.py): less elsewhere because the reference also waited for other ranks
+    var waited = w.unexplained_us < 0 && !own && num(w.own_lateness_us) && w.own_lateness_us - w.lateness_us >= Math.max(50, -0.5 * w.unexplained_us);
+    head += '<div class="sub">' + esc(ms(Math.abs(w.unexplained_us))) + (w.unexplained_us < 0 ? " less elsewhere" : " unexplained") +
+      (waited ? ": reference rank " + esc(w.reference_rank) + " also waited for other ranks before that; own extra time " + esc(ms(w.own_lateness_us)) : "") + "</div>";
   }
   if ((w.cpu_side || []).length) {
     head += '<div class="sub">CPU side: ' + w.cpu_side.slice(0, 3).map(function (c) { return esc((KIND[c.kind] || c.kind) + " " + c.name) + " +" + esc(ms(c.extra_us)); }).join("; ") + "</div>";

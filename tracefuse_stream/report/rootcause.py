@@ -194,7 +194,7 @@ def _what_if_lines(table: CollectiveTable, v: Verdict) -> List[str]:
             out.append(f"what if: not estimated for rank {s.rank}: the others waited for it in point-to-point "
                        f"ops (send/recv) {how}, so the re-timing cannot follow them{hint}")  # fmt: skip
             continue
-        if ns * 10 < s.held_ns / max(len(s.steps), 1):  # another rank holds the same collectives
+        if ns * 10 < s.held_ns / max(len(s.steps), 1):  # another straggler still holds up the step
             both = max(v.saves_all.items(), key=lambda kv: kv[1], default=(None, 0))
             others = [o.rank for o in v.stragglers if o.rank != s.rank]
             also = (
@@ -203,7 +203,7 @@ def _what_if_lines(table: CollectiveTable, v: Verdict) -> List[str]:
                 else ""
             )
             out.append(f"what if: fixing rank {s.rank} alone would save ~{_ms(ns)} ms: rank(s) "
-                       f"{compress_ranges(others) or '-'} would still hold the same collectives{also}")  # fmt: skip
+                       f"{compress_ranges(others) or '-'} would still hold up the step{also}")  # fmt: skip
             continue
         total = lengths.get(step)
         of = f" of the {total / 1000:.1f} ms step" if total else ""

@@ -74,6 +74,10 @@ def why_lines(why: Sequence[Dict[str, Any]]) -> List[str]:
         un = w.get("unexplained_us")
         if un is not None and (w["share"] is None or not 0.8 <= w["share"] <= 1.2):
             what = "less elsewhere" if un < 0 else "not in any part above the noise"
+            gap = w.get("own_lateness_us", 0.0) - w["lateness_us"]
+            if un < 0 and not own and gap >= max(floor, -0.5 * un):  # the reference's stretch held waiting
+                what = (f"less elsewhere: rank {w['reference_rank']}, the reference, also waited for other ranks "
+                        f"before that; rank {w['rank']}'s own extra time is {w['own_lateness_us'] / 1000:.1f} ms")  # fmt: skip
             past = w.get("past_top_us") or 0.0
             if un >= 0 and past >= floor:  # some of it in smaller parts, not listed
                 what = (f"{past / 1000:.1f} ms of it in parts past the {TOP} largest, each smaller"
