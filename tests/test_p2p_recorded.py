@@ -143,6 +143,34 @@ def test_the_world_all_reduce_is_matched_though_the_pair_groups_threads_are_idle
     assert "1 could not be matched" not in _text(capsys, "pp2x2_shapes")
 
 
+def test_a_slow_stage_of_one_of_two_pipelines_world_all_reduce_not_read_as_the_pairs(
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """pp2x2_shapes_a: the two 2-stage pipelines, rank 3 (the second stage of [1, 3])
+    computes ~20 ms more a step. Each rank shows two gloo threads, the world's, and the
+    world all-reduce alternates between them step by step. Reading the second of them as
+    the pair group's matched every op too (ranks 0 and 2 form a "[0, 2]" instance, 1 and
+    3 a "[1, 3]" one), and the first reading found was kept: nobody named. Cutting two
+    threads with consecutive ids (one group's, started back to back) apart is what tells
+    it: one world all-reduce per step on all four ranks; rank 3 named, by its matmuls;
+    rank 1 delayed by it through their send/recv; ranks 0 and 2, which only waited at the
+    step's all-reduce, not delayed."""
+    coll = _info(capsys, "pp2x2_shapes_a")
+    assert [(i["group"], i["step"], i["ranks"]) for i in coll["instances"]] == [
+        ("0", s, [0, 1, 2, 3]) for s in (2, 3, 4)
+    ]
+    assert coll["unmatched"]["total"] == 0
+    assert [s["rank"] for s in coll["stragglers"]] == [3]
+    assert all(w["rank"] == 3 and w["contributors"][0]["name"] == "aten::mm" for w in coll["why"])
+    assert sorted((d["rank"], d["step"], d["by_rank"]) for d in coll["delayed"]) == [
+        (1, s, 3) for s in (2, 3, 4)
+    ]
+    for x in coll["what_if"]:  # the other pipeline's wait at the world all-reduce, as recorded: 16-21 ms
+        inst = next(i for i in coll["instances"] if i["step"] == x["step"])
+        lead = inst["arrival_ns"]["3"] - min(inst["arrival_ns"].values())
+        assert x["rank"] == 3 and abs(x["saves_us"] - lead / 1000) <= 5_000, (x, lead)
+
+
 def test_two_readings_the_release_times_cannot_tell_apart_are_reported(
     capsys: pytest.CaptureFixture, tmp_path: Path
 ) -> None:

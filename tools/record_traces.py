@@ -146,6 +146,13 @@ pp2x2_shapes    kind "pipeline" on sub-groups: groups [0, 2] and [1, 3] (dist.ne
                 micro-batches, send/recv on the group, then the world all_reduce of the
                 loss; nobody slower. The send/recv peers in the trace are GROUP ranks
                 (rank 0 sends to "1", i.e. global rank 2).
+pp2x2_shapes_a  the same two pipelines; rank 3 (the second stage of [1, 3]) runs 2 x
+                torch.mm of the fixed 640 x 640 matrix in each micro-batch's forward
+                (after its recv, before its compute). Ground truth: root cause rank 3;
+                rank 1 waits in gloo:recv for its grads, ranks 0 and 2 wait ~20 ms for
+                the other pipeline at the world all_reduce. Each rank shows two gloo
+                threads, the world's (the pair groups' send/recv run on the main
+                thread), and the world all_reduce alternates between them step by step.
 
 Issue-37 sets (pinned, defaults, active=3): run-vs-run pairs for ``tracefuse diff``.
 All run one job (_RUN_A: a 256-wide MLP of 3 Linear layers, batch 512, work_s=0.05
@@ -488,6 +495,8 @@ SETS: dict[str, TraceSet] = {
         ),
         # two 2-stage pipelines on the groups [0, 2] and [1, 3] (send/recv peers: group ranks)
         _pipeline4("pp2x2_shapes", micro_batches=2, groups=((0, 2), (1, 3))),
+        # the same; rank 3: 2 x mm(640 x 640) in each micro-batch's forward
+        _pipeline4("pp2x2_shapes_a", micro_batches=2, groups=((0, 2), (1, 3)), rank_ops=((3, "mm", 2, 640),)),
         # as mg4_pairs_a, nobody slower
         TraceSet("mg4_pairs_b", 4, active=3, pin=True, work_s=0.05, kind="pairs", groups=((0, 1), (2, 3))),
         # rank 0: 0.1 s in forward right before the custom op; rank 3: 90 x qr(128 x 128) after forward

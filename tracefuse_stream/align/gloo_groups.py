@@ -156,12 +156,15 @@ def assign(
     first = _descend(ranks, searchable, starts[0], hosts, merged)
     chosen: Dict[int, Tuple[int, ...]] = first
     ambiguous: Dict[int, str] = {}
-    if searchable and _matched_ops(first, ranks, hosts, merged)[1]:
+    if searchable:  # every op matching is no proof: see _starts
         finals = {tuple(first[r] for r in searchable): first}
         for start in starts[1:]:
             state = _descend(ranks, searchable, start, hosts, merged)
             finals.setdefault(tuple(state[r] for r in searchable), state)
-        chosen, ambiguous = _pick(list(finals.values()), ranks, hosts, merged)
+        if _matched_ops(first, ranks, hosts, merged)[1]:
+            chosen, ambiguous = _pick(list(finals.values()), ranks, hosts, merged)
+        else:
+            chosen = _clearly_better(first, list(finals.values()), ranks, hosts, merged)
     for r, rk in ranks.items():
         rk.cut = chosen.get(r, rk.cut)
     current = {r: rk.seqs(rk.cut) for r, rk in ranks.items()}
@@ -180,12 +183,16 @@ def assign(
 def _starts(ranks: Mapping[int, _Rank], searchable: Mapping[int, Any]) -> List[Dict[int, Tuple[int, ...]]]:
     """Where the search starts: first threads spread evenly over each rank's groups
     (gloo starts as many threads for every group, two by default); then every rank's
-    threads all in its k-th group (k = 0, 1, ...), tried only when the first leaves ops
-    unmatched. Why: the search moves one rank at a time, so a state where the ranks of
-    a group split its ops between two groups the same way is a fixed point it cannot
-    leave (two pipelines on pair groups plus a world all-reduce, the pair groups'
-    threads idle in the window: each rank shows only two threads); the results are
-    then compared as a whole (:func:`_pick`)."""
+    threads all in its k-th group (k = 0, 1, ...), always. Why: the search moves one
+    rank at a time, so a state where the ranks of a group split its ops between two
+    groups the same way is a fixed point it cannot leave (two pipelines on pair groups
+    plus a world all-reduce, the pair groups' threads idle in the window: each rank
+    shows only two threads). Such a state may even match every op: the even start put
+    the world all-reduce of every other step, on gloo's second runloop thread, in the
+    pair groups, and both pairs matched (recorded: two 2-stage pipelines on [0, 2] and
+    [1, 3], send/recv on the main thread). So the results are always compared as a whole
+    (:func:`_pick`; when the first matches every op, :func:`_clearly_better`: the release
+    times tell them apart)."""
     out = [{r: rk.cut for r, rk in ranks.items()}]
     most = max((len(ranks[r].groups) for r in searchable), default=0)
     for k in range(most):
@@ -250,6 +257,46 @@ def _pick(
     why = (f"its gloo ops fit {len(tied)} attributions to its process groups equally well (every op matches "
            "either way, and the collectives' release times do not tell them apart)")  # fmt: skip
     return tied[0][1], {r: why for r in differ}
+
+
+def _clearly_better(
+    first: Dict[int, Tuple[int, ...]],
+    states: List[Dict[int, Tuple[int, ...]]],
+    ranks: Mapping[int, _Rank],
+    hosts: Mapping[int, Optional[str]],
+    merged: Sequence[int],
+) -> Dict[int, Tuple[int, ...]]:
+    """``first`` matches every op; another state that matches as many replaces it only
+    when it cuts fewer pairs of threads with consecutive ids apart (:func:`_splits`: a
+    group's constructor starts its threads back to back, other threads start between two
+    groups) and its instances release their members no less alike
+    (:func:`_release_spread`). Else ``first`` stays: no worse evidence than before the
+    other starts were tried (two pairs side by side fit either way)."""
+    inst, _ = _matched_ops(first, ranks, hosts, merged)
+    best, best_splits, spread = first, _splits(first, ranks), _release_spread(inst, hosts)
+    n = sum(len(i) for i in inst)
+    for st in states:
+        other, left = _matched_ops(st, ranks, hosts, merged)
+        if st is first or left or sum(len(i) for i in other) < n:
+            continue
+        k = _splits(st, ranks)
+        if k < best_splits and _release_spread(other, hosts) <= spread:
+            best, best_splits = st, k
+    return best
+
+
+def _splits(state: Mapping[int, Tuple[int, ...]], ranks: Mapping[int, _Rank]) -> int:
+    """How many pairs of threads with consecutive ids (tid and tid + 1) ``state`` puts
+    in two different groups, over the ranks."""
+    out = 0
+    for r, cut in state.items():
+        threads, at = ranks[r].threads, 0
+        for size in cut[:-1]:
+            at += size
+            if 0 < at < len(threads):
+                a, b = threads[at - 1], threads[at]
+                out += isinstance(a, int) and isinstance(b, int) and b == a + 1
+    return out
 
 
 def _matched_ops(

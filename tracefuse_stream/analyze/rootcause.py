@@ -106,6 +106,8 @@ def p2p_delays(row: Any, thresholds: Optional[Dict[int, int]] = None) -> List[G.
     for inst in g.by_id.values():
         for q, e in inst.entries.items():
             w = inst.last_arrival_ns - e.start_ns
+            if inst.sender is None and inst.id == g.order[q][-1]:
+                continue  # its wait at the step's last collective is the stragglers' held, not a delay
             if inst.sender is not None and q not in tied:
                 continue  # another pipeline's bubble: its ranks wait for the stragglers at collectives only
             if q != inst.last_rank and w > 0:
