@@ -205,7 +205,9 @@ def test_a_pipeline_beside_the_slow_one_waits_for_it_at_the_all_reduce(
     coll = _info(capsys, tmp_path)
     assert [s["rank"] for s in coll["stragglers"]] == [2]
     assert [d for d in coll["delayed"] if d["rank"] >= 4] == []
-    assert {d["rank"] for d in coll["delayed"]} <= {0, 1, 3} and all(d["origin"] == 2 for d in coll["delayed"])
+    assert {d["rank"] for d in coll["delayed"]} <= {0, 1, 3} and all(
+        d["origin"] == 2 for d in coll["delayed"]
+    )
     saves = {w["step"]: w["saves_us"] for w in coll["what_if"]}
     assert saves
     for step, saved in saves.items():  # the first stage there ends its pipeline: it waits just that

@@ -242,3 +242,23 @@ def test_time_blocked_in_point_to_point_is_waiting_not_own_work() -> None:
     assert all(row.own[6] < MS and row.own[7] < MS and row.own[5] > 59 * MS for row in v.by_step)
     table.p2p_spans = {}  # without them, the blocked stages would look late on their own
     assert {6, 7} <= {r for row in judge(table).by_step for r, t in row.own.items() if t > 50 * MS}
+
+
+@pytest.mark.parametrize("stall_share", [0.3, 0.45, 0.55, 0.8])
+def test_a_one_step_stall_is_named_past_half_a_typical_step(stall_share: float) -> None:
+    """4 ranks, 4 steps of 100 ms, one world all-reduce at 90 ms; in step 3 only, rank 2
+    arrives ``stall_share`` x 100 ms late (the step as much longer). One step of four
+    is intermittent: named when the others' wait passes half a typical step (the step
+    then 1.5x the others'), not for a smaller hiccup."""
+    steps = []
+    for s in (1, 2, 3, 4):
+        d = 100.0 * stall_share if s == 3 else 0.0
+        arrive = {r: (90.0 + (d if r == 2 else 0.0), 95.0 + d) for r in range(4)}
+        steps.append((s, 100.0 + d, [("0", arrive)]))
+    v = judge(_table(steps, range(4)))
+    typical = v.typical_step_ns
+    assert typical == 100 * MS
+    named = [s.rank for s in v.stragglers]
+    assert named == ([2] if stall_share > 0.5 else []), (stall_share, named)
+    if named:
+        assert v.stragglers[0].steps == [3] and v.stragglers[0].held_ns == int(100 * stall_share) * MS

@@ -32,7 +32,8 @@ the others' spread the scaled median absolute deviation of
 their held values in that step (a rank is an outlier among the ranks, not merely later
 than the median). A rank *stands out* in a step when it passes there and either passes
 in more than half of the steps (persistent) or the others' wait for it in that step is
-longer than a typical whole step (intermittent: one hiccup in one short step is none).
+longer than half a typical step (intermittent: one hiccup of a few ms in one short step
+is none; a stall that makes its step 1.5x the others' is one).
 
 **Evidence.** A rank that stands out is *named* only when the pattern is unlikely by
 chance: ``p_chance`` is the probability that a rank with no problem would be the most
@@ -371,7 +372,7 @@ def judge(table: CollectiveTable) -> Verdict:
     for r, where in sorted(passes.items()):
         persistent = 2 * len(where) > len(rows)
         typical = verdict.typical_step_ns
-        steps = [row for row in where if persistent or typical is None or row.held[r] > typical]
+        steps = [row for row in where if persistent or typical is None or row.held[r] > typical // 2]
         if steps:
             mine = [row for row in rows if r in row.held]
             found.append(Straggler(
@@ -471,7 +472,7 @@ def rule_text(v: Verdict) -> str:
     t = (
         ""
         if v.typical_step_ns is None
-        else f" or, in at most half of them, also > a typical step {_ms(v.typical_step_ns)} ms"
+        else f" or, in at most half of them, also > half a typical step {_ms(v.typical_step_ns)} ms"
     )
     return (f"a rank stands out in a step when the others wait longer for it than max({NOISE_FACTOR:g} x "
             f"{_ms(v.noise_ns)} ms arrival noise, the others' median + "
