@@ -185,6 +185,23 @@ def test_two_stragglers_in_two_groups_both_named_the_hidden_one_saving_nothing_a
     assert text.count("less elsewhere: rank 2, the reference, also waited for other ranks before that") == 3
 
 
+def test_a_one_step_stall_in_a_cascade_is_named_in_its_step_only(capsys: pytest.CaptureFixture) -> None:
+    """mg6_three_groups_b: the chain [0,1], [1,2], [2,3], then the world, 4 steps; rank 3
+    sleeps 0.06 s before its first group all-reduce in ProfilerStep#3 only, that step
+    ~1.8x the others. Rank 3 named for step 3 alone (its ~60 ms passes half a typical
+    step), rank 2 delayed by it there; no other delay (a wait of a few ms in another step
+    for a rank nobody names is noise, not a cascade)."""
+    coll = _info(capsys, str(RECORDED / "mg6_three_groups_b"))
+    assert [(s["rank"], s["steps"]) for s in coll["stragglers"]] == [(3, [3])]
+    assert [(d["rank"], d["step"], d["by_rank"], d["origin"]) for d in coll["delayed"]] == [(2, 3, 3, 3)]
+    assert 55_000 <= coll["delayed"][0]["wait_us"] <= 65_000 and coll["delayed"][0]["group_ranks"] == [2, 3]
+    ((w,),) = [[w for w in coll["why"]]]
+    assert (w["rank"], w["step"], w["contributors"][0]["kind"]) == (3, 3, "outside_ops")
+    assert 55_000 <= w["contributors"][0]["extra_us"] <= 65_000 and 0.8 <= w["share"] <= 1.2
+    ((x,),) = [[x for x in coll["what_if"]]]
+    assert (x["rank"], x["step"]) == (3, 3) and 55_000 <= x["saves_us"] <= 65_000
+
+
 def test_a_slow_pipeline_stage_is_named_not_the_stages_blocked_in_recv(capsys: pytest.CaptureFixture) -> None:
     """pp4_stages_a: 4 stages with send/recv, stage 2 works 20 ms more per micro-batch (4
     a step); the others sit in their send/recv for it and all meet at one all-reduce. The

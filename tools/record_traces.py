@@ -118,6 +118,11 @@ mg6_three_groups_a  kind "chain": 6 ranks, groups A=[0,1], B=[1,2], C=[2,3]; per
                 0; rank 1 waits ~100 ms for it at A and is late at B, rank 2 waits at B
                 for rank 1 and is late at C, rank 3 waits at C for rank 2; ranks 0-3 reach
                 the world all_reduce ~100 ms after ranks 4 and 5, who wait there.
+mg6_three_groups_b  kind "chain" as mg6_three_groups_a, active=4 (ProfilerStep#2-#5);
+                rank 3 sleeps 0.06 s right before its first group all_reduce (C) in
+                ProfilerStep#3 only. Ground truth: root cause rank 3 in step 3 only (that
+                step ~1.8x the others); rank 2 waits ~60 ms for it at C and reaches the
+                world all_reduce late (delayed); the others wait at the world.
 ddp4_two_b      4 ranks, DDP on world, work_s=0.05; rank 1 sleeps 0.12 s more before
                 backward, rank 3 calls torch.linalg.qr(128 x 128) 90 times after forward
                 (~40 ms), every step. Ground truth: two independent slow ranks, rank 1
@@ -461,6 +466,19 @@ SETS: dict[str, TraceSet] = {
             kind="chain",
             groups=((0, 1), (1, 2), (2, 3)),
             pauses=((0, "comm", 0.1),),
+        ),
+        # as mg6_three_groups_a, 4 active steps; rank 3: 0.06 s before its first group
+        # all_reduce in ProfilerStep#3 (loop index 3) only
+        TraceSet(
+            "mg6_three_groups_b",
+            6,
+            active=4,
+            pin=True,
+            work_s=0.05,
+            kind="chain",
+            groups=((0, 1), (1, 2), (2, 3)),
+            pauses=((3, "comm", 0.06),),
+            pause_steps=(3,),
         ),
         # as pp4_stages_a with record_shapes (send/recv peers recorded); rank 1: 2 x
         # mm(640 x 640) in each micro-batch's forward; pp4_shapes_b: nobody slower

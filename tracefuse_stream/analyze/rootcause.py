@@ -21,7 +21,7 @@ def root_cause(
     late_thresholds: Optional[Dict[Optional[int], Dict[int, int]]] = None,
 ) -> Tuple[List[G.Delay], Dict[Tuple[int, Optional[int]], int], Dict[Optional[int], int]]:
     """(the delayed ranks: late past their threshold with no own lateness past it, with
-    whom they waited for; (straggler, step) -> what fixing it saves in each step it
+    whom they waited for, the origin of their cascade a named straggler of the step; (straggler, step) -> what fixing it saves in each step it
     stands out in; step -> what fixing every named straggler of the step saves, where
     there are several).
 
@@ -41,7 +41,9 @@ def root_cause(
         # a pipeline's step end is no instance of its graph: its delays are the pairs' (below)
         found = collective_delays(row.graph, late) if not row.graph.ends else []
         named = {d.rank for d in found}
-        delayed += found + [d for d in p2p_delays(row, thr) if d.rank not in named]
+        found += [d for d in p2p_delays(row, thr) if d.rank not in named]
+        # a delay is told of a root cause: a wait of a few ms for a rank nobody names is noise
+        delayed += [d for d in found if d.origin in row.stragglers]
     saves: Dict[Tuple[int, Optional[int]], int] = {}
     for s in stragglers:
         for row in rows:
