@@ -310,8 +310,11 @@ function drawRootCause() {  // analyze/graph.py: what fixing saves, who is only 
         return;
       }
       ws.forEach(function (w) { if (w.saves_us > best.saves_us) best = w; });
+      // as the text (report/rootcause.py): ~0 because another straggler still holds up the step
+      var others = num(best.rank) ? (C.stragglers || []).map(function (s) { return s.rank; }).filter(function (r) { return r !== best.rank; }) : [];
+      var alone = others.length && num(best.step_us) && best.saves_us * 20 < best.step_us ? ' <span class="muted">alone: rank(s) ' + esc(ranges(others)) + " would still hold up the step</span>" : "";
       h.push('<div class="what-if">fixing ' + esc(k) + " would save ~" + esc(ms(best.saves_us)) + (num(best.step_us) ? " of the " + esc(ms(best.step_us)) + " step" : "") +
-        " in step " + esc(stepLabel(best.step)) + (ws.length > 1 ? ' <span class="muted">(' + ws.map(function (w) { return esc(stepLabel(w.step)) + " " + esc(ms(w.saves_us)); }).join(", ") + ")</span>" : "") + "</div>");
+        " in step " + esc(stepLabel(best.step)) + (ws.length > 1 ? ' <span class="muted">(' + ws.map(function (w) { return esc(stepLabel(w.step)) + " " + esc(ms(w.saves_us)); }).join(", ") + ")</span>" : "") + alone + "</div>");
     });
   }
   whatIf(C.what_if || [], function (w) { return "rank " + w.rank; });
