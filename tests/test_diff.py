@@ -268,3 +268,17 @@ def test_one_step_a_run_tests_nothing_and_says_so() -> None:
     assert d["notes"] and d["notes"][0].startswith(
         "one step per run: the step-to-step noise cannot be measured"
     )
+
+
+@pytest.mark.parametrize("base, new", [("ddp4_case_f", "ddp4_two_b"), ("mg4_pairs_b", "mg4_pairs_c")])
+def test_a_second_slow_rank_s_own_new_ops_are_not_waiting(base: str, new: str) -> None:
+    """Two slow ranks: rank 3's QRs (a new op, and 90 more aten::copy_ calls) are its own
+    work, though rank 3 also waits longer for the slower rank 1 (0): waiting lengthens
+    what a rank already did, it never adds ops or calls. Its longer waits are marked."""
+    rec = Path(__file__).resolve().parent / "data" / "recorded"
+    d = tracefuse_stream.diff(str(rec / base), str(rec / new))
+    mine = {c["name"]: c for c in d["changes"] if c["ranks"] == [3]}
+    assert mine["aten::linalg_qr"]["class"] == "new" and mine["aten::linalg_qr"]["waiting"] is False
+    assert mine["aten::copy_"]["how"] == "more calls" and mine["aten::copy_"]["waiting"] is False
+    (wait,) = [c for c in d["changes"] if c["kind"] == "wait"]
+    assert wait["waiting"] is True and 3 in wait["ranks"]

@@ -192,14 +192,31 @@ def _mark_waiting(changes: List[Change], waits: FigureTest) -> None:
     """A change is *waiting* when it is the collective wait itself, or a longer time on
     the main thread of ranks whose collective wait grew by at least half as much (the
     main thread spends the wait outside operators or in the op that waits): an effect
-    of another rank's change, not a cause of its own."""
+    of another rank's change, not a cause of its own. Waiting lengthens what a rank
+    already did; it never adds an operator or calls: a new op or more calls is the
+    rank's own work, though it also waits (two slow ranks in two groups: the one off
+    the critical path waits for the other and has its own extra ops)."""
     for c in changes:
         if c.kind == WAIT_KEY[0]:
             c.waiting = True
-        elif c.kind in PARTITION_KINDS and c.delta_ns > 0:
+        elif c.kind in PARTITION_KINDS and c.delta_ns > 0 and (_communicates(c.name) or _same_work(c)):
             c.waiting = all(
                 r in waits.ranks and waits.ranks[r].delta_ns >= 0.5 * c.per_rank_ns[r] for r in c.ranks
             )
+
+
+#: operators that communicate (and so wait in them): more of their calls is still waiting
+COMM_NAME_PARTS = ("c10d::", "nccl", "gloo", "record_param_comms", "allreduce", "all_reduce", "barrier")
+
+
+def _communicates(name: str) -> bool:
+    low = name.lower()
+    return any(part in low for part in COMM_NAME_PARTS)
+
+
+def _same_work(c: Change) -> bool:
+    """The change lengthens what the rank already did (no new op, no more calls)."""
+    return c.cls != "new" and c.how != "more calls"
 
 
 def compare(base: RunFigures, new: RunFigures, m: Matched) -> Diff:
