@@ -21,9 +21,9 @@ def root_cause(
     late_thresholds: Optional[Dict[Optional[int], Dict[int, int]]] = None,
 ) -> Tuple[List[G.Delay], Dict[Tuple[int, Optional[int]], int], Dict[Optional[int], int]]:
     """(the delayed ranks: late past their threshold with no own lateness past it, with
-    whom they waited for, the origin of their cascade a named straggler of the step; (straggler, step) -> what fixing it saves in each step it
-    stands out in; step -> what fixing every named straggler of the step saves, where
-    there are several).
+    whom they waited for, the origin of their cascade a named straggler of the step;
+    (straggler, step) -> what fixing it saves in each step it stands out in; step -> what
+    fixing every named straggler of the step saves, where there are several).
 
     ``late_thresholds`` (step -> rank -> ns; default: each row's ``threshold``): what
     lateness must pass, the named stragglers' held left out of the others' spread (two
