@@ -129,7 +129,8 @@ def test_two_stragglers_of_different_causes_and_what_each_saves(capsys: pytest.C
     each with its own cause; fixing rank 1 saves its lead over rank 3 (~80 ms), rank 3 alone
     nothing (rank 1 still holds the all-reduce), both together rank 1's whole ~120 ms."""
     coll = _info(capsys, str(RECORDED / "ddp4_two_b"))
-    assert sorted(s["rank"] for s in coll["stragglers"]) == [1, 3] and coll["delayed"] == []
+    assert [(s["rank"], s["on_critical_path"]) for s in coll["stragglers"]] == [(1, True), (3, False)]
+    assert coll["delayed"] == []
     tops = {(w["rank"], w["step"]): w["contributors"][0] for w in coll["why"]}
     for s in (2, 3, 4):
         assert tops[(1, s)]["kind"] == "outside_ops" and 115_000 <= tops[(1, s)]["extra_us"] <= 125_000
@@ -153,7 +154,7 @@ def test_two_stragglers_in_two_groups_both_named_the_hidden_one_saving_nothing_a
     with a straggler or a delayed rank: rank 0's reference is rank 2, which itself waited
     for rank 3, so rank 0 is less late than its own extra time, and the text says why."""
     coll = _info(capsys, str(RECORDED / "mg4_pairs_c"))
-    assert [s["rank"] for s in coll["stragglers"]] == [0, 3]
+    assert [(s["rank"], s["on_critical_path"]) for s in coll["stragglers"]] == [(0, True), (3, False)]
     assert sorted((d["rank"], d["step"], d["by_rank"], d["origin"]) for d in coll["delayed"]) == [
         (1, s, 0, 0) for s in (2, 3, 4)
     ]
@@ -182,6 +183,8 @@ def test_two_stragglers_in_two_groups_both_named_the_hidden_one_saving_nothing_a
     assert main(["info", "--collectives", "-j", "1", str(RECORDED / "mg4_pairs_c")]) == 0
     text = capsys.readouterr().out
     assert "what if: fixing rank 3 alone would save ~0.0 ms: rank(s) 0 would still hold up the step" in text
+    (also,) = [line for line in text.splitlines() if line.startswith("also     : rank 3 ")]
+    assert also.endswith("; off the critical path: another straggler sets the step (what if, below)")
     assert text.count("less elsewhere: rank 2, the reference, also waited for other ranks before that") == 3
 
 

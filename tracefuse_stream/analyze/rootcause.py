@@ -87,6 +87,23 @@ def not_estimated(stragglers: Sequence[Any], saves: Dict[Tuple[int, Optional[int
     return out
 
 
+def off_path(stragglers: Sequence[Any], saves: Dict[Tuple[int, Optional[int]], int]) -> List[int]:
+    """The named stragglers whose own extra time is off the critical path (issue 35, item
+    2): fixing one alone would save under a tenth of how long the others waited for it per
+    step, because another named straggler still holds up the step (two stragglers in two
+    groups, or of two sizes in one). Named all the same: each is a cause the other hides,
+    and what fixing both saves is said."""
+    if len(stragglers) < 2:
+        return []
+    unknown = set(not_estimated(stragglers, saves))
+    out = []
+    for s in stragglers:
+        mine = [ns for (r, _step), ns in saves.items() if r == s.rank]
+        if mine and s.rank not in unknown and max(mine) * 10 < s.held_ns / max(len(s.steps), 1):
+            out.append(s.rank)
+    return out
+
+
 def p2p_delays(row: Any, thresholds: Optional[Dict[int, int]] = None) -> List[G.Delay]:
     """A step whose graph links send/recv pairs (a pipeline): the ranks its stragglers
     hold up through them. Arrival lateness means nothing at a pair (a pipeline's stages
@@ -216,4 +233,4 @@ def _waited_before(g: G.StepGraph, q: int, until_ns: int) -> int:
     return total
 
 
-__all__ = ["collective_delays", "late_thresholds", "p2p_delays", "root_cause"]
+__all__ = ["collective_delays", "late_thresholds", "off_path", "p2p_delays", "root_cause"]

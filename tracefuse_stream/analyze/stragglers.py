@@ -68,7 +68,7 @@ from tracefuse_stream.analyze.noise import noise_ns
 from tracefuse_stream.analyze.others import Members, OthersOutlier
 from tracefuse_stream.analyze.p2p_steps import add_step_ends
 from tracefuse_stream.analyze.rank_ints import freeze_step_rows
-from tracefuse_stream.analyze.rootcause import late_thresholds, not_estimated, root_cause
+from tracefuse_stream.analyze.rootcause import late_thresholds, not_estimated, off_path, root_cause
 
 NOISE_FACTOR = 4.0
 STEP_FRACTION = 0.05
@@ -199,6 +199,11 @@ class Verdict:
     def not_estimated(self) -> List[int]:
         """The stragglers whose ``saves`` are no estimate (analyze/rootcause.py)."""
         return not_estimated(self.stragglers, self.saves)
+
+    @property
+    def off_path(self) -> List[int]:
+        """The stragglers whose own extra time is off the critical path (analyze/rootcause.py)."""
+        return off_path(self.stragglers, self.saves)
 
     @property
     def steps_profiled(self) -> int:

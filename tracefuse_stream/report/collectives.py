@@ -103,6 +103,7 @@ def to_json(table: Any, stream: bool = False) -> Dict[str, Any]:
     a = _as_analysis(table)
     table, v, stats = a.table, a.verdict, a.stats
     p = v.stragglers[0].p_chance if v.stragglers else (v.candidates[0].p_chance if v.candidates else None)
+    off = v.off_path
     unmatched = [
         {"kind": k, "name": n, "group": g, "reason": why_, "instances": c}
         for (k, n, g, why_), c in sorted(table.unmatched.items(), key=lambda kv: (-kv[1], kv[0]))
@@ -115,7 +116,7 @@ def to_json(table: Any, stream: bool = False) -> Dict[str, Any]:
                         "last_arrivals": s.last_arrivals, "instances": s.instances,
                         "p_chance": p_round(s.p_chance), "margin": round(s.margin, 3),
                         "noise_margin": round(s.noise_margin, 3), "evidence": s.evidence,
-                        "by_size_only": s.by_size_only,
+                        "by_size_only": s.by_size_only, "on_critical_path": s.rank not in off,
                         "held_all_steps_us": _us(s.held_all_ns)} for s in v.stragglers],
         "candidates": [{"rank": s.rank, "held_us": _us(s.held_ns), "steps": s.steps,
                         "p_chance": p_round(s.p_chance), "margin": round(s.margin, 3),
@@ -216,6 +217,7 @@ def verdict_lines(table: CollectiveTable, v: Verdict, stats: Sequence[RankStats]
         ]
     lines = []
     unit = "instances" if table.instances else "send/recv pairs"  # a pipeline without collectives
+    off = v.off_path
     for i, s in enumerate(v.stragglers):
         # held covers the steps named; its arrivals and own wait are over every step: said so
         every = "" if len(s.steps) == len(v.by_step) else "over every step: "
@@ -224,6 +226,11 @@ def verdict_lines(table: CollectiveTable, v: Verdict, stats: Sequence[RankStats]
             f"(in {_where(v, s.steps, table)}); {every}last to arrive in {s.last_arrivals} of {s.instances} {unit}, "
             f"waited {_ms(by_rank[s.rank].wait_ns)} ms itself; {evidence_text(s)} (p_chance "
             f"{p_text(s.p_chance)}, {s.noise_margin:.1f} x the noise bound)"
+            + (
+                "; off the critical path: another straggler sets the step (what if, below)"
+                if s.rank in off
+                else ""
+            )
         )
     if v.steps_profiled == 1:
         lines.insert(0, f"{_one_step(table)}: what follows is that step's, not a pattern over steps")

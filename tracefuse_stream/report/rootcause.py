@@ -178,7 +178,7 @@ def _what_if_lines(table: CollectiveTable, v: Verdict) -> List[str]:
     out: List[str] = []
     through = ("every collective" + (" and send/recv pair" if table.p2p_pairs else "")
                if table.instances else "every send/recv pair")  # fmt: skip
-    unknown = v.not_estimated
+    unknown, off = v.not_estimated, v.off_path
     for s in v.stragglers:
         saves = [(step, ns) for (r, step), ns in v.saves.items() if r == s.rank]
         if not saves:
@@ -194,7 +194,7 @@ def _what_if_lines(table: CollectiveTable, v: Verdict) -> List[str]:
             out.append(f"what if: not estimated for rank {s.rank}: the others waited for it in point-to-point "
                        f"ops (send/recv) {how}, so the re-timing cannot follow them{hint}")  # fmt: skip
             continue
-        if ns * 10 < s.held_ns / max(len(s.steps), 1):  # another straggler still holds up the step
+        if s.rank in off:  # another straggler still holds up the step
             both = max(v.saves_all.items(), key=lambda kv: kv[1], default=(None, 0))
             others = [o.rank for o in v.stragglers if o.rank != s.rank]
             also = (
