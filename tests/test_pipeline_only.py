@@ -159,9 +159,10 @@ def test_the_json_fields_are_the_documented_ones(capsys: pytest.CaptureFixture) 
     coll = _info(capsys, "pp4_pure_a")
     assert set(coll["stragglers"][0]) == {
         "rank", "held_us", "steps", "last_arrivals", "instances", "p_chance", "margin", "noise_margin",
-        "evidence", "by_size_only", "held_all_steps_us",
+        "evidence", "by_size_only", "on_critical_path", "held_all_steps_us",
     }  # fmt: skip
     assert coll["stragglers"][0]["by_size_only"] is (coll["stragglers"][0]["p_chance"] > 0.05)
+    assert coll["stragglers"][0]["on_critical_path"] is True  # the only one: it sets the step
     for d in coll["delayed"]:
         assert set(d) == {
             "rank", "step", "by_rank", "origin", "collective", "group", "group_ranks", "wait_us", "waits",

@@ -374,8 +374,13 @@ def retime(g: StepGraph, cut: Optional[Dict[Tuple[int, int], int]] = None) -> in
     return max(ends.values()) if ends else 0
 
 
-def retime_ends(g: StepGraph, cut: Optional[Dict[Tuple[int, int], int]] = None) -> Dict[int, int]:
-    """rank -> its step end, re-timed as :func:`retime` says."""
+def retime_ends(
+    g: StepGraph,
+    cut: Optional[Dict[Tuple[int, int], int]] = None,
+    arrivals: Optional[Dict[Tuple[int, int], int]] = None,
+) -> Dict[int, int]:
+    """rank -> its step end, re-timed as :func:`retime` says; ``arrivals`` (given): filled
+    with every (rank, instance) -> its re-timed arrival."""
     cut = cut or {}
     by_id = g.by_id
     arr: Dict[Tuple[int, int], int] = {}
@@ -405,7 +410,10 @@ def retime_ends(g: StepGraph, cut: Optional[Dict[Tuple[int, int], int]] = None) 
         old_last = inst.last_arrival_ns
         for q, e in inst.entries.items():
             dep[(q, inst.id)] = last + max(0, e.end_ns - old_last)
-    return {r: at(g.tail_pred[r]) + g.offset[(r, -1)] - cut.get((r, -1), 0) for r in g.order}
+    ends = {r: at(g.tail_pred[r]) + g.offset[(r, -1)] - cut.get((r, -1), 0) for r in g.order}
+    if arrivals is not None:
+        arrivals.update(arr)
+    return ends
 
 
 def extra_cut(g: StepGraph, rank: int) -> Dict[Tuple[int, int], int]:

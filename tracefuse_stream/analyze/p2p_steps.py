@@ -26,10 +26,11 @@ the critical path are the pairs' alone.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from tracefuse_stream.align.collectives import CollectiveTable, Entry, Instance
 from tracefuse_stream.analyze import graph as G
+from tracefuse_stream.analyze.medians import median
 
 STEP_END = "step end"  # the pseudo-instance's name and match
 
@@ -69,9 +70,36 @@ def add_step_ends(table: CollectiveTable, graphs: Dict[Optional[int], G.StepGrap
             next_id += 1
 
 
-def _connected(g: G.StepGraph) -> List[List[int]]:
-    """The step's ranks in the sets its send/recv pairs connect, each sorted, in order
-    of their lowest rank."""
+def held_in_pipeline(g: G.StepGraph, rank: int) -> int:
+    """How long ``rank``'s own pipeline was held up by it, where the pipelines meet: the
+    median over the ranks its send/recv pairs connect it to of how much earlier each
+    would arrive at its last collective of the step without ``rank``'s extra own work
+    (analyze/graph.py ``extra_cut``, the graph re-timed).
+
+    Why: beside another pipeline whose own slow rank (or late entry) sets the step, the
+    step end (``held_through``) says nobody was held up, and so does the median over
+    every rank of their direct waits: a stage 1.2 ms a step slower vanished behind a rank
+    of the other pipeline entering 2 ms late, though it cost the step as much as that
+    rank (issue 35: two causes in two pipelines). 0 in a step without both pairs and
+    collectives."""
+    mine = next((s for s in _connected(g, pairs_only=True) if rank in s), [])
+    last = {}
+    for q in mine:
+        ids = [i for i in g.order.get(q, []) if g.by_id[i].sender is None]
+        if q != rank and ids:
+            last[q] = ids[-1]
+    if not last:
+        return 0
+    now: Dict[Tuple[int, int], int] = {}
+    fixed: Dict[Tuple[int, int], int] = {}
+    G.retime_ends(g, None, now)
+    G.retime_ends(g, G.extra_cut(g, rank), fixed)
+    return max(0, median([now[(q, i)] - fixed[(q, i)] for q, i in last.items()]))
+
+
+def _connected(g: G.StepGraph, pairs_only: bool = False) -> List[List[int]]:
+    """The step's ranks in the sets its send/recv pairs connect (``pairs_only``: through
+    its pairs alone, not its collectives), each sorted, in order of their lowest rank."""
     parent = {r: r for r in g.order}
 
     def root(r: int) -> int:
@@ -81,6 +109,8 @@ def _connected(g: G.StepGraph) -> List[List[int]]:
         return r
 
     for inst in g.by_id.values():
+        if pairs_only and inst.sender is None:
+            continue
         a, *rest = sorted(inst.entries)
         for b in rest:
             parent[root(b)] = root(a)
@@ -95,4 +125,4 @@ def pipeline_only(g: Optional[G.StepGraph]) -> bool:
     return g is not None and bool(g.ends)
 
 
-__all__ = ["DEFINITIONS", "STEP_END", "add_step_ends", "pipeline_only"]
+__all__ = ["DEFINITIONS", "STEP_END", "add_step_ends", "held_in_pipeline", "pipeline_only"]

@@ -66,7 +66,7 @@ from tracefuse_stream.analyze import graph as G
 from tracefuse_stream.analyze.medians import median, median_without
 from tracefuse_stream.analyze.noise import noise_ns
 from tracefuse_stream.analyze.others import Members, OthersOutlier
-from tracefuse_stream.analyze.p2p_steps import add_step_ends
+from tracefuse_stream.analyze.p2p_steps import add_step_ends, held_in_pipeline
 from tracefuse_stream.analyze.rank_ints import freeze_step_rows
 from tracefuse_stream.analyze.rootcause import late_thresholds, not_estimated, off_path, root_cause
 
@@ -283,7 +283,7 @@ def _fill_row(table: CollectiveTable, row: StepRow, insts: Sequence[Instance], g
         row.held_raw[r] = min(med, row.lateness[r])
         own = row.own.get(r, 0)
         if own > max(med, floor_ns):  # others held up through other groups (a cascade) or in send/recv
-            med = max(med, G.held_through(g, r), G.held_in_p2p(g, r))
+            med = max(med, G.held_through(g, r), G.held_in_p2p(g, r), held_in_pipeline(g, r))
         row.held[r] = min(med, own)  # waiting for others is never lateness
 
 
