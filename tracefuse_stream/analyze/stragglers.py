@@ -32,7 +32,8 @@ the others' spread the scaled median absolute deviation of
 their held values in that step (a rank is an outlier among the ranks, not merely later
 than the median). A rank *stands out* in a step when it passes there and either passes
 in more than half of the steps (persistent) or the others' wait for it in that step is
-longer than half a typical step (intermittent: one hiccup of a few ms in one short step
+longer than a typical step, or than half of one when that is also at least
+STRONG_MARGIN x the noise bound (intermittent: one hiccup of a few ms in one short step
 is none; a stall that makes its step 1.5x the others' is one).
 
 **Evidence.** A rank that stands out is *named* only when the pattern is unlikely by
@@ -377,7 +378,9 @@ def judge(table: CollectiveTable) -> Verdict:
     for r, where in sorted(passes.items()):
         persistent = 2 * len(where) > len(rows)
         typical = verdict.typical_step_ns
-        steps = [row for row in where if persistent or typical is None or row.held[r] > typical // 2]
+        steps = [
+            row for row in where if persistent or typical is None or _one_off(row.held[r], typical, verdict)
+        ]
         if steps:
             mine = [row for row in rows if r in row.held]
             found.append(Straggler(
@@ -418,6 +421,14 @@ def judge(table: CollectiveTable) -> Verdict:
         G.compact(sg)  # what is read after the verdict stays (issue 38: bounded memory)
     freeze_step_rows(rows)
     return verdict
+
+
+def _one_off(held: int, typical: int, v: Verdict) -> bool:
+    """A rank standing out in at most half of the steps stands out in this one: the
+    others waited for it longer than a typical step, or than half of one when that is
+    also at least :data:`STRONG_MARGIN` x the noise bound (a 60 ms stall in one 65 ms
+    step; a 4 ms hiccup in one 7 ms step of an unpinned balanced run is not)."""
+    return held > typical or (2 * held > typical and held >= STRONG_MARGIN * v.noise_part_ns())
 
 
 def _most_held(row: StepRow, leave_out: Sequence[int]) -> Optional[int]:
@@ -477,7 +488,7 @@ def rule_text(v: Verdict) -> str:
     t = (
         ""
         if v.typical_step_ns is None
-        else f" or, in at most half of them, also > half a typical step {_ms(v.typical_step_ns)} ms"
+        else f" or, in at most half of them, also > a typical step {_ms(v.typical_step_ns)} ms (> half of it at >= {STRONG_MARGIN:g} x the noise bound)"
     )
     return (f"a rank stands out in a step when the others wait longer for it than max({NOISE_FACTOR:g} x "
             f"{_ms(v.noise_ns)} ms arrival noise, the others' median + "
