@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from tracefuse_stream.analyze import graph as G
+from tracefuse_stream.analyze.intervals import union_ns
 from tracefuse_stream.analyze.medians import median
 from tracefuse_stream.analyze.others import OthersOutlier
 
@@ -221,16 +222,9 @@ def _waited_before(g: G.StepGraph, q: int, until_ns: int) -> int:
     spans = []
     for j in g.order.get(q, []):
         inst = g.by_id[j]
-        lo, hi = inst.entries[q].start_ns, min(inst.last_arrival_ns, until_ns)
-        if inst.sender is None and hi > lo:
-            spans.append((lo, hi))
-    total, end = 0, None
-    for lo, hi in sorted(spans):
-        if end is None or lo > end:
-            total, end = total + hi - lo, hi
-        elif hi > end:
-            total, end = total + hi - end, hi
-    return total
+        if inst.sender is None:
+            spans.append((inst.entries[q].start_ns, min(inst.last_arrival_ns, until_ns)))
+    return union_ns(spans)
 
 
 __all__ = ["collective_delays", "late_thresholds", "off_path", "p2p_delays", "root_cause"]

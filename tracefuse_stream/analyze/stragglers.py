@@ -60,10 +60,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from tracefuse_stream.align.collectives import CollectiveTable, Instance
 from tracefuse_stream.analyze import graph as G
+from tracefuse_stream.analyze.intervals import held_median, union_ns
 from tracefuse_stream.analyze.medians import median, median_without
 from tracefuse_stream.analyze.noise import noise_ns
 from tracefuse_stream.analyze.others import Members, OthersOutlier
@@ -89,29 +90,6 @@ def held_ns(inst: Instance) -> Dict[int, int]:
         others = sorted(v for q, v in arrivals.items() if q != r)
         out[r] = max(0, a - median(others)) if others else 0
     return out
-
-
-def union_ns(intervals: Iterable[Tuple[int, int]], lo: Optional[int] = None, hi: Optional[int] = None) -> int:
-    """The length of the union of ``intervals``, clipped to ``[lo, hi]`` when given."""
-    total = 0
-    end: Optional[int] = None
-    start = 0
-    for a, b in sorted(intervals):
-        if lo is not None and a < lo:  # comparisons, not max()/min(): called per step and rank
-            a = lo
-        if hi is not None and b > hi:
-            b = hi
-        if b <= a:
-            continue
-        if end is None or a > end:
-            if end is not None:
-                total += end - start
-            start, end = a, b
-        elif b > end:
-            end = b
-    if end is not None:
-        total += end - start
-    return total
 
 
 @dataclass
@@ -277,31 +255,15 @@ def _fill_row(table: CollectiveTable, row: StepRow, insts: Sequence[Instance], g
         if row.lateness[r] <= 0 and row.own.get(r, 0) <= 0:
             continue  # held is at most the lateness
         at_end = g.end_of(r)  # a pipeline: the stages of its own
-        med = _held_median(r, members.sample(r, [at_end] if at_end is not None else mine[r]), mine[r], spans)
+        med = held_median(r, members.sample(r, [at_end] if at_end is not None else mine[r]), mine[r], spans)
         if at_end is None:  # a smaller group's members held by it, the rest not (issue 35: two stragglers)
             for sub in members.smaller_groups(mine[r]):
-                med = max(med, _held_median(r, members.sample(r, sub), sub, spans))
+                med = max(med, held_median(r, members.sample(r, sub), sub, spans))
         row.held_raw[r] = min(med, row.lateness[r])
         own = row.own.get(r, 0)
         if own > max(med, floor_ns):  # others held up through other groups (a cascade) or in send/recv
             med = max(med, G.held_through(g, r), G.held_in_p2p(g, r), held_in_pipeline(g, r))
         row.held[r] = min(med, own)  # waiting for others is never lateness
-
-
-def _held_median(
-    r: int,
-    others: Sequence[int],
-    insts: Sequence[Instance],
-    spans: Dict[int, Tuple[Optional[int], Optional[int]]],
-) -> int:
-    """The median over ``others`` of the union of their waits for ``r`` at ``insts``
-    (each clipped to its own step)."""
-    waits = []
-    for q in others:
-        lo, hi = spans[q]
-        pairs = ((i.entries[q].start_ns, i.entries[r].start_ns) for i in insts if q in i.entries)
-        waits.append(union_ns(pairs, lo, hi))
-    return median(waits) if waits else 0
 
 
 def _by_step(table: CollectiveTable) -> Dict[Optional[int], List[Instance]]:
