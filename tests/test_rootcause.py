@@ -281,3 +281,24 @@ def test_a_hiccup_of_half_a_short_step_near_the_noise_is_not_named() -> None:
     held = max(row.held.get(3, 0) for row in v.by_step)
     assert 2 * held > v.typical_step_ns and held < 10 * v.noise_part_ns(), (seed, held, v.noise_part_ns())
     assert v.stragglers == [], f"seed {seed}"
+
+
+def test_both_ranks_of_a_pair_slowed_alike_are_both_on_the_path_and_save_it_together() -> None:
+    """Pair groups {0,1} and {2,3}, then the world; ranks 2 and 3 both work 60 ms more
+    before their pair all-reduce (one slow node of a tensor-parallel pair). Each alone
+    saves nothing (the other still holds the step), neither is "off the critical path"
+    (the step has two), and fixing both saves the 60 ms: at their pair all-reduce no
+    other member is left to compare with, so the other pair's same all-reduce is."""
+    d = 60.0
+    steps = []
+    for s in range(1, 4):
+        steps.append((s, 150.0 + d, [
+            ("1", {0: (10, 12), 1: (10, 12)}),
+            ("2", {2: (10 + d, 12 + d), 3: (10 + d, 12 + d)}),
+            ("0", {0: (20, 30 + d), 1: (20, 30 + d), 2: (20 + d, 30 + d), 3: (20 + d, 30 + d)}),
+        ]))  # fmt: skip
+    v = judge(_table(steps, range(4)))
+    assert sorted(s.rank for s in v.stragglers) == [2, 3]
+    assert v.off_path == [] and sorted(v.saves_nothing_alone) == [2, 3]
+    assert all(ns <= 0.5 * MS for ns in v.saves.values())
+    assert sorted(v.saves_all) == [1, 2, 3] and all(abs(ns - 60 * MS) <= MS for ns in v.saves_all.values())

@@ -63,7 +63,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from tracefuse_stream.align.collectives import CollectiveTable, Instance
 from tracefuse_stream.analyze.medians import median, median_without
-from tracefuse_stream.analyze.pair_roles import pair_role, pair_roles
+from tracefuse_stream.analyze.pair_roles import alike, pair_role, pair_roles
 
 Node = Tuple[str, int, int]  # ("S" | "A" | "D" | "E", rank, instance id or -1)
 START = -2  # a cut's key (rank, START): how much earlier the rank starts the step
@@ -416,11 +416,12 @@ def retime_ends(
     return ends
 
 
-def extra_cut(g: StepGraph, rank: int) -> Dict[Tuple[int, int], int]:
+def extra_cut(g: StepGraph, rank: int, together: Sequence[int] = ()) -> Dict[Tuple[int, int], int]:
     """``rank``'s own work beyond the other members' median at each of its arrivals (and
     beyond the other ranks' median before the step end), and the step-start skew that
-    counts as its lateness: what fixing it removes."""
-    own, by_id = gaps(g), g.by_id
+    counts as its lateness: what fixing it removes (``together``: the ranks fixed with
+    it, left out of the others; none left: the same collective of other groups alike)."""
+    own, by_id, skip = gaps(g), g.by_id, {rank, *together}
     cut: Dict[Tuple[int, int], int] = {}
     roles = pair_roles(g.order, g.by_id, rank, own)
     seen: Dict[Tuple[bool, bool], int] = {}
@@ -432,12 +433,13 @@ def extra_cut(g: StepGraph, rank: int) -> Dict[Tuple[int, int], int]:
                 roles.get((role, k)) or roles.get(role) or roles.get(pair_role(by_id[i], rank, True)) or []
             )
         else:
-            others = [own[(q, i)] for q in by_id[i].entries if q != rank]
+            others = [own[(q, i)] for q in by_id[i].entries if q not in skip]
+            others = others or alike(g.order, by_id, rank, i, own, skip)
         if others:
             cut[(rank, i)] = max(0, own[(rank, i)] - median(others))
     if g.late_skew.get(rank, 0) > 0:  # it entered the step late: it starts on time
         cut[(rank, START)] = g.late_skew[rank]
-    tails = [own[(q, -1)] for q in g.order if q != rank]
+    tails = [own[(q, -1)] for q in g.order if q not in skip]
     if tails and (rank, -1) in own:
         cut[(rank, -1)] = max(0, own[(rank, -1)] - median(tails))
     return cut
@@ -448,7 +450,7 @@ def saves_ns(g: StepGraph, ranks: Sequence[int]) -> int:
     (:func:`extra_cut`, each against the others as recorded) is removed."""
     cut: Dict[Tuple[int, int], int] = {}
     for r in ranks:
-        cut.update(extra_cut(g, r))
+        cut.update(extra_cut(g, r, ranks))
     return max(0, retime(g) - retime(g, cut))
 
 

@@ -46,4 +46,25 @@ def pair_role(inst: Any, rank: int, flip: bool = False) -> Tuple[bool, bool]:
     return inst.sender == rank, up != flip
 
 
-__all__ = ["pair_role", "pair_roles"]
+def alike(
+    order: Mapping[int, List[int]], by_id: Mapping[int, Any], rank: int, inst: int, own: Mapping[Tuple[int, int], int],
+    skip: Any,
+) -> List[int]:  # fmt: skip
+    """The other ranks' (not in ``skip``) own work before the same collective of another
+    group of its size: their k-th instance of the step where ``inst`` is ``rank``'s k-th.
+    Why: both ranks of a pair slowed alike (one slow node of a tensor-parallel pair) have
+    no other member to be compared with there; the other pairs are the same moment."""
+    k, n = order[rank].index(inst), len(by_id[inst].entries)
+    out = []
+    for q, ids in order.items():
+        if (
+            q not in skip
+            and len(ids) > k
+            and by_id[ids[k]].sender is None
+            and len(by_id[ids[k]].entries) == n
+        ):
+            out.append(own[(q, ids[k])])
+    return out
+
+
+__all__ = ["alike", "pair_role", "pair_roles"]

@@ -88,12 +88,11 @@ def not_estimated(stragglers: Sequence[Any], saves: Dict[Tuple[int, Optional[int
     return out
 
 
-def off_path(stragglers: Sequence[Any], saves: Dict[Tuple[int, Optional[int]], int]) -> List[int]:
-    """The named stragglers whose own extra time is off the critical path (issue 35, item
-    2): fixing one alone would save under a tenth of how long the others waited for it per
-    step, because another named straggler still holds up the step (two stragglers in two
-    groups, or of two sizes in one). Named all the same: each is a cause the other hides,
-    and what fixing both saves is said."""
+def saves_nothing_alone(stragglers: Sequence[Any], saves: Dict[Tuple[int, Optional[int]], int]) -> List[int]:
+    """The named stragglers fixing one of which alone would save under a tenth of how
+    long the others waited for it per step, because another named straggler still holds
+    up the step (the what-if says so): two of two sizes (the smaller one hidden), or two
+    alike (each hides the other)."""
     if len(stragglers) < 2:
         return []
     unknown = set(not_estimated(stragglers, saves))
@@ -103,6 +102,16 @@ def off_path(stragglers: Sequence[Any], saves: Dict[Tuple[int, Optional[int]], i
         if mine and s.rank not in unknown and max(mine) * 10 < s.held_ns / max(len(s.steps), 1):
             out.append(s.rank)
     return out
+
+
+def off_path(stragglers: Sequence[Any], saves: Dict[Tuple[int, Optional[int]], int]) -> List[int]:
+    """The named stragglers whose own extra time is off the critical path (issue 35, item
+    2): they save nothing alone while another named straggler does (it sets the step: two
+    stragglers in two groups, or of two sizes in one). Named all the same: each is a cause
+    the other hides, and what fixing both saves is said. Stragglers alike (each saving
+    nothing alone) are all on it: the step has as many critical paths."""
+    alone = saves_nothing_alone(stragglers, saves)
+    return alone if len(alone) < len(stragglers) else []
 
 
 def p2p_delays(row: Any, thresholds: Optional[Dict[int, int]] = None) -> List[G.Delay]:
@@ -227,4 +236,11 @@ def _waited_before(g: G.StepGraph, q: int, until_ns: int) -> int:
     return union_ns(spans)
 
 
-__all__ = ["collective_delays", "late_thresholds", "off_path", "p2p_delays", "root_cause"]
+__all__ = [
+    "collective_delays",
+    "late_thresholds",
+    "off_path",
+    "p2p_delays",
+    "root_cause",
+    "saves_nothing_alone",
+]

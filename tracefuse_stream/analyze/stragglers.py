@@ -70,7 +70,13 @@ from tracefuse_stream.analyze.noise import noise_ns
 from tracefuse_stream.analyze.others import Members, OthersOutlier
 from tracefuse_stream.analyze.p2p_steps import add_step_ends, held_in_pipeline
 from tracefuse_stream.analyze.rank_ints import freeze_step_rows
-from tracefuse_stream.analyze.rootcause import late_thresholds, not_estimated, off_path, root_cause
+from tracefuse_stream.analyze.rootcause import (
+    late_thresholds,
+    not_estimated,
+    off_path,
+    root_cause,
+    saves_nothing_alone,
+)
 
 NOISE_FACTOR = 4.0
 STEP_FRACTION = 0.05
@@ -183,6 +189,11 @@ class Verdict:
     def off_path(self) -> List[int]:
         """The stragglers whose own extra time is off the critical path (analyze/rootcause.py)."""
         return off_path(self.stragglers, self.saves)
+
+    @property
+    def saves_nothing_alone(self) -> List[int]:
+        """The stragglers another one still holds the step up for (analyze/rootcause.py)."""
+        return saves_nothing_alone(self.stragglers, self.saves)
 
     @property
     def steps_profiled(self) -> int:

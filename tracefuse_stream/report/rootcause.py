@@ -178,7 +178,7 @@ def _what_if_lines(table: CollectiveTable, v: Verdict) -> List[str]:
     out: List[str] = []
     through = ("every collective" + (" and send/recv pair" if table.p2p_pairs else "")
                if table.instances else "every send/recv pair")  # fmt: skip
-    unknown, off = v.not_estimated, v.off_path
+    unknown, off = v.not_estimated, v.saves_nothing_alone
     for s in v.stragglers:
         saves = [(step, ns) for (r, step), ns in v.saves.items() if r == s.rank]
         if not saves:
