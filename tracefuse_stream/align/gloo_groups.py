@@ -191,8 +191,8 @@ def _starts(ranks: Mapping[int, _Rank], searchable: Mapping[int, Any]) -> List[D
     the world all-reduce of every other step, on gloo's second runloop thread, in the
     pair groups, and both pairs matched (recorded: two 2-stage pipelines on [0, 2] and
     [1, 3], send/recv on the main thread). So the results are always compared as a whole
-    (:func:`_pick`; when the first matches every op, :func:`_clearly_better`: the release
-    times tell them apart)."""
+    (:func:`_pick`; when the first matches every op, :func:`_clearly_better`: which
+    threads' ids are consecutive, and the release times, tell them apart)."""
     out = [{r: rk.cut for r, rk in ranks.items()}]
     most = max((len(ranks[r].groups) for r in searchable), default=0)
     for k in range(most):
