@@ -94,6 +94,7 @@ def test_two_stragglers_in_two_groups_the_page_says_what_each_alone_saves(tmp_pa
     )
     (zero,) = [x for x in lines if x.startswith("fixing rank 0 ")]
     assert "alone" not in zero
+    assert "Off the critical path: rank 3 (another straggler sets the step)." in dom
     own = [w["own_lateness_us"] for w in c["why"] if w["rank"] == 0]
     assert len(own) == 3
     for us in own:

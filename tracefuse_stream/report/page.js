@@ -191,8 +191,10 @@ function render() {
 
 function verdictHtml() {
   var V = C.verdict, text, ev, cls = "";
+  // a second straggler the first hides (analyze/rootcause.py off_path): said with the verdict, as the text's "also" line does
+  var off = stragglers.filter(function (s) { return s.on_critical_path === false; }).map(function (s) { return s.rank; });
   if (V && V.text) {
-    text = esc(V.text);
+    text = esc(V.text) + (off.length ? " Off the critical path: rank" + (off.length > 1 ? "s " : " ") + esc(ranges(off)) + " (another straggler sets the step)." : "");
     ev = "evidence: <b>" + esc(V.evidence || "not stated") + "</b>" +
       (num(V.p_chance) ? " (chance of this pattern with nobody slow: p = " + esc(V.p_chance_text || String(V.p_chance)) + ")" : "") +
       (V.one_step ? (P.steps ? " \u00b7 one step selected" : " \u00b7 one step profiled") : "");
