@@ -454,11 +454,15 @@ def saves_ns(g: StepGraph, ranks: Sequence[int]) -> int:
     return max(0, retime(g) - retime(g, cut))
 
 
-def held_through(g: StepGraph, rank: int) -> int:
+def held_through(
+    g: StepGraph, rank: int, now: Optional[Dict[int, int]] = None, fixed: Optional[Dict[int, int]] = None
+) -> int:
     """How long the other ranks were held up by ``rank``, through every group and
     cascade: the median over them of how much earlier each would end its step without
-    ``rank``'s extra own work (:func:`extra_cut`)."""
-    now, fixed = retime_ends(g), retime_ends(g, extra_cut(g, rank))
+    ``rank``'s extra own work (:func:`extra_cut`); ``now``, ``fixed``: those step ends,
+    when the caller has them (:func:`retime_ends` as recorded, once a step, and cut)."""
+    now = retime_ends(g) if now is None else now
+    fixed = retime_ends(g, extra_cut(g, rank)) if fixed is None else fixed
     return median([now[q] - fixed[q] for q in g.peers(rank) if q != rank])
 
 

@@ -70,11 +70,14 @@ def add_step_ends(table: CollectiveTable, graphs: Dict[Optional[int], G.StepGrap
             next_id += 1
 
 
-def held_in_pipeline(g: G.StepGraph, rank: int) -> int:
+def held_in_pipeline(
+    g: G.StepGraph, rank: int, now: Dict[Tuple[int, int], int], fixed: Dict[Tuple[int, int], int]
+) -> int:
     """How long ``rank``'s own pipeline was held up by it, where the pipelines meet: the
     median over the ranks its send/recv pairs connect it to of how much earlier each
     would arrive at its last collective of the step without ``rank``'s extra own work
-    (analyze/graph.py ``extra_cut``, the graph re-timed).
+    (analyze/graph.py ``extra_cut``, the graph re-timed: ``now`` and ``fixed``, the
+    arrivals of :func:`~tracefuse_stream.analyze.graph.retime_ends` as recorded and cut).
 
     Why: beside another pipeline whose own slow rank (or late entry) sets the step, the
     step end (``held_through``) says nobody was held up, and so does the median over
@@ -90,10 +93,6 @@ def held_in_pipeline(g: G.StepGraph, rank: int) -> int:
             last[q] = ids[-1]
     if not last:
         return 0
-    now: Dict[Tuple[int, int], int] = {}
-    fixed: Dict[Tuple[int, int], int] = {}
-    G.retime_ends(g, None, now)
-    G.retime_ends(g, G.extra_cut(g, rank), fixed)
     return max(0, median([now[(q, i)] - fixed[(q, i)] for q, i in last.items()]))
 
 

@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 from tracefuse_stream.analyze import graph as G
 from tracefuse_stream.analyze.intervals import union_ns
 from tracefuse_stream.analyze.medians import median
-from tracefuse_stream.analyze.others import OthersOutlier
+from tracefuse_stream.analyze.others import Members, OthersOutlier
 
 
 def root_cause(
@@ -218,10 +218,9 @@ def _waited_more(g: G.StepGraph, r: int, at_id: int) -> int:
     """How much longer ``r`` waited in the step's collectives before it arrived at
     ``at_id`` than the median of the instance's other members before they arrived."""
     entries = g.by_id[at_id].entries
-    others = sorted(q for q in entries if q != r)
-    if len(others) > WAIT_SAMPLE:
-        others = [others[(k * len(others)) // WAIT_SAMPLE] for k in range(WAIT_SAMPLE)]
-    theirs = [_waited_before(g, q, entries[q].start_ns) for q in others]
+    theirs = [
+        _waited_before(g, q, entries[q].start_ns) for q in Members(WAIT_SAMPLE).sample(r, [g.by_id[at_id]])
+    ]
     return _waited_before(g, r, entries[r].start_ns) - (median(theirs) if theirs else 0)
 
 

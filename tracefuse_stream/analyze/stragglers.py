@@ -261,6 +261,8 @@ def _fill_row(table: CollectiveTable, row: StepRow, insts: Sequence[Instance], g
     floor_ns = g.floor_ns
     members = Members(HELD_SAMPLE)
     row.own, row.own_at, row.skew = g.own_late, g.own_late_at, g.skew
+    recorded: Optional[Tuple[Dict[int, int], Dict[Tuple[int, int], int]]] = None
+    arrivals: Dict[Tuple[int, int], int] = {}
     for r in ranks:
         row.held[r] = row.held_raw[r] = 0
         if row.lateness[r] <= 0 and row.own.get(r, 0) <= 0:
@@ -273,7 +275,12 @@ def _fill_row(table: CollectiveTable, row: StepRow, insts: Sequence[Instance], g
         row.held_raw[r] = min(med, row.lateness[r])
         own = row.own.get(r, 0)
         if own > max(med, floor_ns):  # others held up through other groups (a cascade) or in send/recv
-            med = max(med, G.held_through(g, r), G.held_in_p2p(g, r), held_in_pipeline(g, r))
+            if recorded is None:  # the step re-timed as recorded: once a step, not once a rank
+                recorded = (G.retime_ends(g, None, arrivals), arrivals)
+            cut_arrivals: Dict[Tuple[int, int], int] = {}
+            cut = G.retime_ends(g, G.extra_cut(g, r), cut_arrivals)
+            med = max(med, G.held_through(g, r, recorded[0], cut), G.held_in_p2p(g, r),
+                      held_in_pipeline(g, r, recorded[1], cut_arrivals))  # fmt: skip
         row.held[r] = min(med, own)  # waiting for others is never lateness
 
 
