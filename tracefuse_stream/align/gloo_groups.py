@@ -161,10 +161,11 @@ def assign(
         for start in starts[1:]:
             state = _descend(ranks, searchable, start, hosts, merged)
             finals.setdefault(tuple(state[r] for r in searchable), state)
-        if _matched_ops(first, ranks, hosts, merged)[1]:
+        fit = _matched_ops(first, ranks, hosts, merged)
+        if fit[1]:
             chosen, ambiguous = _pick(list(finals.values()), ranks, hosts, merged)
         else:
-            chosen = _clearly_better(first, list(finals.values()), ranks, hosts, merged)
+            chosen = _clearly_better(first, fit[0], list(finals.values()), ranks, hosts, merged)
     for r, rk in ranks.items():
         rk.cut = chosen.get(r, rk.cut)
     current = {r: rk.seqs(rk.cut) for r, rk in ranks.items()}
@@ -261,18 +262,19 @@ def _pick(
 
 def _clearly_better(
     first: Dict[int, Tuple[int, ...]],
+    inst: List[Any],
     states: List[Dict[int, Tuple[int, ...]]],
     ranks: Mapping[int, _Rank],
     hosts: Mapping[int, Optional[str]],
     merged: Sequence[int],
 ) -> Dict[int, Tuple[int, ...]]:
-    """``first`` matches every op; another state that matches as many replaces it only
-    when it cuts fewer pairs of threads with consecutive ids apart (:func:`_splits`: a
+    """``first`` matches every op (``inst``: its instances); another state that matches
+    as many replaces it only when it cuts fewer pairs of threads with consecutive ids
+    apart (:func:`_splits`: a
     group's constructor starts its threads back to back, other threads start between two
     groups) and its instances release their members no less alike
     (:func:`_release_spread`). Else ``first`` stays: no worse evidence than before the
     other starts were tried (two pairs side by side fit either way)."""
-    inst, _ = _matched_ops(first, ranks, hosts, merged)
     best, best_splits, spread = first, _splits(first, ranks), _release_spread(inst, hosts)
     n = sum(len(i) for i in inst)
     for st in states:
